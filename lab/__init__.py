@@ -1,0 +1,1 @@
+"""tfmr-lab: train, compare and understand small Transformer language models."""

@@ -1,0 +1,276 @@
+"""`python -m lab ...`: the same operations as the UI, scriptable.
+
+Every error a person can fix (bad config value, unknown plugin, missing corpus or checkpoint)
+prints one line, `error: ...`, and exits with status 2; no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from lab.checkpoints import CheckpointError
+from lab.config import ConfigError, DecodeConfig, ModelConfig, TrainConfig, split_overrides
+from lab.data import DataError
+from lab.generate import GenerationError
+from lab.registry import PluginError
+from lab.tokenizers import TokenizerError
+
+USER_ERRORS = (ConfigError, CheckpointError, DataError, PluginError, TokenizerError, GenerationError)
+
+
+def _fmt_time(seconds: float) -> str:
+    seconds = int(seconds)
+    h, m, s = seconds // 3600, seconds // 60 % 60, seconds % 60
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+# ---------------------------------------------------------------- commands
+
+def cmd_plugins(args):
+    from lab.registry import describe_all
+    from lab.presets import PRESETS
+    info = describe_all()
+    if args.json:
+        _print_json({**info, "presets": {k: d for k, (_, d) in PRESETS.items()}})
+        return
+    for kind, entries in info.items():
+        print(f"{kind}:")
+        for e in entries:
+            print(f"  {e['name']:<12} {e['description']}")
+    print("presets:")
+    for k, (_, d) in PRESETS.items():
+        print(f"  {k:<12} {d}")
+
+
+def cmd_train(args):
+    from lab import runs
+    from lab.presets import get as get_preset
+    model_cfg, train_cfg = get_preset(args.preset) if args.preset else (ModelConfig(), TrainConfig())
+    if args.config:
+        doc = json.loads(open(args.config).read()) if args.config.endswith(".json") else None
+        if not isinstance(doc, dict):
+            raise ConfigError(f"--config {args.config}: expected a JSON file with 'model' and/or 'train'")
+        model_cfg = model_cfg.replace(**doc.get("model", {}))
+        train_cfg = train_cfg.replace(**doc.get("train", {}))
+    m_over, t_over = split_overrides(args.set or [], ModelConfig, TrainConfig)
+    if args.parent and m_over:
+        raise ConfigError(f"--parent fine-tunes a stored model, whose architecture is fixed; "
+                          f"cannot --set {', '.join(m_over)}")
+    model_cfg, train_cfg = model_cfg.replace(**m_over), train_cfg.replace(**t_over)
+    name = args.name or f"{args.preset or 'model'}-{time.strftime('%Y%m%d-%H%M%S')}"
+    events = runs.train(name, None if args.parent else model_cfg, train_cfg, parent=args.parent,
+                        preset=args.preset, data_dir=args.data_dir, store=args.store)
+    for ev in events:
+        if args.json:
+            print(json.dumps(ev), flush=True)
+            continue
+        e = ev["event"]
+        if e == "data":
+            print(f"{ev['train_captions']} train / {ev['dev_captions']} dev captions, "
+                  f"{ev['params'] / 1e6:.1f}M parameters; run dir {ev['run_dir']}", flush=True)
+        elif e == "start":
+            print(f"training on {ev['device']}: {ev['epochs']} epochs x {ev['steps_per_epoch']} steps",
+                  flush=True)
+        elif e == "step":
+            pct = 100 * ev["step"] / ev["total_steps"]
+            print(f"epoch {ev['epoch']} step {ev['step']}/{ev['total_steps']} ({pct:.1f}%) "
+                  f"loss {ev['train_loss']:.4f} {ev['tokens_per_s']:.0f} tok/s "
+                  f"elapsed {_fmt_time(ev['elapsed_s'])} ETA {_fmt_time(ev['eta_s'])}", flush=True)
+        elif e == "eval":
+            print(f"epoch {ev['epoch']}: dev perplexity {ev['dev_perplexity']:.3f} "
+                  f"(token-weighted {ev['dev_token_perplexity']:.3f})"
+                  + (f" dev harmonic BLEU {ev['dev_harmonic_bleu']:.4f}" if "dev_harmonic_bleu" in ev else "")
+                  + (" best, saved" if ev.get("best") else ""), flush=True)
+        elif e == "early_stop":
+            print(f"early stop after epoch {ev['epoch']}: {ev['reason']}", flush=True)
+        elif e == "done":
+            print(f"done: best epoch {ev['best_epoch']}, dev perplexity "
+                  f"{ev['best_dev_perplexity']:.3f}; checkpoint {name!r}", flush=True)
+
+
+def _decode_cfg(args) -> DecodeConfig:
+    return DecodeConfig.from_dict({
+        "decoder": args.decoder, "temperature": args.temperature, "top_k": args.top_k,
+        "top_p": args.top_p, "num_beams": args.num_beams, "max_new_tokens": args.max_new_tokens,
+        "seed": args.seed})
+
+
+def cmd_generate(args):
+    from lab import checkpoints
+    from lab.generate import sample_captions
+    cfg = _decode_cfg(args)
+    ck = checkpoints.load(args.checkpoint, args.store)
+    gen = sample_captions(ck.model, ck.tokenizer, args.n, cfg, prompt=args.prompt or "")
+    if args.json:
+        _print_json({"checkpoint": ck.name, "decode": cfg.to_dict(), "prompt": args.prompt or "",
+                     "captions": [{"text": g.text, "tokens": g.tokens, "probs": g.probs,
+                                   "finished": g.finished} for g in gen]})
+    else:
+        for g in gen:
+            print(g.text)
+
+
+def cmd_evaluate(args):
+    from lab.evaluate import evaluate
+    result = evaluate(args.checkpoint, split=args.split, n=args.n, decode=_decode_cfg(args),
+                      bleu_tokens=args.bleu_tokens, data_dir=args.data_dir, store=args.store,
+                      skip_bleu=args.no_bleu)
+    if args.json:
+        _print_json(result)
+        return
+    p = result["perplexity"]
+    print(f"{result['checkpoint']} on {args.split} ({p['sentences']} captions): perplexity "
+          f"{p['perplexity']:.3f}, token-weighted {p['token_perplexity']:.3f}, "
+          f"per word {p['word_perplexity']:.3f}")
+    if "bleu" in result:
+        b = result["bleu"]
+        print(f"BLEU-4 ({result['provenance']['bleu_tokens']} tokens, {b['n_generated']} generated "
+              f"vs {b['n_references']} references): forward {b['forward']:.4f} "
+              f"backward {b['backward']:.4f} harmonic {b['harmonic']:.4f}")
+
+
+def cmd_bleu(args):
+    from lab.data import read_lines
+    from lab.metrics import bleu
+    hyps, refs = read_lines(args.hypotheses), read_lines(args.references)
+    if args.tokens == "gpt2":
+        from lab.tokenizers import gpt2
+        tok = gpt2()
+        hyps, refs = tok.encode_batch(hyps), tok.encode_batch(refs)
+    else:
+        hyps, refs = [h.split() for h in hyps], [r.split() for r in refs]
+    result = bleu(hyps, refs)
+    if args.json:
+        _print_json({k: result[k] for k in ("forward", "backward", "harmonic")})
+    else:
+        print(f"forward {result['forward']:.4f} backward {result['backward']:.4f} "
+              f"harmonic {result['harmonic']:.4f}")
+
+
+def cmd_checkpoints(args):
+    from lab import checkpoints
+    rows = [checkpoints.info(n, args.store) for n in checkpoints.names(args.store)]
+    if args.json:
+        _print_json(rows)
+        return
+    if not rows:
+        print(f"no checkpoints in {checkpoints.store_dir(args.store)}")
+    for r in rows:
+        m = r["model"]
+        ppl = r["metrics"].get("dev_perplexity")
+        print(f"{r['name']:<28} {m['model']:<6} {m['n_layer']}x{m['n_embd']} h{m['n_head']} "
+              f"{r.get('source', '?'):<9} {r['size_bytes'] / 1e6:8.1f} MB"
+              + (f"  dev ppl {ppl:.2f}" if ppl else ""))
+
+
+def cmd_import(args):
+    from lab import interop
+    layers = interop.parse_layers(args.layers) if args.layers else None
+    if args.source == "gpt2":
+        if not args.path:
+            raise ConfigError("import gpt2 needs the path of an HF GPT-2 directory")
+        path = interop.import_hf_gpt2(args.path, args.name, layers, args.store)
+    else:
+        raise ConfigError(f"import source {args.source!r} is not available yet; use 'gpt2'")
+    print(f"imported into {path}")
+
+
+def cmd_export(args):
+    from lab import interop
+    out = interop.export_hf_gpt2(args.checkpoint, args.outdir, args.store)
+    print(f"exported {args.checkpoint} to {out} (loads with GPT2LMHeadModel.from_pretrained)")
+
+
+# ---------------------------------------------------------------- parser
+
+def _add_decode_args(p):
+    p.add_argument("--decoder", default="random", help="decoder plugin (see `plugins`)")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", dest="top_k", type=int, default=40)
+    p.add_argument("--top-p", dest="top_p", type=float, default=0.9)
+    p.add_argument("--num-beams", dest="num_beams", type=int, default=4)
+    p.add_argument("--max-new-tokens", dest="max_new_tokens", type=int, default=35)
+    p.add_argument("--seed", type=int, default=0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m lab", description=__doc__.splitlines()[0])
+    ap.add_argument("--store", help="checkpoint store (default $LAB_STORE or ./checkpoints)")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("plugins", help="list every registry with descriptions")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_plugins)
+
+    p = sub.add_parser("train", help="train from scratch or fine-tune a checkpoint")
+    p.add_argument("--preset", help="tfmr-scratch, tiny, small (see `plugins`)")
+    p.add_argument("--config", help="JSON file with 'model' and/or 'train' objects")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one field")
+    p.add_argument("--name", help="checkpoint name (default: preset and time)")
+    p.add_argument("--parent", help="fine-tune this stored checkpoint instead of a new model")
+    p.add_argument("--data-dir", help="caption corpus (default $LAB_DATA_DIR or ../shared/data/...)")
+    p.add_argument("--json", action="store_true", help="print one JSON event per line")
+    p.set_defaults(fn=cmd_train)
+
+    p = sub.add_parser("generate", help="sample captions from a checkpoint")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--n", type=int, default=10)
+    p.add_argument("--prompt", default="")
+    _add_decode_args(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_generate)
+
+    p = sub.add_parser("evaluate", help="perplexity and BLEU of a checkpoint on a split")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--split", default="test", choices=["train", "dev", "test"])
+    p.add_argument("--n", type=int, default=5000, help="captions generated and references used")
+    p.add_argument("--bleu-tokens", dest="bleu_tokens", default="gpt2", choices=["gpt2", "words"])
+    p.add_argument("--no-bleu", dest="no_bleu", action="store_true", help="perplexity only")
+    p.add_argument("--data-dir")
+    _add_decode_args(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_evaluate)
+
+    p = sub.add_parser("bleu", help="forward/backward/harmonic BLEU-4 of two caption files")
+    p.add_argument("--hypotheses", required=True)
+    p.add_argument("--references", required=True)
+    p.add_argument("--tokens", default="words", choices=["words", "gpt2"])
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_bleu)
+
+    p = sub.add_parser("checkpoints", help="list the store")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_checkpoints)
+
+    p = sub.add_parser("import", help="import pretrained weights into the store")
+    p.add_argument("source", choices=["gpt2"])
+    p.add_argument("path", nargs="?", help="HF GPT-2 directory (config.json + weights)")
+    p.add_argument("--layers", help="1-based blocks to keep, in order, e.g. 1,6,12 (default all)")
+    p.add_argument("--name", required=True)
+    p.set_defaults(fn=cmd_import)
+
+    p = sub.add_parser("export", help="export a checkpoint")
+    p.add_argument("format", choices=["hf"])
+    p.add_argument("checkpoint")
+    p.add_argument("outdir")
+    p.set_defaults(fn=cmd_export)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.fn(args)
+    except USER_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0

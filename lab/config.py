@@ -1,0 +1,238 @@
+"""Typed configs: ModelConfig, TrainConfig, DecodeConfig. JSON in and out, validated.
+
+A model config is plugin names plus sizes, nothing else. Keys use HF GPT-2's names where they exist
+(`n_layer`, `n_head`, `n_embd`, `n_positions`); the same key is the config-JSON field, the CLI
+`--set` key and the UI form label.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A config value a person can fix: the message says which key, what it was, what is right."""
+
+
+def _coerce(key: str, value, typ):
+    """Convert `value` (from JSON or a `--set key=value` string) to the field type `typ`."""
+    origin = typing.get_origin(typ)
+    args = typing.get_args(typ)
+    if origin in (typing.Union, types.UnionType):
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "")):
+            if type(None) in args:
+                return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(key, value, inner[0])
+    if origin is list:
+        if isinstance(value, str):
+            value = [v for v in value.replace(" ", "").split(",") if v]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return [_coerce(key, v, args[0]) for v in value]
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
+            return False
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if typ is int:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ConfigError(f"{key}: expected a whole number, got {value!r}")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: expected a whole number, got {value!r}") from None
+    if typ is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+    if typ is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected text, got {value!r}")
+        return value
+    return value
+
+
+class _Config:
+    """JSON round trip and `--set` overrides shared by every config dataclass."""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self, indent: int = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        if not isinstance(d, dict):
+            raise ConfigError(f"{cls.__name__}: expected a JSON object, got {type(d).__name__}")
+        hints = typing.get_type_hints(cls)
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(d) - set(names))
+        if unknown:
+            raise ConfigError(f"{cls.__name__}: unknown key(s) {', '.join(unknown)}; "
+                              f"valid keys are: {', '.join(names)}")
+        obj = cls(**{k: _coerce(k, v, hints[k]) for k, v in d.items()})
+        obj.validate()
+        return obj
+
+    @classmethod
+    def from_json(cls, path: str | Path):
+        path = Path(path)
+        try:
+            d = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"config file {path} is not valid JSON: {e}") from None
+        return cls.from_dict(d)
+
+    def replace(self, **overrides):
+        return type(self).from_dict({**self.to_dict(), **overrides})
+
+    def validate(self) -> None:
+        pass
+
+
+def split_overrides(pairs: list[str], *classes) -> list[dict]:
+    """Split `key=value` strings among config classes by which one has the key."""
+    out = [{} for _ in classes]
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"--set expects key=value, got {pair!r}")
+        key, value = pair.split("=", 1)
+        key = key.strip()
+        for i, cls in enumerate(classes):
+            if key in {f.name for f in dataclasses.fields(cls)}:
+                out[i][key] = value
+                break
+        else:
+            valid = sorted({f.name for c in classes for f in dataclasses.fields(c)})
+            raise ConfigError(f"--set: unknown key {key!r}; valid keys are: {', '.join(valid)}")
+    return out
+
+
+def _positive(obj, *names):
+    for n in names:
+        v = getattr(obj, n)
+        if v is None or v <= 0:
+            raise ConfigError(f"{n} must be positive, got {v!r}")
+
+
+@dataclass
+class ModelConfig(_Config):
+    model: str = "gpt2"             # model plugin: the family, which fixes module names for interop
+    vocab_size: int = 50257         # tokens in the vocabulary (GPT-2 BPE: 50257)
+    n_positions: int = 1024         # longest context the model accepts
+    n_embd: int = 768               # width of the residual stream
+    n_layer: int = 3                # number of Transformer blocks
+    n_head: int = 12                # query heads per attention layer
+    kv_groups: int | None = None    # key/value heads (grouped-query); None: as many as n_head
+    n_inner: int | None = None      # MLP hidden width; None: 4 * n_embd
+    norm: str = "layernorm"         # norm plugin
+    norm_position: str = "pre"      # "pre" (GPT-2) or "post" (the original Transformer)
+    attention: str = "mha"          # attention plugin
+    positional: str = "learned"     # positional plugin
+    mlp: str = "gelu"               # MLP plugin
+    bias: bool = True               # biases in the linear layers (GPT-2 yes, Llama no)
+    norm_eps: float = 1e-5          # epsilon of every norm
+    rope_theta: float = 10000.0     # rotary base (rotary positions only)
+    tie_embeddings: bool = False    # share the output layer with the token embedding
+    dropout: float = 0.1            # dropout on embeddings, attention and residual branches
+    init_std: float = 0.02          # std of the normal initialisation
+
+    def validate(self) -> None:
+        from lab.registry import ATTENTION, MLP, MODELS, NORMS, POSITIONAL, load_plugins
+        load_plugins()
+        for reg, value in ((MODELS, self.model), (NORMS, self.norm), (ATTENTION, self.attention),
+                           (POSITIONAL, self.positional), (MLP, self.mlp)):
+            if value not in reg:
+                raise ConfigError(f"{reg.kind}: unknown plugin {value!r}; "
+                                  f"choose one of: {', '.join(reg.names())}")
+        _positive(self, "vocab_size", "n_positions", "n_embd", "n_layer", "n_head")
+        if self.n_embd % self.n_head:
+            divisors = [d for d in range(1, self.n_embd + 1) if self.n_embd % d == 0]
+            raise ConfigError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
+                              f"n_head must divide the width, e.g. one of {divisors[:24]}")
+        if self.positional == "rotary" and (self.n_embd // self.n_head) % 2:
+            raise ConfigError(f"rotary positions need an even head width; "
+                              f"n_embd/n_head = {self.n_embd // self.n_head}")
+        if self.kv_groups is not None:
+            _positive(self, "kv_groups")
+            if self.n_head % self.kv_groups:
+                raise ConfigError(f"kv_groups={self.kv_groups} must divide n_head={self.n_head}")
+        if self.n_inner is not None:
+            _positive(self, "n_inner")
+        if self.norm_position not in ("pre", "post"):
+            raise ConfigError(f"norm_position must be 'pre' or 'post', got {self.norm_position!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+@dataclass
+class TrainConfig(_Config):
+    epochs: int = 20                  # passes over the training split (upper bound with early stop)
+    batch_size: int = 32              # captions per step
+    lr: float = 1e-4                  # Adam learning rate
+    weight_decay: float = 0.0         # AdamW decay (0: plain Adam, as the assignment)
+    grad_clip: float = 0.0            # max gradient norm; 0 turns clipping off
+    seed: int = 0                     # seeds init, shuffling and dropout
+    shuffle: bool = True              # reshuffle the training captions every epoch
+    early_stop: str = "perplexity"    # "perplexity", "bleu" (dev harmonic BLEU) or "none"
+    patience: int = 1                 # epochs without improvement before stopping
+    bleu_samples: int = 500           # dev captions sampled per epoch when early_stop="bleu"
+    eval_batch_size: int = 128        # captions per forward pass in evaluation
+    max_train_captions: int | None = None  # use only the first N training captions (quick runs)
+    max_dev_captions: int | None = None    # use only the first N dev captions
+    train_layers: str = "all"         # "all", or comma-separated 1-based blocks that train
+    log_every: int = 20               # steps between logged training losses
+    device: str = "auto"              # "auto" (CUDA when present), "cpu" or "cuda"
+
+    def validate(self) -> None:
+        _positive(self, "epochs", "batch_size", "lr", "eval_batch_size", "log_every")
+        if self.early_stop not in ("perplexity", "bleu", "none"):
+            raise ConfigError(f"early_stop must be 'perplexity', 'bleu' or 'none', "
+                              f"got {self.early_stop!r}")
+        if self.patience < 1:
+            raise ConfigError(f"patience must be at least 1, got {self.patience}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
+
+
+@dataclass
+class DecodeConfig(_Config):
+    decoder: str = "random"          # decoder plugin
+    temperature: float = 1.0         # divides the logits before sampling
+    top_k: int = 40                  # top_k decoder: sample among the k likeliest tokens
+    top_p: float = 0.9               # top_p decoder: smallest set with this much probability
+    num_beams: int = 4               # beam decoder: beams kept
+    max_new_tokens: int = 35         # stop a caption after this many tokens
+    seed: int = 0                    # sampling seed
+
+    def validate(self) -> None:
+        from lab.registry import DECODERS, load_plugins
+        load_plugins()
+        if self.decoder not in DECODERS:
+            raise ConfigError(f"decoder: unknown plugin {self.decoder!r}; "
+                              f"choose one of: {', '.join(DECODERS.names())}")
+        if self.temperature <= 0:
+            raise ConfigError(f"temperature must be positive, got {self.temperature}")
+        if self.top_k < 1:
+            raise ConfigError(f"top_k must be at least 1, got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        _positive(self, "num_beams", "max_new_tokens")

@@ -1,0 +1,141 @@
+"""Corpora, encoding, batching, per-epoch shuffle, seeded subsets.
+
+The assignment's handling: `<|endoftext|>` before each caption and again as its end; CRLF and
+trailing spaces stripped; batches padded only to the longest caption in the batch, the loss masked
+so that the result equals the assignment's fixed padding to 36 (tests prove it).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DATA_DIR = PROJECT_ROOT.parent / "shared" / "data" / "coco-captions-hw3"
+SPLITS = ("train", "dev", "test")
+
+
+class DataError(ValueError):
+    pass
+
+
+def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
+    """--data-dir, else $LAB_DATA_DIR, else ../shared/data/coco-captions-hw3 when it exists."""
+    chosen = data_dir or os.environ.get("LAB_DATA_DIR")
+    if chosen:
+        path = Path(chosen).expanduser()
+        if not path.exists():
+            raise DataError(f"caption corpus not found at {path} "
+                            f"(from {'--data-dir' if data_dir else 'LAB_DATA_DIR'}); give a directory "
+                            f"holding train.txt/dev.txt/test.txt or MSCOCO captions_*.json")
+        return path
+    if DEFAULT_DATA_DIR.is_dir():
+        return DEFAULT_DATA_DIR
+    raise DataError(f"no caption corpus: pass --data-dir DIR or set LAB_DATA_DIR=DIR "
+                    f"(the default {DEFAULT_DATA_DIR} does not exist)")
+
+
+def read_lines(path: Path) -> list[str]:
+    """One caption per line; CRLF, trailing spaces and empty lines dropped."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e.strerror}") from None
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def read_coco_json(path: Path) -> list[str]:
+    """Captions from an MSCOCO caption annotation file (captions_*.json)."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        return [" ".join(a["caption"].split()) for a in doc["annotations"]]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise DataError(f"{path} is not an MSCOCO caption annotation file "
+                        f"(expected {{'annotations': [{{'caption': ...}}]}}): {e}") from None
+
+
+def load_split(split: str, data_dir: str | Path | None = None) -> list[str]:
+    """A split's captions from a directory (`{split}.txt` or `captions_{split}*.json`) or a file."""
+    root = resolve_data_dir(data_dir)
+    if root.is_file():
+        files = [root]
+    else:
+        files = sorted(root.glob(f"{split}.txt")) or sorted(root.glob(f"captions_{split}*.json"))
+        if not files:
+            present = ", ".join(sorted(p.name for p in root.iterdir())) or "nothing"
+            raise DataError(f"split {split!r} not found in {root}: expected {split}.txt or "
+                            f"captions_{split}*.json (the directory holds: {present})")
+    captions = []
+    for f in files:
+        captions += read_coco_json(f) if f.suffix == ".json" else read_lines(f)
+    if not captions:
+        raise DataError(f"{files[0]} holds no captions (it is empty)")
+    return captions
+
+
+def encode_captions(captions: list[str], tokenizer, max_len: int) -> list[list[int]]:
+    """[eos] + tokens + [eos] per caption, cut to max_len tokens."""
+    eos = tokenizer.eos_id
+    return [([eos] + ids + [eos])[:max_len] for ids in tokenizer.encode_batch(captions)]
+
+
+def subset_indices(n_total: int, n: int, seed: int) -> list[int]:
+    """A seeded sample of n indices (all of them, in order, when n >= n_total)."""
+    if n >= n_total:
+        return list(range(n_total))
+    g = torch.Generator().manual_seed(seed)
+    return sorted(torch.randperm(n_total, generator=g)[:n].tolist())
+
+
+def subset_hash(items: list[str]) -> str:
+    """A short fingerprint of a subset, so two figures can be checked to share it."""
+    return hashlib.sha256("\n".join(items).encode()).hexdigest()[:12]
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor     # (B, L) padded with eos
+    loss_mask: torch.Tensor     # (B, L-1) 1 where target t+1 counts: the caption and its first eos
+
+    def to(self, device):
+        return Batch(self.input_ids.to(device), self.loss_mask.to(device))
+
+
+def collate(seqs: list[list[int]], pad_id: int, pad_to: int | None = None) -> Batch:
+    """Pad to the longest sequence (or to pad_to); mask every target after the first end-of-text."""
+    L = pad_to or max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(seqs), L - 1)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+        mask[i, : len(s) - 1] = 1.0
+    return Batch(ids, mask)
+
+
+def batches(seqs: list[list[int]], batch_size: int, pad_id: int, shuffle: bool = False,
+            generator: torch.Generator | None = None):
+    order = torch.randperm(len(seqs), generator=generator).tolist() if shuffle else range(len(seqs))
+    order = list(order)
+    for i in range(0, len(order), batch_size):
+        yield collate([seqs[j] for j in order[i:i + batch_size]], pad_id)
+
+
+def sentence_nll(logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-sentence summed negative log-likelihood and target count: ((B,), (B,))."""
+    B, L, V = logits.shape
+    targets = batch.input_ids[:, 1:]
+    nll = torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, V).float(), targets.reshape(-1), reduction="none").view(B, L - 1)
+    return (nll * batch.loss_mask).sum(1), batch.loss_mask.sum(1)
+
+
+def assignment_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """The assignment's training loss: mean over sentences of each sentence's mean token loss."""
+    nll, n = sentence_nll(logits, batch)
+    return (nll / n.clamp_min(1)).mean()

@@ -1,0 +1,37 @@
+"""Named presets: small builder functions returning (ModelConfig, TrainConfig)."""
+from __future__ import annotations
+
+from lab.config import ConfigError, ModelConfig, TrainConfig
+
+PRESETS = {}
+
+
+def preset(name: str, description: str):
+    def deco(fn):
+        PRESETS[name] = (fn, description)
+        return fn
+    return deco
+
+
+@preset("tfmr-scratch", "The assignment's Tfmr-scratch: 3 layers, 12 heads, width 768, Adam 1e-4, "
+                        "batch 32, up to 20 epochs, early stop on dev perplexity")
+def tfmr_scratch():
+    return ModelConfig(model="gpt2", n_layer=3, n_head=12, n_embd=768), TrainConfig()
+
+
+@preset("tiny", "A tiny model on 2,000 captions: two epochs in about a minute on a CPU")
+def tiny():
+    return (ModelConfig(model="gpt2", n_layer=2, n_head=4, n_embd=64, n_positions=64),
+            TrainConfig(epochs=2, lr=1e-3, max_train_captions=2000, max_dev_captions=500))
+
+
+@preset("small", "A small 4-layer model on the full corpus: a few minutes an epoch on a CPU")
+def small():
+    return (ModelConfig(model="gpt2", n_layer=4, n_head=4, n_embd=256, n_positions=64),
+            TrainConfig(epochs=5, lr=5e-4))
+
+
+def get(name: str) -> tuple[ModelConfig, TrainConfig]:
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose one of: {', '.join(sorted(PRESETS))}")
+    return PRESETS[name][0]()

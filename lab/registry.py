@@ -1,0 +1,108 @@
+"""Plugin registries: register / get / names / build, with metadata per entry.
+
+A plugin is a factory registered under a unique name with a one-line description and a typed
+config dataclass (timm's `_registry.py` in spirit; unlike timm, a duplicate name raises).
+Only the model builder touches the registries; modules receive their parts.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, Callable
+
+ENTRY_POINT_GROUP = "tfmr_lab.plugins"
+
+
+class PluginError(ValueError):
+    """An unknown plugin name or a bad plugin registration."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    factory: Callable[..., Any]
+    description: str
+    config: type | None = None        # a dataclass of the plugin's own settings, if it has any
+    meta: dict = field(default_factory=dict)
+
+    def params(self) -> list[dict]:
+        """The config fields as plain dicts (name, type, default, help): what the UI and CLI show."""
+        if self.config is None:
+            return []
+        out = []
+        for f in dataclasses.fields(self.config):
+            default = f.default if f.default is not dataclasses.MISSING else None
+            out.append({"name": f.name, "type": getattr(f.type, "__name__", str(f.type)),
+                        "default": default, "help": f.metadata.get("help", "")})
+        return out
+
+    def describe(self) -> dict:
+        return {"name": self.name, "description": self.description,
+                "params": self.params(), **self.meta}
+
+
+class Registry:
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._entries: dict[str, Entry] = {}
+
+    def register(self, name: str, description: str, config: type | None = None, **meta):
+        """Decorator: `@NORMS.register("rmsnorm", "Root-mean-square norm (Zhang & Sennrich 2019)")`."""
+        if not description or "\n" in description:
+            raise PluginError(f"{self.kind} plugin {name!r} needs a one-line description")
+
+        def deco(factory):
+            if name in self._entries:
+                raise PluginError(f"{self.kind} plugin {name!r} is already registered "
+                                  f"(by {self._entries[name].factory.__module__})")
+            self._entries[name] = Entry(name, factory, description, config, meta)
+            return factory
+        return deco
+
+    def get(self, name: str) -> Entry:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise PluginError(f"unknown {self.kind} plugin {name!r}; "
+                              f"choose one of: {', '.join(self.names())}") from None
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def build(self, name: str, *args, **kwargs):
+        return self.get(name).factory(*args, **kwargs)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._entries
+
+    def __iter__(self):
+        return iter(self.names())
+
+
+MODELS = Registry("model")
+NORMS = Registry("norm")
+ATTENTION = Registry("attention")
+POSITIONAL = Registry("positional")
+MLP = Registry("mlp")
+DECODERS = Registry("decoder")
+
+REGISTRIES = {r.kind: r for r in (MODELS, NORMS, ATTENTION, POSITIONAL, MLP, DECODERS)}
+
+_loaded = False
+
+
+def load_plugins() -> None:
+    """Import the built-in plugins, then third-party ones from the entry-point group."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    import plugins  # noqa: F401  (registers the built-ins)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        ep.load()
+
+
+def describe_all() -> dict:
+    load_plugins()
+    return {kind: [reg.get(n).describe() for n in reg.names()] for kind, reg in REGISTRIES.items()}

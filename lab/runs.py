@@ -1,0 +1,77 @@
+"""A training run as one operation, shared by the CLI and the job worker: read the corpus,
+build (or load) the model, train, keep the best checkpoint in the store."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from lab import checkpoints, data, tokenizers
+from lab.config import ModelConfig, TrainConfig
+from lab.model import build
+from lab.train import Trainer
+
+
+def run_dir_for(name: str, store=None) -> Path:
+    return checkpoints.store_dir(store) / "_runs" / name
+
+
+def train(name: str, model_cfg: ModelConfig | None, train_cfg: TrainConfig, *,
+          parent: str | None = None, preset: str | None = None, data_dir=None, store=None,
+          should_stop=None) -> Iterator[dict]:
+    """Train a new model (model_cfg) or fine-tune a stored checkpoint (parent) and yield events."""
+    checkpoints.check_name(name)
+    train_cfg.validate()
+    root = data.resolve_data_dir(data_dir)
+    train_caps = data.load_split("train", root)[: train_cfg.max_train_captions]
+    dev_caps = data.load_split("dev", root)[: train_cfg.max_dev_captions]
+    torch.manual_seed(train_cfg.seed)
+    if parent:
+        ck = checkpoints.load(parent, store)
+        model, tok, model_cfg = ck.model, ck.tokenizer, ck.config
+        source = {"source": "finetune", "parent": parent, **{k: v for k, v in ck.meta.items()
+                                                             if k in ("layers", "pretrained")}}
+    else:
+        model_cfg.validate()
+        tok = tokenizers.gpt2()
+        if model_cfg.vocab_size != tok.vocab_size:
+            model_cfg = model_cfg.replace(vocab_size=tok.vocab_size)
+        model = build(model_cfg)
+        source = {"source": "scratch"}
+    max_len = model_cfg.n_positions
+    train_seqs = data.encode_captions(train_caps, tok, max_len)
+    dev_seqs = data.encode_captions(dev_caps, tok, max_len)
+    run_dir = run_dir_for(name, store)
+    provenance = {**source, "preset": preset, "train": train_cfg.to_dict(),
+                  "data_dir": str(root), "run_dir": str(run_dir), "tokenizer": tok.kind}
+
+    def save_best(record: dict):
+        checkpoints.save(model, tok, name, store, provenance={**provenance, "epoch": record["epoch"]},
+                         metrics={k: v for k, v in record.items() if k.startswith("dev_")}
+                         | {"epoch": record["epoch"]}, overwrite=True)
+
+    dev_bleu = None
+    if train_cfg.early_stop == "bleu":
+        dev_bleu = _dev_bleu_fn(tok, dev_caps, train_cfg)
+    trainer = Trainer(model, train_seqs, dev_seqs, tok.eos_id, train_cfg, run_dir,
+                      on_best=save_best, dev_bleu=dev_bleu, should_stop=should_stop)
+    yield {"event": "data", "train_captions": len(train_seqs), "dev_captions": len(dev_seqs),
+           "params": sum(p.numel() for p in model.parameters()), "run_dir": str(run_dir),
+           "time": time.time()}
+    yield from trainer.run()
+
+
+def _dev_bleu_fn(tok, dev_caps, cfg: TrainConfig):
+    """Dev harmonic BLEU (GPT-2 tokens, random sampling at tau=1) on a fixed seeded subset."""
+    from lab.config import DecodeConfig
+    from lab.generate import sample_captions
+    from lab.metrics import bleu
+    idx = data.subset_indices(len(dev_caps), cfg.bleu_samples, cfg.seed)
+    refs = tok.encode_batch([dev_caps[i] for i in idx])
+
+    def score(model) -> float:
+        gen = sample_captions(model, tok, len(refs), DecodeConfig(decoder="random", seed=cfg.seed))
+        return bleu([g.tokens for g in gen], refs)["harmonic"]
+    return score

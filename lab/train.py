@@ -1,0 +1,147 @@
+"""The trainer: knows no Gradio and no particular model (minGPT's trainer in spirit).
+
+`Trainer.run()` is a generator of metric dicts (`{"event": "step" | "eval" | "best" | "done", ...}`);
+the CLI prints them, the job worker writes them to the ledger. Every dict also goes to
+`metrics.jsonl` and TensorBoard event files in the run directory. Callbacks get the dicts too;
+`on_best` receives control when dev improves (the caller saves the checkpoint).
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+
+from lab.config import ConfigError, TrainConfig
+from lab.data import assignment_loss, batches
+from lab.metrics import perplexity
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device 'cuda' was asked for but no CUDA GPU is available; use 'auto' or 'cpu'")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def trainable_parameters(model, train_layers: str) -> list[torch.nn.Parameter]:
+    """'all', or comma-separated 1-based block numbers: only those blocks train."""
+    if train_layers.strip() == "all":
+        return [p for p in model.parameters()]
+    n = len(model.transformer.h)
+    try:
+        layers = [int(x) for x in train_layers.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"train_layers must be 'all' or block numbers like '1,3', "
+                          f"got {train_layers!r}") from None
+    bad = [i for i in layers if not 1 <= i <= n]
+    if bad or not layers:
+        raise ConfigError(f"train_layers {train_layers!r}: blocks are numbered 1 to {n}")
+    keep = {id(p) for i in layers for p in model.transformer.h[i - 1].parameters()}
+    for p in model.parameters():
+        p.requires_grad_(id(p) in keep)
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+class Trainer:
+    def __init__(self, model, train_seqs: list[list[int]], dev_seqs: list[list[int]], pad_id: int,
+                 cfg: TrainConfig, run_dir: Path, on_best: Callable[[dict], None] | None = None,
+                 dev_bleu: Callable[[torch.nn.Module], float] | None = None,
+                 should_stop: Callable[[], bool] | None = None):
+        self.model, self.train_seqs, self.dev_seqs, self.pad_id = model, train_seqs, dev_seqs, pad_id
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+        self.on_best, self.dev_bleu = on_best, dev_bleu
+        self.should_stop = should_stop or (lambda: False)
+        self.device = pick_device(cfg.device)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+
+    def _log(self, record: dict, writer) -> dict:
+        record = {"time": round(time.time(), 3), **record}
+        with open(self.run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+        step = record.get("step", 0)
+        for key, value in record.items():
+            if key not in ("time", "step", "epoch", "event") and isinstance(value, (int, float)):
+                writer.add_scalar(f"{record['event']}/{key}", value, step)
+        return record
+
+    def run(self) -> Iterator[dict]:
+        from torch.utils.tensorboard import SummaryWriter
+        cfg, model = self.cfg, self.model.to(self.device)
+        params = trainable_parameters(model, cfg.train_layers)
+        opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay) \
+            if cfg.weight_decay else torch.optim.Adam(params, lr=cfg.lr)
+        writer = SummaryWriter(str(self.run_dir / "tb"))
+        steps_per_epoch = math.ceil(len(self.train_seqs) / cfg.batch_size)
+        total_steps = steps_per_epoch * cfg.epochs
+        best, bad_epochs, step, t_start = None, 0, 0, time.time()
+        yield self._log({"event": "start", "epochs": cfg.epochs, "steps_per_epoch": steps_per_epoch,
+                         "trainable_params": sum(p.numel() for p in params),
+                         "device": str(self.device)}, writer)
+        try:
+            for epoch in range(1, cfg.epochs + 1):
+                model.train()
+                g = torch.Generator().manual_seed(cfg.seed * 1000 + epoch)
+                run_loss, run_n, tokens, t_log = 0.0, 0, 0, time.time()
+                for batch in batches(self.train_seqs, cfg.batch_size, self.pad_id, cfg.shuffle, g):
+                    if self.should_stop():
+                        yield self._log({"event": "stopped", "epoch": epoch, "step": step}, writer)
+                        return
+                    batch = batch.to(self.device)
+                    loss = assignment_loss(model(batch.input_ids).logits, batch)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    if cfg.grad_clip:
+                        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+                    opt.step()
+                    step += 1
+                    run_loss += loss.item(); run_n += 1
+                    tokens += int(batch.loss_mask.sum())
+                    if step % cfg.log_every == 0 or step % steps_per_epoch == 0:
+                        elapsed = time.time() - t_start
+                        yield self._log({
+                            "event": "step", "epoch": epoch, "step": step, "total_steps": total_steps,
+                            "train_loss": run_loss / run_n,
+                            "tokens_per_s": tokens / max(time.time() - t_log, 1e-9),
+                            "elapsed_s": elapsed,
+                            "eta_s": elapsed / step * (total_steps - step)}, writer)
+                        run_loss, run_n, tokens, t_log = 0.0, 0, 0, time.time()
+                record = self._evaluate(epoch, step)
+                improved = best is None or self._better(record, best)
+                if improved:
+                    best, bad_epochs = record, 0
+                    if self.on_best:
+                        self.on_best(record)
+                    record["best"] = True
+                else:
+                    bad_epochs += 1
+                yield self._log(record, writer)
+                if cfg.early_stop != "none" and bad_epochs >= cfg.patience:
+                    yield self._log({"event": "early_stop", "epoch": epoch, "step": step,
+                                     "reason": f"dev {cfg.early_stop} did not improve for "
+                                               f"{bad_epochs} epoch(s)"}, writer)
+                    break
+            yield self._log({"event": "done", "step": step, "best_epoch": best and best["epoch"],
+                             "best_dev_perplexity": best and best["dev_perplexity"],
+                             "elapsed_s": time.time() - t_start}, writer)
+        finally:
+            writer.close()
+
+    def _evaluate(self, epoch: int, step: int) -> dict:
+        t0 = time.time()
+        ppl = perplexity(self.model, self.dev_seqs, self.pad_id, self.cfg.eval_batch_size, self.device)
+        record = {"event": "eval", "epoch": epoch, "step": step, "dev_loss": ppl["loss"],
+                  "dev_perplexity": ppl["perplexity"], "dev_token_perplexity": ppl["token_perplexity"]}
+        if self.cfg.early_stop == "bleu" and self.dev_bleu is not None:
+            record["dev_harmonic_bleu"] = self.dev_bleu(self.model)
+        record["eval_s"] = time.time() - t0
+        return record
+
+    def _better(self, record: dict, best: dict) -> bool:
+        if self.cfg.early_stop == "bleu" and "dev_harmonic_bleu" in record:
+            return record["dev_harmonic_bleu"] > best["dev_harmonic_bleu"]
+        return record["dev_perplexity"] < best["dev_perplexity"]
