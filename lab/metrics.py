@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from fractions import Fraction
 
 import torch
 
@@ -96,7 +95,7 @@ class References:
         bp = 1.0 if hyp_len > r else (0.0 if hyp_len == 0 else math.exp(1 - r / hyp_len))
         logs = []
         for num, den in p_n:
-            p = (num + EPSILON) / den if num == 0 else Fraction(num, den, _normalize=False)
+            p = (num + EPSILON) / den if num == 0 else num / den   # float(Fraction(num, den))
             logs.append(0.25 * math.log(p))
         return bp * math.exp(math.fsum(logs))
 

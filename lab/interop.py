@@ -1,0 +1,162 @@
+"""HF GPT-2 interop: import a GPT-2 directory with a layer selection; export back to one that
+`transformers.GPT2LMHeadModel.from_pretrained` loads.
+
+Our module names equal HF GPT-2's; only HF's Conv1D layers store their weight transposed
+((in, out) instead of nn.Linear's (out, in)).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import torch
+
+from lab import checkpoints, tokenizers
+from lab.checkpoints import CheckpointError
+from lab.config import ConfigError, ModelConfig
+from lab.model import build
+
+CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+
+def parse_layers(text: str | list, n_layer: int | None = None) -> list[int]:
+    """'1,6,12' -> [1, 6, 12]: 1-based, in the order given, no repeats, within 1..n_layer."""
+    if isinstance(text, (list, tuple)):
+        layers = list(text)
+    else:
+        try:
+            layers = [int(x) for x in str(text).replace(" ", "").split(",") if x]
+        except ValueError:
+            raise ConfigError(f"layers must be 1-based block numbers separated by commas, "
+                              f"e.g. 1,6,12; got {text!r}") from None
+    if not layers:
+        raise ConfigError("layers is empty; give block numbers such as 1,6,12")
+    repeated = sorted({i for i in layers if layers.count(i) > 1})
+    if repeated:
+        raise ConfigError(f"layers repeats block(s) {repeated}; name each block once")
+    if n_layer is not None:
+        bad = [i for i in layers if not 1 <= i <= n_layer]
+        if bad:
+            raise ConfigError(f"layers {bad} out of range: this model has blocks 1 to {n_layer}")
+    return layers
+
+
+def _read_hf_state(path: Path) -> dict:
+    st = path / "model.safetensors"
+    if st.is_file():
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+        try:
+            return load_file(str(st))
+        except (SafetensorError, OSError) as e:
+            raise CheckpointError(f"{st} cannot be read ({e}); the file is truncated or corrupt") from None
+    binf = path / "pytorch_model.bin"
+    if binf.is_file():
+        try:   # weights_only: a restricted unpickler that loads tensors and nothing executable
+            return torch.load(str(binf), map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise CheckpointError(f"{binf} cannot be read as weights ({e})") from None
+    raise CheckpointError(f"{path} has no model.safetensors or pytorch_model.bin")
+
+
+def import_hf_gpt2(path: str | Path, name: str, layers: list[int] | None = None, store=None) -> Path:
+    """Import an HF GPT-2 directory into the store as a `gpt2` checkpoint with the chosen blocks."""
+    path = Path(path)
+    checkpoints.check_name(name)
+    try:
+        hf = json.loads((path / "config.json").read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is not an HF GPT-2 directory: config.json is missing") from None
+    if hf.get("model_type") not in (None, "gpt2"):
+        raise CheckpointError(f"{path} holds a {hf.get('model_type')!r} model, not GPT-2")
+    layers = parse_layers(layers if layers is not None else list(range(1, hf["n_layer"] + 1)),
+                          hf["n_layer"])
+    act = hf.get("activation_function", "gelu_new")
+    if act not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise CheckpointError(f"activation {act!r} is not supported; the gelu MLP is GPT-2's tanh GELU")
+    cfg = ModelConfig(model="gpt2", vocab_size=hf["vocab_size"], n_positions=hf["n_positions"],
+                      n_embd=hf["n_embd"], n_layer=len(layers), n_head=hf["n_head"],
+                      n_inner=hf.get("n_inner"), norm_eps=hf.get("layer_norm_epsilon", 1e-5),
+                      tie_embeddings=hf.get("tie_word_embeddings", True),
+                      dropout=hf.get("resid_pdrop", 0.1))
+    state = _read_hf_state(path)
+    state = {k if k.startswith(("transformer.", "lm_head.")) else f"transformer.{k}": v
+             for k, v in state.items()}
+    ours = {}
+    for k, v in state.items():
+        if k.endswith((".attn.bias", ".attn.masked_bias")):
+            continue                                  # HF's causal-mask buffers, not weights
+        if k.startswith("transformer.h."):
+            i = int(k.split(".")[2])
+            if i + 1 not in layers:
+                continue
+            k = k.replace(f"transformer.h.{i}.", f"transformer.h.{layers.index(i + 1)}.", 1)
+        if k.endswith(CONV1D):
+            v = v.t()
+        ours[k] = v.contiguous()
+    if cfg.tie_embeddings:
+        ours.pop("lm_head.weight", None)
+    model = build(cfg)
+    checkpoints.load_state(model, ours, where=str(path))
+    tok = _tokenizer_for(path, cfg.vocab_size)
+    return checkpoints.save(model, tok, name, store, provenance={
+        "source": "import", "pretrained": str(path.resolve()), "layers": layers,
+        "format": "hf-gpt2"})
+
+
+def _tokenizer_for(path: Path, vocab_size: int):
+    if any((path / f).is_file() for f in ("tokenizer.json", "vocab.json")):
+        from transformers import AutoTokenizer
+        return tokenizers.HFTokenizer(AutoTokenizer.from_pretrained(str(path)), "gpt2")
+    if vocab_size == 50257:
+        return tokenizers.gpt2()
+    raise CheckpointError(f"{path} has no tokenizer files and a vocabulary of {vocab_size}, "
+                          f"not GPT-2's 50257; add its tokenizer.json")
+
+
+STANDARD = dict(model="gpt2", norm="layernorm", norm_position="pre", attention="mha",
+                positional="learned", mlp="gelu", bias=True)
+
+
+def export_hf_gpt2(checkpoint: str, outdir: str | Path, store=None) -> Path:
+    """Write an HF GPT-2 directory (config, safetensors, tokenizer). Refuses a non-empty outdir."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    ck = checkpoints.load(checkpoint, store)
+    c = ck.config
+    odd = {k: getattr(c, k) for k, v in STANDARD.items() if getattr(c, k) != v}
+    if c.kv_groups not in (None, c.n_head):
+        odd["kv_groups"] = c.kv_groups
+    if odd:
+        raise CheckpointError(f"{checkpoint} cannot be exported as HF GPT-2: it uses {odd}; "
+                              f"only GPT-2's own parts ({STANDARD}) export")
+    outdir = Path(outdir)
+    if outdir.exists() and any(outdir.iterdir()):
+        raise CheckpointError(f"{outdir} exists and is not empty; choose a new directory")
+    hf_cfg = GPT2Config(vocab_size=c.vocab_size, n_positions=c.n_positions, n_embd=c.n_embd,
+                        n_layer=c.n_layer, n_head=c.n_head, n_inner=c.n_inner,
+                        layer_norm_epsilon=c.norm_eps, activation_function="gelu_new",
+                        tie_word_embeddings=c.tie_embeddings, bos_token_id=ck.tokenizer.eos_id,
+                        eos_token_id=ck.tokenizer.eos_id)
+    hf = GPT2LMHeadModel(hf_cfg)
+    state = {k: (v.t() if k.endswith(CONV1D) else v) for k, v in ck.model.state_dict().items()}
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.endswith(("attn.bias", "attn.masked_bias"))
+               and not (c.tie_embeddings and k == "lm_head.weight")]
+    if missing or unexpected:
+        raise CheckpointError(f"export mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    outdir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = outdir.parent / f".tmp-export-{uuid.uuid4().hex[:8]}"
+    try:
+        hf.save_pretrained(str(tmp))
+        if isinstance(ck.tokenizer, tokenizers.HFTokenizer):
+            ck.tokenizer.hf.save_pretrained(str(tmp))
+        if outdir.exists():
+            outdir.rmdir()
+        os.replace(tmp, outdir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return outdir

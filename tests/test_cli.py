@@ -1,0 +1,91 @@
+"""The command line end to end on the real corpus: train a tiny model, generate, evaluate; and
+every user error is one line on stderr with exit status 2, no traceback."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def lab(*args, check=True):
+    out = subprocess.run([sys.executable, "-m", "lab", *args], capture_output=True, text=True)
+    if check and out.returncode != 0:
+        raise AssertionError(f"exit {out.returncode}: {out.stderr}")
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    store = tmp_path_factory.mktemp("store")
+    events = lab("--store", str(store), "train", "--preset", "tiny", "--name", "tiny",
+                 "--set", "max_train_captions=300", "--set", "max_dev_captions=100",
+                 "--set", "epochs=2", "--set", "patience=5", "--json").stdout.splitlines()
+    return store, [json.loads(e) for e in events]
+
+
+def test_train_writes_checkpoint_and_run_files(trained):
+    store, events = trained
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "data" and kinds[-1] == "done" and kinds.count("eval") == 2
+    evals = [e for e in events if e["event"] == "eval"]
+    assert evals[1]["dev_perplexity"] < evals[0]["dev_perplexity"]
+    info = json.loads(lab("--store", str(store), "checkpoints", "--json").stdout)
+    assert [c["name"] for c in info] == ["tiny"]
+    assert info[0]["source"] == "scratch" and info[0]["train"]["max_train_captions"] == 300
+    assert info[0]["metrics"]["epoch"] == 2
+    run = store / "_runs" / "tiny"
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == len(events) - 1          # every trainer event, in order
+    assert any(p.name.startswith("events.out.tfevents") for p in (run / "tb").iterdir())
+
+
+def test_generate_json(trained):
+    store, _ = trained
+    out = json.loads(lab("--store", str(store), "generate", "--checkpoint", "tiny", "--n", "5",
+                         "--decoder", "top_p", "--top-p", "0.9", "--temperature", "0.7",
+                         "--seed", "0", "--prompt", "A man", "--json").stdout)
+    assert len(out["captions"]) == 5
+    assert all(c["text"].startswith("A man") for c in out["captions"])
+    again = json.loads(lab("--store", str(store), "generate", "--checkpoint", "tiny", "--n", "5",
+                           "--decoder", "top_p", "--temperature", "0.7", "--prompt", "A man",
+                           "--json").stdout)
+    assert again["captions"] == out["captions"]
+
+
+def test_evaluate_json(trained):
+    store, _ = trained
+    out = json.loads(lab("--store", str(store), "evaluate", "--checkpoint", "tiny", "--split", "test",
+                         "--n", "50", "--decoder", "random", "--seed", "0", "--bleu-tokens", "words",
+                         "--json").stdout)
+    assert out["perplexity"]["sentences"] == 5000
+    assert set(out["bleu"]) >= {"forward", "backward", "harmonic"}
+    prov = out["provenance"]
+    assert prov["n"] == 50 and prov["bleu_tokens"] == "words" and len(prov["subset_hash"]) == 12
+    assert prov["decode"]["decoder"] == "random"
+
+
+def test_plugins_json():
+    out = json.loads(lab("plugins", "--json").stdout)
+    assert {"model", "norm", "attention", "positional", "mlp", "decoder", "presets"} <= set(out)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "--preset", "tiny", "--set", "attention=flash"], "unknown plugin 'flash'"),
+    (["train", "--preset", "tiny", "--set", "n_head=5"], "not divisible by n_head=5"),
+    (["train", "--preset", "nope"], "unknown preset 'nope'"),
+    (["train", "--preset", "tiny", "--data-dir", "/nonexistent"], "caption corpus not found"),
+    (["generate", "--checkpoint", "missing"], "no checkpoint 'missing'"),
+    (["generate", "--checkpoint", "x", "--temperature", "-1"], "temperature must be positive"),
+])
+def test_user_errors_are_one_line(args, message):
+    out = lab(*args, check=False)
+    assert out.returncode == 2
+    assert out.stderr.startswith("error: ") and message in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_prompt_longer_than_context(trained):
+    store, _ = trained
+    out = lab("--store", str(store), "generate", "--checkpoint", "tiny", "--prompt", "a " * 80,
+              check=False)
+    assert out.returncode == 2 and "context is 64 tokens" in out.stderr

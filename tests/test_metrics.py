@@ -1,0 +1,87 @@
+"""Metric definitions on the real corpus, against nltk itself."""
+import json
+import math
+import random
+import subprocess
+import sys
+
+import torch
+from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+
+from lab import metrics, tokenizers
+from lab.data import encode_captions, load_split
+from lab.model import build
+from tests.conftest import tiny_config
+
+
+def _nltk(refs, hyp):
+    return sentence_bleu(refs, hyp, weights=(0.25,) * 4, smoothing_function=SmoothingFunction().method1)
+
+
+def test_bleu_equals_nltk_on_real_captions(corpus_dir):
+    rng = random.Random(0)
+    refs_text = load_split("test", corpus_dir)[:200]
+    hyps_text = rng.sample(load_split("dev", corpus_dir), 60)
+    for tokenize in (str.split, tokenizers.gpt2().encode):
+        refs = [tokenize(r) for r in refs_text]
+        hyps = [tokenize(h) for h in hyps_text] + [[], tokenize("a"), tokenize("A"), tokenize("man man man")]
+        # partial copies of references score high and exercise the clipping
+        hyps += [r[: len(r) // 2] for r in refs[:10]] + refs[10:13]
+        ours = metrics.sentence_bleus(hyps, refs)
+        for h, o in zip(hyps, ours):
+            assert abs(o - _nltk(refs, h)) < 1e-9
+
+
+def test_forward_backward_harmonic(corpus_dir):
+    gen = [c.split() for c in load_split("dev", corpus_dir)[:40]]
+    refs = [c.split() for c in load_split("test", corpus_dir)[:30]]
+    b = metrics.bleu(gen, refs)
+    fwd = sum(_nltk(refs, g) for g in gen) / len(gen)
+    bwd = sum(_nltk(gen, r) for r in refs) / len(refs)
+    assert abs(b["forward"] - fwd) < 1e-9 and abs(b["backward"] - bwd) < 1e-9
+    assert abs(b["harmonic"] - 2 * fwd * bwd / (fwd + bwd)) < 1e-9
+
+
+def test_perplexity_definitions(corpus_dir):
+    tok = tokenizers.gpt2()
+    caps = load_split("test", corpus_dir)[:50]
+    seqs = encode_captions(caps, tok, 64)
+    torch.manual_seed(0)
+    model = build(tiny_config(vocab_size=50257, n_positions=64)).eval()
+    out = metrics.perplexity(model, seqs, tok.eos_id, batch_size=16, n_words=[len(c.split()) for c in caps])
+    per_sentence, total_nll, total_tokens = [], 0.0, 0
+    with torch.no_grad():
+        for s in seqs:   # one caption at a time, no padding at all
+            logp = torch.log_softmax(model(torch.tensor([s])).logits[0, :-1], -1)
+            nll = -logp.gather(1, torch.tensor(s[1:])[:, None]).sum().item()
+            per_sentence.append(nll / (len(s) - 1))
+            total_nll += nll
+            total_tokens += len(s) - 1
+    assert math.isclose(out["perplexity"], math.exp(sum(per_sentence) / len(seqs)), rel_tol=1e-5)
+    assert math.isclose(out["token_perplexity"], math.exp(total_nll / total_tokens), rel_tol=1e-5)
+    words = sum(len(c.split()) + 1 for c in caps)
+    assert math.isclose(out["word_perplexity"], math.exp(total_nll / words), rel_tol=1e-5)
+
+
+def test_bleu_cli(tmp_path, corpus_dir):
+    hyp, ref = tmp_path / "h.txt", tmp_path / "r.txt"
+    hyp.write_text("\r\n".join(load_split("dev", corpus_dir)[:30]))
+    ref.write_text("\n".join(load_split("test", corpus_dir)[:30]))
+    out = subprocess.run([sys.executable, "-m", "lab", "bleu", "--hypotheses", str(hyp),
+                          "--references", str(ref), "--tokens", "words", "--json"],
+                         capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout)
+    expect = metrics.bleu([c.split() for c in load_split("dev", corpus_dir)[:30]],
+                          [c.split() for c in load_split("test", corpus_dir)[:30]])
+    assert set(got) == {"forward", "backward", "harmonic"}
+    assert abs(got["harmonic"] - expect["harmonic"]) < 1e-12
+
+
+def test_bootstrap_interval_contains_the_mean():
+    values = [float(i % 7) for i in range(200)]
+    lo, hi = metrics.bootstrap_ci(values, n_boot=500)
+    assert lo < sum(values) / len(values) < hi
+
+
+def test_distinct_n():
+    assert metrics.distinct_n([["a", "b"], ["a", "b"]], 1) == 0.5
