@@ -187,6 +187,44 @@ def cmd_export(args):
     print(f"exported {args.checkpoint} to {out} (loads with GPT2LMHeadModel.from_pretrained)")
 
 
+def cmd_worker(args):
+    from lab.jobs import Worker
+    print(f"worker: serving jobs from {args.store or 'the default store'} ({args.slots} at a time)",
+          flush=True)
+    Worker(args.store, slots=args.slots, data_dir=args.data_dir).serve()
+
+
+def cmd_run_job(args):
+    from lab.jobs import run_job
+    status = run_job(args.job_id, args.store)
+    print(f"job {args.job_id}: {status}")
+
+
+def cmd_jobs(args):
+    from lab import jobs
+    if args.action == "list":
+        rows = jobs.list_jobs(args.store)
+        if args.json:
+            _print_json(rows)
+        for j in rows if not args.json else []:
+            p = j["progress"]
+            where = f"epoch {p.get('epoch', '-')} step {p.get('step', '-')}" if p else ""
+            print(f"{j['id']:>4} {j['name']:<24} {j['status']:<12} {where} {j['error'] or ''}")
+    elif args.action == "submit":
+        from lab.presets import get as get_preset
+        model_cfg, train_cfg = get_preset(args.preset) if args.preset else (ModelConfig(), TrainConfig())
+        m_over, t_over = split_overrides(args.set or [], ModelConfig, TrainConfig)
+        model = None if args.parent else model_cfg.replace(**m_over).to_dict()
+        job_id = jobs.submit(args.name, model, train_cfg.replace(**t_over).to_dict(),
+                             parent=args.parent, preset=args.preset, store=args.store)
+        print(f"queued job {job_id}")
+    elif args.action == "stop":
+        job = jobs.request_stop(args.job_id, args.mode, args.store)
+        print(f"job {job['id']}: {job['status']}, stop={job['stop']}")
+    elif args.action == "resume":
+        print(f"queued job {jobs.resume(args.job_id, args.store)}")
+
+
 # ---------------------------------------------------------------- parser
 
 def _add_decode_args(p):
@@ -254,6 +292,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", help="1-based blocks to keep, in order, e.g. 1,6,12 (default all)")
     p.add_argument("--name", required=True)
     p.set_defaults(fn=cmd_import)
+
+    p = sub.add_parser("worker", help="run queued training jobs (on CUDA when present)")
+    p.add_argument("--slots", type=int, default=1, help="jobs run at the same time")
+    p.add_argument("--data-dir")
+    p.set_defaults(fn=cmd_worker)
+
+    p = sub.add_parser("run-job", help=argparse.SUPPRESS)
+    p.add_argument("job_id", type=int)
+    p.set_defaults(fn=cmd_run_job)
+
+    p = sub.add_parser("jobs", help="list, submit, stop or resume background jobs")
+    p.add_argument("action", choices=["list", "submit", "stop", "resume"])
+    p.add_argument("job_id", type=int, nargs="?")
+    p.add_argument("--name", help="submit: checkpoint name")
+    p.add_argument("--preset")
+    p.add_argument("--parent")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE")
+    p.add_argument("--mode", default="now", choices=["now", "after_checkpoint"])
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_jobs)
 
     p = sub.add_parser("export", help="export a checkpoint")
     p.add_argument("format", choices=["hf"])

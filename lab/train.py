@@ -4,6 +4,8 @@
 the CLI prints them, the job worker writes them to the ledger. Every dict also goes to
 `metrics.jsonl` and TensorBoard event files in the run directory. Callbacks get the dicts too;
 `on_best` receives control when dev improves (the caller saves the checkpoint).
+`should_stop()` is polled every step: "now" stops at once, "after_checkpoint" (or any other true
+value) after the current epoch's evaluation and checkpoint.
 """
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ class Trainer:
         self.model, self.train_seqs, self.dev_seqs, self.pad_id = model, train_seqs, dev_seqs, pad_id
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.on_best, self.dev_bleu = on_best, dev_bleu
-        self.should_stop = should_stop or (lambda: False)
+        self.should_stop = should_stop or (lambda: None)
         self.device = pick_device(cfg.device)
         self.run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -88,7 +90,7 @@ class Trainer:
                 g = torch.Generator().manual_seed(cfg.seed * 1000 + epoch)
                 run_loss, run_n, tokens, t_log = 0.0, 0, 0, time.time()
                 for batch in batches(self.train_seqs, cfg.batch_size, self.pad_id, cfg.shuffle, g):
-                    if self.should_stop():
+                    if self.should_stop() == "now":
                         yield self._log({"event": "stopped", "epoch": epoch, "step": step}, writer)
                         return
                     batch = batch.to(self.device)
@@ -120,6 +122,10 @@ class Trainer:
                 else:
                     bad_epochs += 1
                 yield self._log(record, writer)
+                if self.should_stop():
+                    yield self._log({"event": "stopped", "epoch": epoch, "step": step,
+                                     "reason": "stopped after the epoch's checkpoint"}, writer)
+                    return
                 if cfg.early_stop != "none" and bad_epochs >= cfg.patience:
                     yield self._log({"event": "early_stop", "epoch": epoch, "step": step,
                                      "reason": f"dev {cfg.early_stop} did not improve for "

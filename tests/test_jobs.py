@@ -1,0 +1,74 @@
+"""The durable job ledger and the worker, with real child processes on the real corpus."""
+import os
+import signal
+import time
+
+import pytest
+
+from lab import checkpoints, jobs
+from lab.config import ConfigError
+from lab.presets import get
+
+TINY_TRAIN = dict(get("tiny")[1].to_dict(), max_train_captions=200, max_dev_captions=50, epochs=2,
+                  patience=5)
+
+
+def _tiny_model():
+    return get("tiny")[0].to_dict()
+
+
+def _wait(job_id, statuses, timeout=240, worker=None):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if worker:
+            worker.tick()
+        job = jobs.get(job_id)
+        if job["status"] in statuses:
+            return job
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id} still {jobs.get(job_id)['status']} after {timeout}s")
+
+
+def test_bad_values_are_refused_before_queueing():
+    with pytest.raises(ConfigError, match="not divisible by n_head"):
+        jobs.submit("x", {**_tiny_model(), "n_head": 5}, TINY_TRAIN)
+    with pytest.raises(ConfigError, match="lr must be positive"):
+        jobs.submit("x", _tiny_model(), {**TINY_TRAIN, "lr": -1})
+    assert jobs.list_jobs() == []
+
+
+def test_job_runs_to_done_and_writes_a_checkpoint():
+    job_id = jobs.submit("tinyjob", _tiny_model(), TINY_TRAIN, preset="tiny")
+    worker = jobs.Worker(poll_s=0.2)
+    job = _wait(job_id, jobs.FINAL, worker=worker)
+    assert job["status"] == "done", job["error"]
+    assert job["progress"]["event"] == "done"
+    assert checkpoints.info("tinyjob")["metrics"]["epoch"] == 2
+
+
+def test_stop_now_and_resume_after_a_crash():
+    train = {**TINY_TRAIN, "epochs": 20, "max_train_captions": 400}
+    job_id = jobs.submit("crashy", _tiny_model(), train)
+    worker = jobs.Worker(poll_s=0.2)
+    # let it write one checkpoint, then kill its process as a crash would
+    t0 = time.time()
+    while "crashy" not in checkpoints.names() and time.time() - t0 < 240:
+        worker.tick()
+        time.sleep(0.5)
+    os.kill(jobs.get(job_id)["pid"], signal.SIGKILL)
+    job = _wait(job_id, jobs.FINAL, worker=worker)
+    assert job["status"] == "interrupted"
+    new_id = jobs.resume(job_id)
+    resumed = jobs.get(new_id)
+    assert resumed["spec"]["parent"] == "crashy" and resumed["resumed_from"] == job_id
+    _wait(new_id, ("running",), worker=worker)
+    jobs.request_stop(new_id, "now")
+    job = _wait(new_id, jobs.FINAL, worker=worker)
+    assert job["status"] == "stopped"
+
+
+def test_stop_a_queued_job():
+    job_id = jobs.submit("later", _tiny_model(), TINY_TRAIN)
+    assert jobs.request_stop(job_id)["status"] == "stopped"
+    with pytest.raises(ConfigError, match="only queued or running jobs stop"):
+        jobs.request_stop(job_id)
