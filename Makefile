@@ -4,6 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+VENDOR := lab/ui/static/vendor
+CHROMIUM := /usr/bin/chromium
+
 .PHONY: install run test bench clean
 
 $(STAMP): requirements.txt requirements-nodeps.txt requirements-test.txt
@@ -15,12 +18,26 @@ $(STAMP): requirements.txt requirements-nodeps.txt requirements-test.txt
 	$(BIN)/pip install -q --no-deps -r requirements-nodeps.txt
 	touch $@
 
-install: $(STAMP)
+# bertviz loads d3, jQuery and require.js from a CDN; the lab serves local copies from npm instead
+$(VENDOR)/.stamp:
+	mkdir -p $(VENDOR)/tmp
+	cd $(VENDOR)/tmp && npm pack --silent d3@5.7.0 jquery@3.7.1 requirejs@2.3.6 >/dev/null
+	tar xzf $(VENDOR)/tmp/d3-5.7.0.tgz -O package/dist/d3.min.js > $(VENDOR)/d3.min.js
+	tar xzf $(VENDOR)/tmp/jquery-3.7.1.tgz -O package/dist/jquery.min.js > $(VENDOR)/jquery.min.js
+	tar xzf $(VENDOR)/tmp/requirejs-2.3.6.tgz -O package/require.js > $(VENDOR)/require.min.js
+	rm -rf $(VENDOR)/tmp
+	touch $@
+
+# the browser tests drive Debian's Chromium (Playwright's own browser download cannot work here)
+$(CHROMIUM):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+
+install: $(STAMP) $(VENDOR)/.stamp
 
 run: install
 	$(BIN)/python app.py
 
-test: install
+test: install $(CHROMIUM)
 	$(BIN)/python -m pytest -q tests
 
 bench: install

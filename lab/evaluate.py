@@ -7,7 +7,7 @@ import time
 from lab import checkpoints, data
 from lab.config import ConfigError, DecodeConfig
 from lab.generate import sample_captions
-from lab.metrics import bleu, distinct_n, perplexity
+from lab.metrics import bleu, distinct_n, perplexity, sentence_nlls
 
 
 def bleu_tokens_of(texts_or_ids, tokenizer, kind: str):
@@ -58,3 +58,113 @@ def evaluate(checkpoint: str, split: str = "test", n: int = 5000, decode: Decode
                            "subset_hash": data.subset_hash(refs_text), "bleu_tokens": bleu_tokens})
     result["provenance"] = provenance
     return result
+
+
+# ---------------------------------------------------------------- live evaluation on a subset
+
+def _boot_idx(n: int, n_boot: int, seed: int):
+    import torch
+    return torch.randint(n, (n_boot, n), generator=torch.Generator().manual_seed(seed))
+
+
+def _interval(stats) -> list[float]:
+    import torch
+    lo, hi = torch.quantile(stats.double(), torch.tensor([0.025, 0.975], dtype=torch.float64))
+    return [lo.item(), hi.item()]
+
+
+def choose_bleu_tokens(tokenizer_kinds: list[str], requested: str = "auto") -> str:
+    """GPT-2 tokens when every model uses GPT-2 BPE (the assignment's numbers), words otherwise."""
+    if requested == "auto":
+        return "gpt2" if set(tokenizer_kinds) == {"gpt2"} else "words"
+    if requested == "gpt2" and set(tokenizer_kinds) != {"gpt2"}:
+        raise ConfigError("BLEU on GPT-2 tokens needs every model to use GPT-2 BPE; "
+                          "these models differ, use words")
+    return requested
+
+
+def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test",
+                  bleu_tokens: str = "auto", data_dir=None, chunk: int = 100, n_boot: int = 500):
+    """Score every model on the same seeded subset, yielding a snapshot after each chunk.
+
+    models: {name: Checkpoint}. Forward BLEU scores each generated caption against the *full*
+    reference set (an unbiased estimate of the full figure); backward BLEU uses the n references
+    of the subset against the n captions generated so far, and carries that n."""
+    import torch
+    from lab.metrics import References
+    if n < 1:
+        raise ConfigError(f"subset size must be at least 1, got {n}")
+    caps = data.load_split(split, data_dir)
+    idx = data.subset_indices(len(caps), n, decode.seed)
+    subset = [caps[i] for i in idx]
+    kinds = [ck.tokenizer.kind for ck in models.values()]
+    tokens = choose_bleu_tokens(kinds, bleu_tokens)
+    per_word = tokens == "words" or len(set(kinds)) > 1
+    prepared = {}
+    for name, ck in models.items():
+        key = ck.tokenizer.kind if tokens == "gpt2" else "words"
+        if key not in prepared:
+            prepared[key] = References(bleu_tokens_of(caps, ck.tokenizer, tokens))
+    state = {name: {"nll": [], "words_nll": 0.0, "words": 0, "fwd": [], "gen": [], "refs": []}
+             for name in models}
+    provenance = {"split": split, "n": len(subset), "seed": decode.seed,
+                  "subset_hash": data.subset_hash(subset), "bleu_tokens": tokens,
+                  "decode": decode.to_dict(), "checkpoints": list(models),
+                  "perplexity_shown": "per word" if per_word else "per sentence (assignment)"}
+    for start in range(0, len(subset), chunk):
+        part = subset[start:start + chunk]
+        for name, ck in models.items():
+            s, tok = state[name], ck.tokenizer
+            seqs = data.encode_captions(part, tok, ck.config.n_positions)
+            nll, cnt = sentence_nlls(ck.model, seqs, tok.eos_id, device=next(ck.model.parameters()).device)
+            s["nll"] += (nll / cnt).tolist()
+            s["words_nll"] += nll.sum().item()
+            s["words"] += sum(len(c.split()) + 1 for c in part)
+            cfg = decode.replace(seed=decode.seed + start)
+            gen = sample_captions(ck.model, tok, len(part), cfg)
+            hyps = [g.tokens for g in gen] if tokens == "gpt2" else [g.text.split() for g in gen]
+            key = tok.kind if tokens == "gpt2" else "words"
+            s["fwd"] += [prepared[key].sentence_bleu(h) for h in hyps]
+            s["gen"] += hyps
+            s["refs"] += bleu_tokens_of(part, tok, tokens)
+        yield _snapshot(state, provenance, per_word, n_boot, done=min(start + chunk, len(subset)))
+
+
+def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: int) -> dict:
+    import math
+
+    import torch
+    from lab.metrics import References
+    rows = {}
+    m = len(next(iter(state.values()))["nll"])
+    idx = _boot_idx(m, n_boot, provenance["seed"])
+    for name, s in state.items():
+        nll = torch.tensor(s["nll"], dtype=torch.float64)
+        fwd = torch.tensor(s["fwd"], dtype=torch.float64)
+        back_refs = References(s["gen"])
+        backward = sum(back_refs.sentence_bleu(r) for r in s["refs"]) / len(s["refs"])
+        forward = fwd.mean().item()
+        rows[name] = {
+            "n": m,
+            "perplexity": math.exp(nll.mean().item()),
+            "perplexity_ci": [math.exp(v) for v in _interval(nll[idx].mean(1))],
+            "word_perplexity": math.exp(s["words_nll"] / s["words"]),
+            "forward_bleu": forward, "forward_bleu_ci": _interval(fwd[idx].mean(1)),
+            "backward_bleu": backward, "backward_n": len(s["refs"]),
+            "harmonic_bleu": 2 * forward * backward / (forward + backward) if forward + backward else 0.0,
+        }
+    names = list(state)
+    diffs = []
+    for other in names[1:]:     # paired by caption: same references, same seeds and positions
+        a, b = state[names[0]], state[other]
+        d_fwd = torch.tensor(b["fwd"], dtype=torch.float64) - torch.tensor(a["fwd"], dtype=torch.float64)
+        na, nb = (torch.tensor(x["nll"], dtype=torch.float64) for x in (a, b))
+        d_ppl = (nb[idx].mean(1).exp() - na[idx].mean(1).exp())
+        diffs.append({"model": other, "baseline": names[0],
+                      "forward_bleu_diff": d_fwd.mean().item(),
+                      "forward_bleu_diff_ci": _interval(d_fwd[idx].mean(1)),
+                      "perplexity_diff": rows[other]["perplexity"] - rows[names[0]]["perplexity"],
+                      "perplexity_diff_ci": _interval(d_ppl),
+                      "perplexity_comparable": not per_word})
+    return {"done": done, "total": provenance["n"], "models": rows, "differences": diffs,
+            "provenance": provenance}

@@ -1,0 +1,157 @@
+"""Pieces every tab shares: the checkpoint cache, error handling, decoder fields from the registry."""
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gradio as gr
+
+from lab import checkpoints
+from lab.cli import USER_ERRORS
+from lab.config import ConfigError, DecodeConfig
+from lab.registry import DECODERS, load_plugins
+
+log = logging.getLogger("lab.ui")
+
+
+@dataclass
+class Context:
+    """What the tabs share: where the store and corpus are, and the dropdowns to keep fresh."""
+    store: str | None = None
+    data_dir: str | None = None
+    checkpoint_dropdowns: list = field(default_factory=list)
+
+    def checkpoint_names(self) -> list[str]:
+        return checkpoints.names(self.store)
+
+
+class ModelCache:
+    """Loaded checkpoints, shared by all users (read-only in eval mode), least recently used out."""
+
+    def __init__(self, size: int = 4):
+        self.size, self._items, self._lock = size, OrderedDict(), threading.Lock()
+
+    def get(self, name: str, store=None):
+        path = checkpoints.resolve(name, store)
+        weights = path / checkpoints.WEIGHTS_FILE
+        key = (str(path), weights.stat().st_mtime_ns if weights.exists() else 0)
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        ck = checkpoints.load(name, store)
+        with self._lock:
+            self._items[key] = ck
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return ck
+
+
+MODELS = ModelCache()
+
+
+def _message(e: Exception) -> str:
+    if isinstance(e, USER_ERRORS):
+        return str(e)
+    log.exception("unexpected error in a UI callback")
+    return f"Something went wrong ({type(e).__name__}: {e}). The server log has the details."
+
+
+def friendly(fn):
+    """Turn every exception into one gr.Error message: no traceback reaches the browser."""
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def gen(*args, **kwargs):
+            try:
+                yield from fn(*args, **kwargs)
+            except gr.Error:
+                raise
+            except Exception as e:
+                raise gr.Error(_message(e), print_exception=False) from None
+        return gen
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except gr.Error:
+            raise
+        except Exception as e:
+            raise gr.Error(_message(e), print_exception=False) from None
+    return wrapper
+
+
+def need(value, what: str):
+    if value in (None, "", []):
+        raise ConfigError(f"choose {what} first")
+    return value
+
+
+# ---------------------------------------------------------------- decoder settings
+
+def decoder_info() -> str:
+    load_plugins()
+    return " · ".join(f"**{n}**: {DECODERS.get(n).description}" for n in DECODERS.names())
+
+
+@dataclass
+class DecoderInputs:
+    decoder: gr.Dropdown
+    temperature: gr.Number
+    top_k: gr.Number
+    top_p: gr.Number
+    num_beams: gr.Number
+
+    def components(self) -> list:
+        return [self.decoder, self.temperature, self.top_k, self.top_p, self.num_beams]
+
+
+def decoder_inputs(default: str = "top_p", label_prefix: str = "") -> DecoderInputs:
+    """Decoder dropdown and its parameter fields; fields a decoder does not use are hidden
+    (from each plugin's `uses` metadata, so a new decoder plugin needs no UI code)."""
+    load_plugins()
+    d = DecodeConfig()
+    with gr.Row():
+        decoder = gr.Dropdown(DECODERS.names(), value=default, label=f"{label_prefix}decoder",
+                              info="how the next token is chosen")
+        uses = DECODERS.get(default).meta.get("uses", ())
+        temperature = gr.Number(d.temperature, label="temperature", step=0.1,
+                                visible="temperature" in uses)
+        top_k = gr.Number(d.top_k, label="top_k", precision=0, visible="top_k" in uses)
+        top_p = gr.Number(d.top_p, label="top_p", step=0.05,
+                          visible="top_p" in uses)
+        num_beams = gr.Number(d.num_beams, label="num_beams", precision=0, minimum=1,
+                              visible="num_beams" in uses)
+    fields = [temperature, top_k, top_p, num_beams]
+    names = ["temperature", "top_k", "top_p", "num_beams"]
+
+    def show(name):
+        uses = DECODERS.get(name).meta.get("uses", ()) if name in DECODERS else ()
+        return [gr.update(visible=n in uses) for n in names]
+    decoder.change(show, decoder, fields, api_visibility="private")
+    return DecoderInputs(decoder, temperature, top_k, top_p, num_beams)
+
+
+def decode_config(decoder, temperature, top_k, top_p, num_beams, seed=0,
+                  max_new_tokens: int = 35) -> DecodeConfig:
+    return DecodeConfig.from_dict({"decoder": decoder, "temperature": temperature, "top_k": top_k,
+                                   "top_p": top_p, "num_beams": num_beams, "seed": seed,
+                                   "max_new_tokens": max_new_tokens})
+
+
+def checkpoint_dropdown(ctx: Context, label: str, multiselect: bool = False, **kw) -> gr.Dropdown:
+    names = ctx.checkpoint_names()
+    value = names[:2] if multiselect else (names[0] if names else None)
+    dd = gr.Dropdown(names, value=value, label=label, multiselect=multiselect, **kw)
+    ctx.checkpoint_dropdowns.append(dd)
+    return dd
+
+
+def asset_url() -> str:
+    from lab.attention import VENDOR_DIR
+    return f"/gradio_api/file={Path(VENDOR_DIR).resolve()}"

@@ -1,0 +1,76 @@
+"""Evaluate tab: perplexity and forward/backward/harmonic BLEU on a seeded test subset, updating
+live as samples accumulate, with bootstrap 95% intervals and paired differences between models."""
+from __future__ import annotations
+
+import gradio as gr
+
+from lab.config import ConfigError
+from lab.evaluate import evaluate_live
+from lab.ui.common import MODELS, Context, checkpoint_dropdown, decode_config, decoder_inputs, friendly
+
+COLUMNS = ["checkpoint", "n", "perplexity [95% CI]", "per-word perplexity", "forward BLEU [95% CI]",
+           "backward BLEU (N)", "harmonic BLEU (N)"]
+
+
+def _ci(v, ci, digits=3):
+    return f"{v:.{digits}f} [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+
+
+def table(snap: dict) -> list[list]:
+    rows = []
+    per_word = snap["provenance"]["perplexity_shown"] == "per word"
+    for name, r in snap["models"].items():
+        ppl = "not comparable across tokenizers" if per_word else _ci(r["perplexity"], r["perplexity_ci"], 2)
+        rows.append([name, r["n"], ppl, f"{r['word_perplexity']:.2f}",
+                     _ci(r["forward_bleu"], r["forward_bleu_ci"], 4),
+                     f"{r['backward_bleu']:.4f} (N={r['backward_n']})",
+                     f"{r['harmonic_bleu']:.4f} (N={r['backward_n']})"])
+    return rows
+
+
+def provenance_md(snap: dict) -> str:
+    p = snap["provenance"]
+    d = p["decode"]
+    lines = [f"**{snap['done']} / {snap['total']}** captions scored. Every model on the same subset: "
+             f"{p['split']} split, n={p['n']}, seed {p['seed']}, subset hash `{p['subset_hash']}`; "
+             f"decoder {d['decoder']} (temperature {d['temperature']}, top_k {d['top_k']}, "
+             f"top_p {d['top_p']}); BLEU on **{p['bleu_tokens']}** tokens; perplexity shown: "
+             f"{p['perplexity_shown']}.",
+             "Forward BLEU scores each generated caption against all references (unbiased for the "
+             "full figure); backward and harmonic BLEU depend on N and are labelled with it."]
+    for dff in snap["differences"]:
+        line = (f"- **{dff['model']} − {dff['baseline']}**: forward BLEU "
+                f"{_ci(dff['forward_bleu_diff'], dff['forward_bleu_diff_ci'], 4)}")
+        if dff["perplexity_comparable"]:
+            line += f"; perplexity {_ci(dff['perplexity_diff'], dff['perplexity_diff_ci'], 2)}"
+        lines.append(line + " (paired bootstrap, 95%)")
+    return "\n".join(lines)
+
+
+def run(names, decoder, temperature, top_k, top_p, num_beams, n, seed, bleu_tokens, store=None,
+        data_dir=None):
+    if not names:
+        raise ConfigError("choose at least one checkpoint")
+    n = int(n)
+    cfg = decode_config(decoder, temperature, top_k, top_p, num_beams, seed=int(seed))
+    models = {name: MODELS.get(name, store) for name in names}
+    chunk = max(50, n // 10)
+    for snap in evaluate_live(models, n, cfg, bleu_tokens=bleu_tokens, data_dir=data_dir, chunk=chunk):
+        yield table(snap), provenance_md(snap)
+
+
+def build(ctx: Context):
+    gr.Markdown("Perplexity and BLEU-4 on a seeded subset of the test split, updating as samples "
+                "accumulate. Every model is scored on the same subset with the same seeds.")
+    names = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, elem_id="evaluate-checkpoints")
+    dec = decoder_inputs("random")
+    with gr.Row():
+        n = gr.Radio([100, 500, 1000, 5000], value=500, label="subset size")
+        seed = gr.Number(0, label="seed", precision=0)
+        bleu_tokens = gr.Radio(["auto", "gpt2", "words"], value="auto", label="BLEU tokens",
+                               info="auto: GPT-2 tokens when every model uses GPT-2 BPE, words otherwise")
+    go = gr.Button("Evaluate", variant="primary", elem_id="evaluate-go")
+    out = gr.Dataframe(headers=COLUMNS, label="results (live)", elem_id="evaluate-table")
+    prov = gr.Markdown(elem_id="evaluate-provenance")
+    go.click(friendly(lambda *a: (yield from run(*a, store=ctx.store, data_dir=ctx.data_dir))),
+             [names, *dec.components(), n, seed, bleu_tokens], [out, prov], api_name="evaluate")

@@ -1,0 +1,207 @@
+"""Train tab: a form (presets, every plugin choice and hyperparameter) that queues a job for the
+background worker, and a live view of any job: progress with ETA, loss curves, log tail, the
+checkpoint it keeps. Jobs live in the durable ledger, so a reload re-attaches."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import gradio as gr
+
+from lab import checkpoints, jobs
+from lab.config import ConfigError, ModelConfig, TrainConfig
+from lab.presets import PRESETS, get as get_preset
+from lab.registry import ATTENTION, MLP, MODELS, NORMS, POSITIONAL, load_plugins
+from lab.runs import run_dir_for
+from lab.ui.common import Context, friendly
+
+MODEL_FIELDS = ["model", "n_layer", "n_head", "n_embd", "kv_groups", "n_positions", "norm",
+                "norm_position", "attention", "positional", "mlp", "tie_embeddings", "dropout"]
+TRAIN_FIELDS = ["epochs", "batch_size", "lr", "seed", "shuffle", "early_stop", "patience",
+                "max_train_captions", "train_layers", "device"]
+
+
+def _field_component(cls, name, value):
+    f = cls.__dataclass_fields__[name]
+    load_plugins()
+    choices = {"model": MODELS, "norm": NORMS, "attention": ATTENTION, "positional": POSITIONAL,
+               "mlp": MLP}
+    if name in choices:
+        return gr.Dropdown(choices[name].names(), value=value, label=name)
+    if name == "norm_position":
+        return gr.Radio(["pre", "post"], value=value, label=name)
+    if name == "early_stop":
+        return gr.Radio(["perplexity", "bleu", "none"], value=value, label=name)
+    if name == "device":
+        return gr.Radio(["auto", "cpu", "cuda"], value=value, label=name)
+    if f.type in ("bool", bool):
+        return gr.Checkbox(value, label=name)
+    if name in ("train_layers",):
+        return gr.Textbox(value, label=name, info="'all' or 1-based blocks, e.g. 1,3")
+    if f.type in ("int", "int | None"):
+        return gr.Number(value, label=name, precision=0)
+    return gr.Number(value, label=name)
+
+
+def _none_if_blank(v):
+    return None if v in ("", None) else v
+
+
+def start(name, preset, parent, *values, store=None):
+    name = (name or "").strip()
+    if not name:
+        raise ConfigError("give the new checkpoint a name (letters, digits, '.', '_', '-')")
+    model = {k: _none_if_blank(v) for k, v in zip(MODEL_FIELDS, values[:len(MODEL_FIELDS)])}
+    train = {k: _none_if_blank(v) for k, v in zip(TRAIN_FIELDS, values[len(MODEL_FIELDS):])}
+    base_model, base_train = get_preset(preset) if preset else (ModelConfig(), TrainConfig())
+    model, train = {**base_model.to_dict(), **model}, {**base_train.to_dict(), **train}
+    job_id = jobs.submit(name, None if parent else model, train, parent=parent or None,
+                         preset=preset or None, store=store)
+    return gr.update(choices=job_choices(store), value=str(job_id)), f"Queued job {job_id} ({name})."
+
+
+def job_choices(store=None) -> list[tuple[str, str]]:
+    return [(f"{j['id']}: {j['name']} ({j['status']})", str(j["id"])) for j in jobs.list_jobs(store)]
+
+
+def _fmt(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def progress_html(job: dict) -> str:
+    p = job["progress"] or {}
+    status = job["status"]
+    frac, text = 0.0, status
+    if p.get("total_steps"):
+        frac = p["step"] / p["total_steps"]
+        text = (f"{status}: epoch {p['epoch']}, step {p['step']}/{p['total_steps']}, "
+                f"train loss {p['train_loss']:.3f}, elapsed {_fmt(p['elapsed_s'])}, ETA {_fmt(p['eta_s'])}")
+    elif p.get("event") == "eval":
+        text = f"{status}: epoch {p['epoch']} dev perplexity {p['dev_perplexity']:.2f}"
+    if status == "done":
+        frac = 1.0
+    if job["error"]:
+        text += f" — {job['error']}"
+    return (f"<div class='lab-progress' data-status='{status}'><div class='bar' style='width:{100 * frac:.1f}%'>"
+            f"</div></div><div class='lab-progress-text'>{text}</div>")
+
+
+def curves(job: dict, store=None):
+    import plotly.graph_objects as go
+    path = run_dir_for(job["name"], store) / "metrics.jsonl"
+    steps, train, dev_steps, dev = [], [], [], []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                continue            # a line being written
+            if ev.get("event") == "step":
+                steps.append(ev["step"]); train.append(ev["train_loss"])
+            elif ev.get("event") == "eval":
+                dev_steps.append(ev["step"]); dev.append(ev["dev_loss"])
+    fig = go.Figure()
+    fig.add_scatter(x=steps, y=train, name="train loss", mode="lines")
+    fig.add_scatter(x=dev_steps, y=dev, name="dev loss", mode="lines+markers")
+    fig.update_layout(height=300, margin=dict(l=40, r=10, t=30, b=30), xaxis_title="step",
+                      yaxis_title="loss", title=f"job {job['id']}: {job['name']}")
+    return fig
+
+
+def log_tail(job: dict, store=None, lines: int = 15) -> str:
+    path = Path(checkpoints.store_dir(store)) / f"job-{job['id']}.log"
+    if not path.exists():
+        return "(no log yet: the job waits for the worker)" if job["status"] == "queued" else ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def written(job: dict, store=None) -> str:
+    if job["name"] not in checkpoints.names(store):
+        return "No checkpoint yet (one is written after each epoch whose dev score improves)."
+    m = checkpoints.info(job["name"], store)["metrics"]
+    ppl = f", dev perplexity {m['dev_perplexity']:.2f}" if "dev_perplexity" in m else ""
+    return f"Checkpoint **{job['name']}**: best epoch {m.get('epoch', '?')}{ppl}. It is a choice in the other tabs."
+
+
+def view(job_id, store=None):
+    if not job_id:
+        return "<div class='lab-progress-text'>No job selected.</div>", None, "", ""
+    job = jobs.get(int(job_id), store)
+    return progress_html(job), curves(job, store), log_tail(job, store), written(job, store)
+
+
+def stop(job_id, mode, store=None):
+    if not job_id:
+        raise ConfigError("select a job first")
+    job = jobs.request_stop(int(job_id), mode, store)
+    return f"Job {job['id']}: stop requested ({mode.replace('_', ' ')})." if job["status"] == "running" \
+        else f"Job {job['id']} is {job['status']}."
+
+
+def resume(job_id, store=None):
+    if not job_id:
+        raise ConfigError("select a job first")
+    new = jobs.resume(int(job_id), store)
+    return gr.update(choices=job_choices(store), value=str(new)), f"Queued job {new}, resuming job {job_id}."
+
+
+def latest_active(store=None):
+    rows = jobs.list_jobs(store)
+    active = [j for j in rows if j["status"] in ("running", "queued")]
+    pick = (active or rows or [None])[0]
+    return gr.update(choices=job_choices(store), value=str(pick["id"]) if pick else None)
+
+
+def build(ctx: Context):
+    gr.Markdown("Start a training job. It runs in the background worker (on a GPU when there is one); "
+                "closing the browser never stops it, and reopening the page re-attaches.")
+    with gr.Row():
+        preset = gr.Dropdown([""] + sorted(PRESETS), value="tiny", label="preset",
+                             info="; ".join(f"{k}: {d}" for k, (_, d) in PRESETS.items()))
+        name = gr.Textbox("", label="checkpoint name", elem_id="train-name", placeholder="my-model")
+        parent = gr.Dropdown([""] + ctx.checkpoint_names(), value="", label="fine-tune from (optional)",
+                             info="a stored checkpoint; its architecture is kept")
+    ctx.checkpoint_dropdowns.append(parent)
+    m0, t0 = get_preset("tiny")
+    with gr.Accordion("model", open=False):
+        with gr.Row():
+            model_inputs = [_field_component(ModelConfig, f, getattr(m0, f)) for f in MODEL_FIELDS]
+    with gr.Accordion("training", open=True):
+        with gr.Row():
+            train_inputs = [_field_component(TrainConfig, f, getattr(t0, f)) for f in TRAIN_FIELDS]
+    for comp, f in zip(model_inputs + train_inputs, MODEL_FIELDS + TRAIN_FIELDS):
+        comp.elem_id = f"train-{f}"
+
+    def fill(p):
+        if not p:
+            return [gr.skip()] * (len(MODEL_FIELDS) + len(TRAIN_FIELDS))
+        m, t = get_preset(p)
+        return [getattr(m, f) for f in MODEL_FIELDS] + [getattr(t, f) for f in TRAIN_FIELDS]
+    preset.change(fill, preset, model_inputs + train_inputs, api_visibility="private")
+
+    go = gr.Button("Start training", variant="primary", elem_id="train-start")
+    message = gr.Markdown(elem_id="train-message")
+    gr.Markdown("### Jobs")
+    with gr.Row():
+        job = gr.Dropdown([], label="job", elem_id="train-job", scale=3)
+        stop_now = gr.Button("Stop now", elem_id="train-stop-now")
+        stop_after = gr.Button("Stop after the next checkpoint")
+        resume_btn = gr.Button("Resume", elem_id="train-resume")
+    progress = gr.HTML(elem_id="train-progress")
+    plot = gr.Plot(label="loss curves")
+    written_md = gr.Markdown(elem_id="train-written")
+    tail = gr.Code(label="log tail", language=None, interactive=False)
+
+    go.click(friendly(lambda *a: start(*a, store=ctx.store)),
+             [name, preset, parent, *model_inputs, *train_inputs], [job, message], api_name="start_job")
+    outputs = [progress, plot, tail, written_md]
+    show = friendly(lambda j: view(j, ctx.store))
+    job.change(show, job, outputs, api_name="job_status")
+    gr.Timer(2.0).tick(show, job, outputs, api_visibility="private", show_progress="hidden")
+    stop_now.click(friendly(lambda j: stop(j, "now", ctx.store)), job, message, api_name="stop_job")
+    stop_after.click(friendly(lambda j: stop(j, "after_checkpoint", ctx.store)), job, message,
+                     api_name="stop_job_after_checkpoint")
+    resume_btn.click(friendly(lambda j: resume(j, ctx.store)), job, [job, message], api_name="resume_job")
+    return job, lambda: latest_active(ctx.store)
