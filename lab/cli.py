@@ -67,31 +67,36 @@ def cmd_train(args):
     events = runs.train(name, None if args.parent else model_cfg, train_cfg, parent=args.parent,
                         preset=args.preset, data_dir=args.data_dir, store=args.store)
     for ev in events:
-        if args.json:
-            print(json.dumps(ev), flush=True)
-            continue
-        e = ev["event"]
-        if e == "data":
-            print(f"{ev['train_captions']} train / {ev['dev_captions']} dev captions, "
-                  f"{ev['params'] / 1e6:.1f}M parameters; run dir {ev['run_dir']}", flush=True)
-        elif e == "start":
-            print(f"training on {ev['device']}: {ev['epochs']} epochs x {ev['steps_per_epoch']} steps",
-                  flush=True)
-        elif e == "step":
-            pct = 100 * ev["step"] / ev["total_steps"]
-            print(f"epoch {ev['epoch']} step {ev['step']}/{ev['total_steps']} ({pct:.1f}%) "
-                  f"loss {ev['train_loss']:.4f} {ev['tokens_per_s']:.0f} tok/s "
-                  f"elapsed {_fmt_time(ev['elapsed_s'])} ETA {_fmt_time(ev['eta_s'])}", flush=True)
-        elif e == "eval":
-            print(f"epoch {ev['epoch']}: dev perplexity {ev['dev_perplexity']:.3f} "
-                  f"(token-weighted {ev['dev_token_perplexity']:.3f})"
-                  + (f" dev harmonic BLEU {ev['dev_harmonic_bleu']:.4f}" if "dev_harmonic_bleu" in ev else "")
-                  + (" best, saved" if ev.get("best") else ""), flush=True)
-        elif e == "early_stop":
-            print(f"early stop after epoch {ev['epoch']}: {ev['reason']}", flush=True)
-        elif e == "done":
-            print(f"done: best epoch {ev['best_epoch']}, dev perplexity "
-                  f"{ev['best_dev_perplexity']:.3f}; checkpoint {name!r}", flush=True)
+        print(json.dumps(ev) if args.json else format_event(ev, name), flush=True)
+
+
+def format_event(ev: dict, name: str = "") -> str:
+    """One human line per trainer event: progress with ETA, dev scores, the end."""
+    e = ev["event"]
+    if e == "data":
+        return (f"{ev['train_captions']} train / {ev['dev_captions']} dev captions, "
+                f"{ev['params'] / 1e6:.1f}M parameters; run dir {ev['run_dir']}")
+    if e == "start":
+        return f"training on {ev['device']}: {ev['epochs']} epochs x {ev['steps_per_epoch']} steps"
+    if e == "step":
+        pct = 100 * ev["step"] / ev["total_steps"]
+        return (f"epoch {ev['epoch']} step {ev['step']}/{ev['total_steps']} ({pct:.1f}%) "
+                f"loss {ev['train_loss']:.4f} {ev['tokens_per_s']:.0f} tok/s "
+                f"elapsed {_fmt_time(ev['elapsed_s'])} ETA {_fmt_time(ev['eta_s'])}")
+    if e == "eval":
+        return (f"epoch {ev['epoch']}: dev perplexity {ev['dev_perplexity']:.3f} "
+                f"(token-weighted {ev['dev_token_perplexity']:.3f})"
+                + (f" dev harmonic BLEU {ev['dev_harmonic_bleu']:.4f}" if "dev_harmonic_bleu" in ev else "")
+                + (" best, saved" if ev.get("best") else ""))
+    if e == "early_stop":
+        return f"early stop after epoch {ev['epoch']}: {ev['reason']}"
+    if e == "stopped":
+        return f"stopped at epoch {ev['epoch']}, step {ev['step']}" + (f": {ev['reason']}" if "reason" in ev else "")
+    if e == "done":
+        ppl = ev["best_dev_perplexity"]
+        return (f"done: best epoch {ev['best_epoch']}, dev perplexity "
+                f"{ppl:.3f}; checkpoint {name!r}" if ppl is not None else "done")
+    return json.dumps(ev)
 
 
 def _decode_cfg(args) -> DecodeConfig:

@@ -8,11 +8,12 @@ from lab.ui import attention, checkpoints, compare, evaluate, train
 from lab.ui.common import Context
 
 CSS = """
-.lab-compare { border-collapse: collapse; width: 100%; font-size: 14px; }
+.lab-compare { border-collapse: collapse; width: 100%; table-layout: fixed; font-size: 14px; }
+.lab-compare td { overflow-wrap: anywhere; }
 .lab-compare td, .lab-compare th { border: 1px solid #ddd; padding: 6px 8px; vertical-align: top; text-align: left; }
-.lab-compare .row-no { color: #888; width: 2em; }
-.tok { border-radius: 3px; padding: 0 1px; white-space: pre; }
-.tok-prompt { color: #666; white-space: pre; }
+.lab-compare .row-no, .lab-compare th:first-child { color: #888; width: 2.5em; }
+.tok { border-radius: 3px; padding: 0 1px; white-space: pre-wrap; }
+.tok-prompt { color: #666; white-space: pre-wrap; }
 .lab-progress { background: #e5e7eb; border-radius: 6px; height: 14px; overflow: hidden; }
 .lab-progress .bar { background: #2563eb; height: 100%; transition: width .5s; }
 .lab-progress-text { font-size: 14px; margin-top: 4px; }

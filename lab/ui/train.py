@@ -132,6 +132,13 @@ def view(job_id, store=None):
     return progress_html(job), curves(job, store), log_tail(job, store), written(job, store)
 
 
+def poll(job_id, shown_choices, store=None):
+    """The timer's view: the job's progress, and the job list's labels when a status changed."""
+    choices = [list(c) for c in job_choices(store)]
+    labels = gr.update(choices=choices) if choices != shown_choices else gr.skip()
+    return (*view(job_id, store), labels, choices)
+
+
 def stop(job_id, mode, store=None):
     if not job_id:
         raise ConfigError("select a job first")
@@ -199,7 +206,9 @@ def build(ctx: Context):
     outputs = [progress, plot, tail, written_md]
     show = friendly(lambda j: view(j, ctx.store))
     job.change(show, job, outputs, api_name="job_status")
-    gr.Timer(2.0).tick(show, job, outputs, api_visibility="private", show_progress="hidden")
+    shown = gr.State([])
+    gr.Timer(2.0).tick(friendly(lambda j, c: poll(j, c, ctx.store)), [job, shown],
+                       outputs + [job, shown], api_visibility="private", show_progress="hidden")
     stop_now.click(friendly(lambda j: stop(j, "now", ctx.store)), job, message, api_name="stop_job")
     stop_after.click(friendly(lambda j: stop(j, "after_checkpoint", ctx.store)), job, message,
                      api_name="stop_job_after_checkpoint")

@@ -1,0 +1,182 @@
+"""The web lab in a real browser: Playwright driving Debian's Chromium against the app on loopback.
+
+Every request that would leave the machine is blocked and recorded; the attention views must draw
+without any. Set LAB_SCREENSHOTS=DIR to save a screenshot of each tab (the README's pictures)."""
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import torch
+
+from lab import checkpoints, tokenizers
+from lab.model import build
+from tests.conftest import tiny_config
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed "
+                                "(make test installs it)")
+SHOTS = os.environ.get("LAB_SCREENSHOTS")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    store = tmp_path_factory.mktemp("ui-store")
+    tok = tokenizers.gpt2()
+    for seed, name in ((0, "scratch-a"), (1, "scratch-b")):
+        torch.manual_seed(seed)
+        checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)).eval(), tok, name, store,
+                         provenance={"source": "scratch"})
+    port = _free_port()
+    env = {**os.environ, "LAB_STORE": str(store), "GRADIO_SERVER_PORT": str(port)}
+    log = open(store / "app.log", "w")
+    proc = subprocess.Popen([sys.executable, "app.py"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            cwd=Path(__file__).resolve().parent.parent, start_new_session=True)
+    url = f"http://127.0.0.1:{port}/"
+    for _ in range(120):
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the app did not start: " + (store / "app.log").read_text()[-2000:])
+    yield url, store
+    os.killpg(proc.pid, 15)
+    proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    url, _ = server
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.left_machine = []
+
+    def guard(route):
+        host = urlparse(route.request.url).hostname
+        if route.request.url.startswith(("data:", "blob:", "about:")) or host in ("127.0.0.1", "localhost"):
+            route.continue_()
+        else:
+            page.left_machine.append(route.request.url)
+            route.abort()
+    context.route("**/*", guard)
+    page.goto(url)
+    page.get_by_role("tab", name="Compare").wait_for()
+    yield page
+    context.close()
+
+
+def _tab(page, name):
+    page.get_by_role("tab", name=name).click()
+
+
+def _shot(page, name):
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
+
+
+def test_compare_two_checkpoints_side_by_side(page):
+    page.locator("#compare-go").click()
+    table = page.locator("#compare-out table.lab-compare")
+    table.wait_for(timeout=60_000)
+    headers = table.locator("thead th").all_inner_texts()
+    assert any("scratch-a" in h for h in headers) and any("scratch-b" in h for h in headers)
+    assert table.locator("tbody tr").count() == 8
+    assert table.locator("span.tok").count() > 0       # tokens shaded by probability
+    _shot(page, "compare")
+    assert page.left_machine == []
+
+
+def test_head_view_draws_with_the_network_blocked(page):
+    _tab(page, "Attention")
+    page.locator("#attention-go").click()
+    frame = page.frame_locator("#attention-head-view iframe")
+    # bertviz's head view draws one text element per token on each side, with d3, in SVG
+    frame.locator("svg text").first.wait_for(timeout=60_000)
+    assert frame.locator("svg text").count() >= 2 * 10
+    page.get_by_role("tab", name="Layer x head grid").click()
+    page.locator("#attention-grid .js-plotly-plot").wait_for(timeout=30_000)
+    _shot(page, "attention")
+    page.get_by_role("tab", name="Head view").click()
+    assert page.left_machine == [], f"requests tried to leave the machine: {page.left_machine}"
+
+
+def test_bad_form_value_shows_its_message(page, server):
+    _tab(page, "Train")
+    page.locator("#train-name textarea, #train-name input").first.fill("bad-heads")
+    page.get_by_text("model", exact=True).first.click()           # open the model accordion
+    heads = page.locator("#train-n_head input")
+    heads.fill("5")
+    heads.press("Tab")
+    page.locator("#train-start").click()
+    page.get_by_text("not divisible by n_head=5").first.wait_for(timeout=30_000)
+    from lab import jobs
+    assert jobs.list_jobs(server[1]) == []                          # nothing was queued
+
+
+def test_train_job_from_the_form_survives_a_reload_and_stops(page, server):
+    url, store = server
+    _tab(page, "Train")
+    page.locator("#train-name textarea, #train-name input").first.fill("ui-job")
+    for field, value in (("epochs", "50"), ("max_train_captions", "200")):
+        box = page.locator(f"#train-{field} input")
+        box.fill(value)
+        box.press("Tab")
+    page.locator("#train-start").click()
+    page.get_by_text("Queued job").first.wait_for(timeout=30_000)
+    # the worker writes the first checkpoint after epoch 1; it becomes visible on the page
+    page.get_by_text("Checkpoint ui-job").first.wait_for(timeout=240_000)
+    assert "ui-job" in checkpoints.names(store)
+    page.locator("#train-progress .lab-progress[data-status='running']").wait_for(timeout=30_000)
+    _shot(page, "train")
+    page.reload()                                                   # closing / reopening the page
+    _tab(page, "Train")
+    page.locator("#train-progress .lab-progress[data-status='running']").wait_for(timeout=30_000)
+    assert "ui-job" in page.locator("#train-job").inner_text() or \
+        "ui-job" in page.locator("#train-job input").input_value()
+    page.locator("#train-stop-now").click()
+    page.locator("#train-progress .lab-progress[data-status='stopped']").wait_for(timeout=60_000)
+
+
+def test_checkpoints_tab_lists_the_store(page):
+    _tab(page, "Checkpoints")
+    from playwright.sync_api import expect
+    table = page.locator("#checkpoints-table")
+    expect(table).to_contain_text("scratch-a", timeout=30_000)
+    expect(table).to_contain_text("gpt2")
+    _shot(page, "checkpoints")
+
+
+def test_evaluate_streams_results(page):
+    _tab(page, "Evaluate")
+    page.get_by_text("100", exact=True).first.click()
+    page.locator("#evaluate-go").click()
+    page.locator("#evaluate-provenance").get_by_text("100 / 100").wait_for(timeout=120_000)
+    from playwright.sync_api import expect
+    expect(page.locator("#evaluate-table")).to_contain_text("scratch-b")
+    _shot(page, "evaluate")
