@@ -192,6 +192,23 @@ def cmd_export(args):
     print(f"exported {args.checkpoint} to {out} (loads with GPT2LMHeadModel.from_pretrained)")
 
 
+def cmd_attention(args):
+    from lab import attention, checkpoints
+    ck = checkpoints.load(args.checkpoint, args.store)
+    cap = attention.capture(ck.model, ck.tokenizer, args.text)
+    if args.html:
+        with open(args.html, "w") as f:
+            f.write(attention.bertviz_html(cap, args.view, asset_url=args.asset_url))
+    if args.json:
+        print(attention.to_json(cap))
+    else:
+        s = attention.summary(cap)
+        print(f"{len(s['tokens'])} tokens, {s['n_layer']} layers x {s['n_head']} heads "
+              f"({s['kv_heads']} key/value heads); groups: {s['head_groups']}")
+        if args.html:
+            print(f"bertviz {args.view} view written to {args.html}")
+
+
 def cmd_worker(args):
     from lab.jobs import Worker
     print(f"worker: serving jobs from {args.store or 'the default store'} ({args.slots} at a time)",
@@ -297,6 +314,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", help="1-based blocks to keep, in order, e.g. 1,6,12 (default all)")
     p.add_argument("--name", required=True)
     p.set_defaults(fn=cmd_import)
+
+    p = sub.add_parser("attention", help="attention of every layer and head over a text")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--text", required=True)
+    p.add_argument("--view", default="head", choices=["head", "model"])
+    p.add_argument("--html", help="write bertviz's view to this HTML file")
+    p.add_argument("--asset-url", dest="asset_url", default=str(__import__("lab.attention").attention.VENDOR_DIR),
+                   help="where the HTML loads d3/jQuery/require.js from (default: the local copies)")
+    p.add_argument("--json", action="store_true", help="print tokens and every attention matrix")
+    p.set_defaults(fn=cmd_attention)
 
     p = sub.add_parser("worker", help="run queued training jobs (on CUDA when present)")
     p.add_argument("--slots", type=int, default=1, help="jobs run at the same time")

@@ -139,10 +139,14 @@ def test_bad_form_value_shows_its_message(page, server):
     assert jobs.list_jobs(server[1]) == []                          # nothing was queued
 
 
-def test_train_job_from_the_form_survives_a_reload_and_stops(page, server):
+def test_finetune_job_from_the_form_survives_a_reload_and_stops(page, server):
     url, store = server
     _tab(page, "Train")
     page.locator("#train-name textarea, #train-name input").first.fill("ui-job")
+    parent = page.locator("#train-parent input")
+    parent.click()
+    parent.fill("scratch-a")
+    page.get_by_role("option", name="scratch-a").click()      # fine-tune a stored checkpoint
     for field, value in (("epochs", "50"), ("max_train_captions", "200")):
         box = page.locator(f"#train-{field} input")
         box.fill(value)
@@ -152,6 +156,7 @@ def test_train_job_from_the_form_survives_a_reload_and_stops(page, server):
     # the worker writes the first checkpoint after epoch 1; it becomes visible on the page
     page.get_by_text("Checkpoint ui-job").first.wait_for(timeout=240_000)
     assert "ui-job" in checkpoints.names(store)
+    assert checkpoints.info("ui-job", store)["parent"] == "scratch-a"
     page.locator("#train-progress .lab-progress[data-status='running']").wait_for(timeout=30_000)
     _shot(page, "train")
     page.reload()                                                   # closing / reopening the page

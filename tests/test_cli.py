@@ -89,3 +89,13 @@ def test_prompt_longer_than_context(trained):
     out = lab("--store", str(store), "generate", "--checkpoint", "tiny", "--prompt", "a " * 80,
               check=False)
     assert out.returncode == 2 and "context is 64 tokens" in out.stderr
+
+
+def test_attention_json(trained, tmp_path):
+    store, _ = trained
+    out = json.loads(lab("--store", str(store), "attention", "--checkpoint", "tiny", "--text",
+                         "A cat on a mat .", "--html", str(tmp_path / "v.html"), "--json").stdout)
+    assert out["tokens"][0] == "<bos>" and len(out["attentions"]) == 2
+    assert len(out["attentions"][0]) == 4                    # heads
+    html = (tmp_path / "v.html").read_text()
+    assert "cdnjs" not in html and "d3.min" in html

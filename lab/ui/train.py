@@ -169,7 +169,8 @@ def build(ctx: Context):
                              info="; ".join(f"{k}: {d}" for k, (_, d) in PRESETS.items()))
         name = gr.Textbox("", label="checkpoint name", elem_id="train-name", placeholder="my-model")
         parent = gr.Dropdown([""] + ctx.checkpoint_names(), value="", label="fine-tune from (optional)",
-                             info="a stored checkpoint; its architecture is kept")
+                             info="a stored checkpoint; its architecture is kept",
+                             elem_id="train-parent")
     ctx.checkpoint_dropdowns.append(parent)
     m0, t0 = get_preset("tiny")
     with gr.Accordion("model", open=False):
