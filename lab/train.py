@@ -112,7 +112,7 @@ class Trainer:
                             "elapsed_s": elapsed,
                             "eta_s": elapsed / step * (total_steps - step)}, writer)
                         run_loss, run_n, tokens, t_log = 0.0, 0, 0, time.time()
-                record = self._evaluate(epoch, step)
+                record = self._evaluate(epoch, step) | {"total_steps": total_steps}
                 improved = best is None or self._better(record, best)
                 if improved:
                     best, bad_epochs = record, 0

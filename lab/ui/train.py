@@ -76,6 +76,7 @@ def progress_html(job: dict) -> str:
     frac, text = 0.0, status
     if p.get("total_steps"):
         frac = p["step"] / p["total_steps"]
+    if p.get("event") == "step":
         text = (f"{status}: epoch {p['epoch']}, step {p['step']}/{p['total_steps']}, "
                 f"train loss {p['train_loss']:.3f}, elapsed {_fmt(p['elapsed_s'])}, ETA {_fmt(p['eta_s'])}")
     elif p.get("event") == "eval":
