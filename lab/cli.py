@@ -53,9 +53,15 @@ def cmd_train(args):
     from lab.presets import get as get_preset
     model_cfg, train_cfg = get_preset(args.preset) if args.preset else (ModelConfig(), TrainConfig())
     if args.config:
-        doc = json.loads(open(args.config).read()) if args.config.endswith(".json") else None
-        if not isinstance(doc, dict):
-            raise ConfigError(f"--config {args.config}: expected a JSON file with 'model' and/or 'train'")
+        try:
+            doc = json.loads(open(args.config).read())
+        except FileNotFoundError:
+            raise ConfigError(f"--config {args.config}: no such file") from None
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"--config {args.config} is not valid JSON: {e}") from None
+        if not isinstance(doc, dict) or not set(doc) <= {"model", "train"}:
+            raise ConfigError(f"--config {args.config}: expected a JSON object with 'model' and/or "
+                              f"'train' objects (the keys of `python -m lab plugins`' configs)")
         model_cfg = model_cfg.replace(**doc.get("model", {}))
         train_cfg = train_cfg.replace(**doc.get("train", {}))
     m_over, t_over = split_overrides(args.set or [], ModelConfig, TrainConfig)

@@ -99,3 +99,21 @@ def test_attention_json(trained, tmp_path):
     assert len(out["attentions"][0]) == 4                    # heads
     html = (tmp_path / "v.html").read_text()
     assert "cdnjs" not in html and "d3.min" in html
+
+
+def test_config_json_and_bleu_early_stop(tmp_path):
+    """A config file sets model and training; early stopping can follow dev harmonic BLEU."""
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"model": {"n_layer": 1, "n_embd": 32, "n_head": 2, "n_positions": 48,
+                                         "norm": "rmsnorm", "positional": "rotary"},
+                               "train": {"epochs": 2, "lr": 1e-3, "max_train_captions": 100,
+                                         "max_dev_captions": 40, "early_stop": "bleu",
+                                         "patience": 2, "bleu_samples": 20}}))
+    events = [json.loads(e) for e in lab("--store", str(tmp_path / "s"), "train", "--config", str(cfg),
+                                         "--name", "c", "--json").stdout.splitlines()]
+    evals = [e for e in events if e["event"] == "eval"]
+    assert len(evals) == 2 and all(0.0 <= e["dev_harmonic_bleu"] <= 1.0 for e in evals)
+    info = json.loads(lab("--store", str(tmp_path / "s"), "checkpoints", "--json").stdout)[0]
+    assert info["model"]["norm"] == "rmsnorm" and info["train"]["early_stop"] == "bleu"
+    out = lab("train", "--config", str(tmp_path / "missing.json"), check=False)
+    assert out.returncode == 2 and "no such file" in out.stderr
