@@ -134,7 +134,9 @@ def test_bad_form_value_shows_its_message(page, server):
     heads.fill("5")
     heads.press("Tab")
     page.locator("#train-start").click()
-    page.get_by_text("not divisible by n_head=5").first.wait_for(timeout=30_000)
+    from playwright.sync_api import expect
+    expect(page.locator("#train-message")).to_contain_text("Not queued: n_embd=64 is not divisible "
+                                                           "by n_head=5", timeout=60_000)
     from lab import jobs
     assert jobs.list_jobs(server[1]) == []                          # nothing was queued
 

@@ -14,6 +14,7 @@ from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.presets import PRESETS, get as get_preset
 from lab.registry import ATTENTION, MLP, MODELS, NORMS, POSITIONAL, load_plugins
 from lab.runs import run_dir_for
+from lab.cli import USER_ERRORS
 from lab.ui.common import Context, friendly
 
 MODEL_FIELDS = ["model", "n_layer", "n_head", "n_embd", "kv_groups", "n_positions", "norm",
@@ -203,7 +204,13 @@ def build(ctx: Context):
     written_md = gr.Markdown(elem_id="train-written")
     tail = gr.Code(label="log tail", language=None, interactive=False)
 
-    go.click(friendly(lambda *a: start(*a, store=ctx.store)),
+    def start_or_refuse(*args):
+        """A refused value stays written under the button (a toast alone is easy to miss)."""
+        try:
+            return start(*args, store=ctx.store)
+        except USER_ERRORS as e:
+            return gr.skip(), f"**Not queued:** {e}"
+    go.click(friendly(start_or_refuse),
              [name, preset, parent, *model_inputs, *train_inputs], [job, message], api_name="start_job")
     outputs = [progress, plot, tail, written_md]
     show = friendly(lambda j: view(j, ctx.store))
