@@ -180,6 +180,14 @@ def cmd_checkpoints(args):
               + (f"  dev ppl {ppl:.2f}" if ppl else ""))
 
 
+def cmd_delete(args):
+    from lab import checkpoints
+    if not args.yes:
+        raise ConfigError(f"deleting {args.checkpoint!r} cannot be undone; add --yes to confirm")
+    checkpoints.delete(args.checkpoint, args.store)
+    print(f"deleted {args.checkpoint}")
+
+
 def cmd_import(args):
     from lab import interop
     layers = interop.parse_layers(args.layers) if args.layers else None
@@ -315,6 +323,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("checkpoints", help="list the store")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_checkpoints)
+
+    p = sub.add_parser("delete", help="delete a checkpoint from the store")
+    p.add_argument("checkpoint")
+    p.add_argument("--yes", action="store_true", help="confirm")
+    p.set_defaults(fn=cmd_delete)
 
     p = sub.add_parser("import", help="import pretrained weights into the store")
     p.add_argument("source", choices=["gpt2", "smollm2"])
