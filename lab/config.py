@@ -207,6 +207,10 @@ class TrainConfig(_Config):
         if self.early_stop not in ("perplexity", "bleu", "none"):
             raise ConfigError(f"early_stop must be 'perplexity', 'bleu' or 'none', "
                               f"got {self.early_stop!r}")
+        for n in ("max_train_captions", "max_dev_captions", "bleu_samples"):
+            v = getattr(self, n)
+            if v is not None and v < 1:
+                raise ConfigError(f"{n} must be at least 1 (or unset for all), got {v}")
         if self.patience < 1:
             raise ConfigError(f"patience must be at least 1, got {self.patience}")
         if self.device not in ("auto", "cpu", "cuda"):

@@ -95,3 +95,13 @@ def test_head_count_sweep_builds():
     """The assignment swept head counts from 1 to 192 at width 768: every divisor builds."""
     for n_head in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 192):
         ModelConfig(n_embd=768, n_head=n_head).validate()
+
+
+def test_train_form_zero_means_unset():
+    """An empty optional Number in the form can arrive as 0: it means 'unset', never 'zero'."""
+    from lab.ui.train import MODEL_FIELDS, _form_values
+    values = _form_values(["kv_groups", "max_train_captions", "n_head"], [0, 0, 4])
+    assert values == {"kv_groups": None, "max_train_captions": None, "n_head": 4}
+    assert set(MODEL_FIELDS) >= {"kv_groups", "n_head"}
+    with pytest.raises(ConfigError, match="max_train_captions must be at least 1"):
+        TrainConfig.from_dict({"max_train_captions": 0})

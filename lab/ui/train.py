@@ -41,20 +41,33 @@ def _field_component(cls, name, value):
     if name in ("train_layers",):
         return gr.Textbox(value, label=name, info="'all' or 1-based blocks, e.g. 1,3")
     if f.type in ("int", "int | None"):
-        return gr.Number(value, label=name, precision=0)
+        return gr.Number(value, label=name, precision=0, info=ZERO_MEANS_NONE.get(name))
     return gr.Number(value, label=name)
+
+
+# optional numbers: the form shows them empty, and an empty Number can come back as 0
+ZERO_MEANS_NONE = {"kv_groups": "0 or blank: as many as n_head",
+                   "max_train_captions": "0 or blank: all of them"}
 
 
 def _none_if_blank(v):
     return None if v in ("", None) else v
 
 
+def _form_values(fields, values) -> dict:
+    out = {}
+    for k, v in zip(fields, values):
+        v = _none_if_blank(v)
+        out[k] = None if (k in ZERO_MEANS_NONE and v == 0) else v
+    return out
+
+
 def start(name, preset, parent, *values, store=None):
     name = (name or "").strip()
     if not name:
         raise ConfigError("give the new checkpoint a name (letters, digits, '.', '_', '-')")
-    model = {k: _none_if_blank(v) for k, v in zip(MODEL_FIELDS, values[:len(MODEL_FIELDS)])}
-    train = {k: _none_if_blank(v) for k, v in zip(TRAIN_FIELDS, values[len(MODEL_FIELDS):])}
+    model = _form_values(MODEL_FIELDS, values[:len(MODEL_FIELDS)])
+    train = _form_values(TRAIN_FIELDS, values[len(MODEL_FIELDS):])
     base_model, base_train = get_preset(preset) if preset else (ModelConfig(), TrainConfig())
     model, train = {**base_model.to_dict(), **model}, {**base_train.to_dict(), **train}
     job_id = jobs.submit(name, None if parent else model, train, parent=parent or None,
