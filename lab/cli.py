@@ -11,19 +11,14 @@ import sys
 import time
 
 from lab.checkpoints import CheckpointError
-from lab.config import ConfigError, DecodeConfig, ModelConfig, TrainConfig, split_overrides
+from lab.config import ConfigError, DecodeConfig
 from lab.data import DataError
 from lab.generate import GenerationError
 from lab.registry import PluginError
 from lab.tokenizers import TokenizerError
+from lab.train import format_event
 
 USER_ERRORS = (ConfigError, CheckpointError, DataError, PluginError, TokenizerError, GenerationError)
-
-
-def _fmt_time(seconds: float) -> str:
-    seconds = int(seconds)
-    h, m, s = seconds // 3600, seconds // 60 % 60, seconds % 60
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
 def _print_json(obj) -> None:
@@ -48,61 +43,32 @@ def cmd_plugins(args):
         print(f"  {k:<12} {d}")
 
 
+def _read_config_file(path: str) -> dict:
+    try:
+        doc = json.loads(open(path).read())
+    except FileNotFoundError:
+        raise ConfigError(f"--config {path}: no such file") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--config {path} is not valid JSON: {e}") from None
+    if not isinstance(doc, dict) or not set(doc) <= {"model", "train"}:
+        raise ConfigError(f"--config {path}: expected a JSON object with 'model' and/or 'train' "
+                          f"objects (the keys of `python -m lab plugins`' configs)")
+    return doc
+
+
 def cmd_train(args):
     from lab import runs
-    from lab.presets import get as get_preset
-    model_cfg, train_cfg = get_preset(args.preset) if args.preset else (ModelConfig(), TrainConfig())
-    if args.config:
-        try:
-            doc = json.loads(open(args.config).read())
-        except FileNotFoundError:
-            raise ConfigError(f"--config {args.config}: no such file") from None
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"--config {args.config} is not valid JSON: {e}") from None
-        if not isinstance(doc, dict) or not set(doc) <= {"model", "train"}:
-            raise ConfigError(f"--config {args.config}: expected a JSON object with 'model' and/or "
-                              f"'train' objects (the keys of `python -m lab plugins`' configs)")
-        model_cfg = model_cfg.replace(**doc.get("model", {}))
-        train_cfg = train_cfg.replace(**doc.get("train", {}))
-    m_over, t_over = split_overrides(args.set or [], ModelConfig, TrainConfig)
-    if args.parent and m_over:
+    from lab.presets import configs
+    doc = _read_config_file(args.config) if args.config else None
+    model_cfg, train_cfg, changed = configs(args.preset, args.set, doc)
+    if args.parent and changed:
         raise ConfigError(f"--parent fine-tunes a stored model, whose architecture is fixed; "
-                          f"cannot --set {', '.join(m_over)}")
-    model_cfg, train_cfg = model_cfg.replace(**m_over), train_cfg.replace(**t_over)
+                          f"cannot --set {', '.join(changed)}")
     name = args.name or f"{args.preset or 'model'}-{time.strftime('%Y%m%d-%H%M%S')}"
     events = runs.train(name, None if args.parent else model_cfg, train_cfg, parent=args.parent,
                         preset=args.preset, data_dir=args.data_dir, store=args.store)
     for ev in events:
         print(json.dumps(ev) if args.json else format_event(ev, name), flush=True)
-
-
-def format_event(ev: dict, name: str = "") -> str:
-    """One human line per trainer event: progress with ETA, dev scores, the end."""
-    e = ev["event"]
-    if e == "data":
-        return (f"{ev['train_captions']} train / {ev['dev_captions']} dev captions, "
-                f"{ev['params'] / 1e6:.1f}M parameters; run dir {ev['run_dir']}")
-    if e == "start":
-        return f"training on {ev['device']}: {ev['epochs']} epochs x {ev['steps_per_epoch']} steps"
-    if e == "step":
-        pct = 100 * ev["step"] / ev["total_steps"]
-        return (f"epoch {ev['epoch']} step {ev['step']}/{ev['total_steps']} ({pct:.1f}%) "
-                f"loss {ev['train_loss']:.4f} {ev['tokens_per_s']:.0f} tok/s "
-                f"elapsed {_fmt_time(ev['elapsed_s'])} ETA {_fmt_time(ev['eta_s'])}")
-    if e == "eval":
-        return (f"epoch {ev['epoch']}: dev perplexity {ev['dev_perplexity']:.3f} "
-                f"(token-weighted {ev['dev_token_perplexity']:.3f})"
-                + (f" dev harmonic BLEU {ev['dev_harmonic_bleu']:.4f}" if "dev_harmonic_bleu" in ev else "")
-                + (" best, saved" if ev.get("best") else ""))
-    if e == "early_stop":
-        return f"early stop after epoch {ev['epoch']}: {ev['reason']}"
-    if e == "stopped":
-        return f"stopped at epoch {ev['epoch']}, step {ev['step']}" + (f": {ev['reason']}" if "reason" in ev else "")
-    if e == "done":
-        ppl = ev["best_dev_perplexity"]
-        return (f"done: best epoch {ev['best_epoch']}, dev perplexity "
-                f"{ppl:.3f}; checkpoint {name!r}" if ppl is not None else "done")
-    return json.dumps(ev)
 
 
 def _decode_cfg(args) -> DecodeConfig:
@@ -213,7 +179,7 @@ def cmd_attention(args):
     cap = attention.capture(ck.model, ck.tokenizer, args.text)
     if args.html:
         with open(args.html, "w") as f:
-            f.write(attention.bertviz_html(cap, args.view, asset_url=args.asset_url))
+            f.write(attention.bertviz_html(cap, args.view, asset_url=args.asset_url or str(attention.VENDOR_DIR)))
     if args.json:
         print(attention.to_json(cap))
     else:
@@ -248,11 +214,10 @@ def cmd_jobs(args):
             where = f"epoch {p.get('epoch', '-')} step {p.get('step', '-')}" if p else ""
             print(f"{j['id']:>4} {j['name']:<24} {j['status']:<12} {where} {j['error'] or ''}")
     elif args.action == "submit":
-        from lab.presets import get as get_preset
-        model_cfg, train_cfg = get_preset(args.preset) if args.preset else (ModelConfig(), TrainConfig())
-        m_over, t_over = split_overrides(args.set or [], ModelConfig, TrainConfig)
-        model = None if args.parent else model_cfg.replace(**m_over).to_dict()
-        job_id = jobs.submit(args.name, model, train_cfg.replace(**t_over).to_dict(),
+        from lab.presets import configs
+        model_cfg, train_cfg, _ = configs(args.preset, args.set)
+        model = None if args.parent else model_cfg.to_dict()
+        job_id = jobs.submit(args.name, model, train_cfg.to_dict(),
                              parent=args.parent, preset=args.preset, store=args.store)
         print(f"queued job {job_id}")
     elif args.action == "stop":
@@ -342,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text", required=True)
     p.add_argument("--view", default="head", choices=["head", "model"])
     p.add_argument("--html", help="write bertviz's view to this HTML file")
-    p.add_argument("--asset-url", dest="asset_url", default=str(__import__("lab.attention").attention.VENDOR_DIR),
+    p.add_argument("--asset-url", dest="asset_url",
                    help="where the HTML loads d3/jQuery/require.js from (default: the local copies)")
     p.add_argument("--json", action="store_true", help="print tokens and every attention matrix")
     p.set_defaults(fn=cmd_attention)

@@ -7,7 +7,8 @@ import time
 from lab import checkpoints, data
 from lab.config import ConfigError, DecodeConfig
 from lab.generate import sample_captions
-from lab.metrics import bleu, distinct_n, perplexity, sentence_nlls
+from lab.metrics import (bleu, bootstrap_indices, distinct_n, percentile_interval, perplexity,
+                         sentence_nlls)
 
 
 def bleu_tokens_of(texts_or_ids, tokenizer, kind: str):
@@ -63,17 +64,6 @@ def evaluate(checkpoint: str, split: str = "test", n: int = 5000, decode: Decode
 
 # ---------------------------------------------------------------- live evaluation on a subset
 
-def _boot_idx(n: int, n_boot: int, seed: int):
-    import torch
-    return torch.randint(n, (n_boot, n), generator=torch.Generator().manual_seed(seed))
-
-
-def _interval(stats) -> list[float]:
-    import torch
-    lo, hi = torch.quantile(stats.double(), torch.tensor([0.025, 0.975], dtype=torch.float64))
-    return [lo.item(), hi.item()]
-
-
 def choose_bleu_tokens(tokenizer_kinds: list[str], requested: str = "auto") -> str:
     """GPT-2 tokens when every model uses GPT-2 BPE (the assignment's numbers), words otherwise."""
     if requested == "auto":
@@ -100,7 +90,7 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     subset = [caps[i] for i in idx]
     kinds = [ck.tokenizer.kind for ck in models.values()]
     tokens = choose_bleu_tokens(kinds, bleu_tokens)
-    per_word = tokens == "words" or len(set(kinds)) > 1
+    per_word = len(set(kinds)) > 1          # per-sentence perplexities of different tokenizers differ in kind
     prepared = {}
     for name, ck in models.items():
         key = ck.tokenizer.kind if tokens == "gpt2" else "words"
@@ -138,7 +128,7 @@ def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: 
     from lab.metrics import References
     rows = {}
     m = len(next(iter(state.values()))["nll"])
-    idx = _boot_idx(m, n_boot, provenance["seed"])
+    idx = bootstrap_indices(m, n_boot, provenance["seed"])
     for name, s in state.items():
         nll = torch.tensor(s["nll"], dtype=torch.float64)
         fwd = torch.tensor(s["fwd"], dtype=torch.float64)
@@ -148,9 +138,9 @@ def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: 
         rows[name] = {
             "n": m,
             "perplexity": math.exp(nll.mean().item()),
-            "perplexity_ci": [math.exp(v) for v in _interval(nll[idx].mean(1))],
+            "perplexity_ci": [math.exp(v) for v in percentile_interval(nll[idx].mean(1))],
             "word_perplexity": math.exp(s["words_nll"] / s["words"]),
-            "forward_bleu": forward, "forward_bleu_ci": _interval(fwd[idx].mean(1)),
+            "forward_bleu": forward, "forward_bleu_ci": percentile_interval(fwd[idx].mean(1)),
             "backward_bleu": backward, "backward_n": len(s["refs"]),
             "harmonic_bleu": 2 * forward * backward / (forward + backward) if forward + backward else 0.0,
         }
@@ -163,9 +153,9 @@ def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: 
         d_ppl = (nb[idx].mean(1).exp() - na[idx].mean(1).exp())
         diffs.append({"model": other, "baseline": names[0],
                       "forward_bleu_diff": d_fwd.mean().item(),
-                      "forward_bleu_diff_ci": _interval(d_fwd[idx].mean(1)),
+                      "forward_bleu_diff_ci": percentile_interval(d_fwd[idx].mean(1)),
                       "perplexity_diff": rows[other]["perplexity"] - rows[names[0]]["perplexity"],
-                      "perplexity_diff_ci": _interval(d_ppl),
+                      "perplexity_diff_ci": percentile_interval(d_ppl),
                       "perplexity_comparable": not per_word})
     return {"done": done, "total": provenance["n"], "models": rows, "differences": diffs,
             "provenance": provenance}

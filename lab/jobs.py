@@ -204,7 +204,7 @@ def run_job(job_id: int, store=None, data_dir=None) -> str:
                             TrainConfig.from_dict(spec["train"]), parent=spec["parent"],
                             preset=spec.get("preset"), data_dir=data_dir, store=store,
                             should_stop=should_stop)
-        from lab.cli import format_event
+        from lab.train import format_event
         for ev in events:
             print(format_event(ev, job["name"]), flush=True)
             if ev["event"] == "stopped":

@@ -127,12 +127,18 @@ def distinct_n(token_lists: list[list], n: int) -> float:
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
-def bootstrap_ci(values: list[float], n_boot: int = 1000, seed: int = 0, alpha: float = 0.05,
-                 statistic=None) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean (or of `statistic` over a resampled index)."""
-    x = torch.tensor(values, dtype=torch.float64)
-    g = torch.Generator().manual_seed(seed)
-    idx = torch.randint(len(x), (n_boot, len(x)), generator=g)
-    stats = x[idx].mean(1) if statistic is None else torch.tensor([statistic(i) for i in idx])
-    lo, hi = torch.quantile(stats, torch.tensor([alpha / 2, 1 - alpha / 2], dtype=torch.float64))
+def bootstrap_indices(n: int, n_boot: int = 1000, seed: int = 0) -> torch.Tensor:
+    """(n_boot, n) resampled indices; reuse them across models for paired intervals."""
+    return torch.randint(n, (n_boot, n), generator=torch.Generator().manual_seed(seed))
+
+
+def percentile_interval(stats: torch.Tensor, alpha: float = 0.05) -> tuple[float, float]:
+    lo, hi = torch.quantile(stats.double(), torch.tensor([alpha / 2, 1 - alpha / 2], dtype=torch.float64))
     return lo.item(), hi.item()
+
+
+def bootstrap_ci(values: list[float], n_boot: int = 1000, seed: int = 0,
+                 alpha: float = 0.05) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean."""
+    x = torch.tensor(values, dtype=torch.float64)
+    return percentile_interval(x[bootstrap_indices(len(x), n_boot, seed)].mean(1), alpha)

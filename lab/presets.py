@@ -37,6 +37,19 @@ def tfmr_finetune():
     return ModelConfig(model="llama"), TrainConfig()
 
 
+def configs(preset: str | None = None, overrides: list[str] | None = None, doc: dict | None = None):
+    """Layered configs: the preset (defaults without one), then a config file's {"model": ...,
+    "train": ...}, then `key=value` overrides. Also returns the model keys changed by the file or
+    the overrides (a fine-tune cannot change them)."""
+    from lab.config import split_overrides
+    model_cfg, train_cfg = get(preset) if preset else (ModelConfig(), TrainConfig())
+    doc = doc or {}
+    m_over, t_over = split_overrides(overrides or [], ModelConfig, TrainConfig)
+    m_all = {**doc.get("model", {}), **m_over}
+    return (model_cfg.replace(**m_all), train_cfg.replace(**{**doc.get("train", {}), **t_over}),
+            sorted(m_all))
+
+
 def get(name: str) -> tuple[ModelConfig, TrainConfig]:
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; choose one of: {', '.join(sorted(PRESETS))}")

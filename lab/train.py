@@ -151,3 +151,38 @@ class Trainer:
         if self.cfg.early_stop == "bleu" and "dev_harmonic_bleu" in record:
             return record["dev_harmonic_bleu"] > best["dev_harmonic_bleu"]
         return record["dev_perplexity"] < best["dev_perplexity"]
+
+
+def _fmt_time(seconds: float) -> str:
+    seconds = int(seconds)
+    h, m, s = seconds // 3600, seconds // 60 % 60, seconds % 60
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def format_event(ev: dict, name: str = "") -> str:
+    """One human line per trainer event: progress with ETA, dev scores, the end."""
+    e = ev["event"]
+    if e == "data":
+        return (f"{ev['train_captions']} train / {ev['dev_captions']} dev captions, "
+                f"{ev['params'] / 1e6:.1f}M parameters; run dir {ev['run_dir']}")
+    if e == "start":
+        return f"training on {ev['device']}: {ev['epochs']} epochs x {ev['steps_per_epoch']} steps"
+    if e == "step":
+        pct = 100 * ev["step"] / ev["total_steps"]
+        return (f"epoch {ev['epoch']} step {ev['step']}/{ev['total_steps']} ({pct:.1f}%) "
+                f"loss {ev['train_loss']:.4f} {ev['tokens_per_s']:.0f} tok/s "
+                f"elapsed {_fmt_time(ev['elapsed_s'])} ETA {_fmt_time(ev['eta_s'])}")
+    if e == "eval":
+        return (f"epoch {ev['epoch']}: dev perplexity {ev['dev_perplexity']:.3f} "
+                f"(token-weighted {ev['dev_token_perplexity']:.3f})"
+                + (f" dev harmonic BLEU {ev['dev_harmonic_bleu']:.4f}" if "dev_harmonic_bleu" in ev else "")
+                + (" best, saved" if ev.get("best") else ""))
+    if e == "early_stop":
+        return f"early stop after epoch {ev['epoch']}: {ev['reason']}"
+    if e == "stopped":
+        return f"stopped at epoch {ev['epoch']}, step {ev['step']}" + (f": {ev['reason']}" if "reason" in ev else "")
+    if e == "done":
+        ppl = ev["best_dev_perplexity"]
+        return (f"done: best epoch {ev['best_epoch']}, dev perplexity "
+                f"{ppl:.3f}; checkpoint {name!r}" if ppl is not None else "done")
+    return json.dumps(ev)

@@ -85,3 +85,20 @@ def test_bootstrap_interval_contains_the_mean():
 
 def test_distinct_n():
     assert metrics.distinct_n([["a", "b"], ["a", "b"]], 1) == 0.5
+
+
+def test_live_evaluation_labels_perplexity_by_tokenizers_not_bleu_tokens(corpus_dir):
+    """Word BLEU for one GPT-2 model still shows the assignment's perplexity; intervals hold it."""
+    from lab import checkpoints
+    from lab.config import DecodeConfig
+    from lab.evaluate import evaluate_live
+    torch.manual_seed(0)
+    checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)), tokenizers.gpt2(), "m")
+    snaps = list(evaluate_live({"m": checkpoints.load("m")}, 40, DecodeConfig(max_new_tokens=8),
+                               bleu_tokens="words", chunk=20, n_boot=100))
+    assert [s["done"] for s in snaps] == [20, 40]
+    last = snaps[-1]
+    assert last["provenance"]["perplexity_shown"] == "per sentence (assignment)"
+    assert last["provenance"]["bleu_tokens"] == "words"
+    r = last["models"]["m"]
+    assert r["perplexity_ci"][0] < r["perplexity"] < r["perplexity_ci"][1]

@@ -45,7 +45,7 @@ def captions_table(columns: list[tuple[str, str, list[str]]]) -> str:
 
 def compare(checkpoints_chosen, decoder, temperature, top_k, top_p, num_beams, seed, prefix, n,
             per_model, per_model_rows, store=None):
-    if not checkpoints_chosen or len(checkpoints_chosen) < 1:
+    if not checkpoints_chosen:
         raise ConfigError("choose at least one checkpoint (two or more to compare)")
     n = int(n)
     if not 1 <= n <= 200:

@@ -11,7 +11,7 @@ import gradio as gr
 
 from lab import checkpoints, jobs
 from lab.config import ConfigError, ModelConfig, TrainConfig
-from lab.presets import PRESETS, get as get_preset
+from lab.presets import PRESETS, configs, get as get_preset
 from lab.registry import ATTENTION, MLP, MODELS, NORMS, POSITIONAL, load_plugins
 from lab.runs import run_dir_for
 from lab.cli import USER_ERRORS
@@ -68,9 +68,9 @@ def start(name, preset, parent, *values, store=None):
         raise ConfigError("give the new checkpoint a name (letters, digits, '.', '_', '-')")
     model = _form_values(MODEL_FIELDS, values[:len(MODEL_FIELDS)])
     train = _form_values(TRAIN_FIELDS, values[len(MODEL_FIELDS):])
-    base_model, base_train = get_preset(preset) if preset else (ModelConfig(), TrainConfig())
-    model, train = {**base_model.to_dict(), **model}, {**base_train.to_dict(), **train}
-    job_id = jobs.submit(name, None if parent else model, train, parent=parent or None,
+    model_cfg, train_cfg, _ = configs(preset or None, doc={"model": model, "train": train})
+    job_id = jobs.submit(name, None if parent else model_cfg.to_dict(), train_cfg.to_dict(),
+                         parent=parent or None,
                          preset=preset or None, store=store)
     return gr.update(choices=job_choices(store), value=str(job_id)), f"Queued job {job_id} ({name})."
 
