@@ -1,7 +1,9 @@
 """The checkpoint store: list, load, save, import (HF GPT-2), export.
 
 A checkpoint is a directory: `config.json` (model config and provenance: source, layers picked,
-parent checkpoint, training config), `model.safetensors`, the tokenizer files, `metrics.json`.
+parent checkpoint, training config), `model.safetensors`, the tokenizer files, `metrics.json`, and
+for a checkpoint written by the trainer `train_state.safetensors`: the optimizer's moments and
+where training stood (epoch, step, best dev record), so a stopped run resumes exactly.
 Weights never go through pickle. A checkpoint is written to a temporary directory and renamed into
 place, so a crash never leaves a half-written one.
 """
@@ -23,6 +25,7 @@ from lab.config import ConfigError, ModelConfig
 from lab.data import PROJECT_ROOT
 
 CONFIG_FILE, WEIGHTS_FILE, METRICS_FILE = "config.json", "model.safetensors", "metrics.json"
+TRAIN_STATE_FILE = "train_state.safetensors"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -150,8 +153,9 @@ def load_state(model: torch.nn.Module, state: dict, where: str) -> None:
 
 
 def save(model, tokenizer, name: str, store=None, provenance: dict | None = None,
-         metrics: dict | None = None, overwrite: bool = False) -> Path:
-    """Write a checkpoint atomically: a temporary directory, then one rename into place."""
+         metrics: dict | None = None, overwrite: bool = False, train_state: dict | None = None) -> Path:
+    """Write a checkpoint atomically: a temporary directory, then one rename into place.
+    train_state: {"optimizer": optimizer.state_dict(), ...JSON-able fields} (see load_train_state)."""
     from safetensors.torch import save_file
     check_name(name)
     root = store_dir(store)
@@ -171,6 +175,8 @@ def save(model, tokenizer, name: str, store=None, provenance: dict | None = None
         (tmp / CONFIG_FILE).write_text(json.dumps(doc, indent=2))
         (tmp / METRICS_FILE).write_text(json.dumps(metrics or {}, indent=2))
         tokenizer.save(tmp)
+        if train_state is not None:
+            _save_train_state(train_state, tmp / TRAIN_STATE_FILE)
         if final.exists():     # overwrite: move the old one aside, swap, then drop it
             old = root / f".old-{name}-{uuid.uuid4().hex[:8]}"
             os.replace(final, old)
@@ -182,6 +188,46 @@ def save(model, tokenizer, name: str, store=None, provenance: dict | None = None
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def _save_train_state(train_state: dict, path: Path) -> None:
+    """Optimizer tensors flat in safetensors (`state.<param>.<key>`); the param groups, any
+    non-tensor state and the rest of train_state as JSON metadata. No pickle."""
+    from safetensors.torch import save_file
+    opt = train_state["optimizer"]
+    tensors, scalars = {}, {}
+    for pid, st in opt["state"].items():
+        for key, value in st.items():
+            if torch.is_tensor(value):
+                tensors[f"state.{pid}.{key}"] = value.detach().contiguous().cpu()
+            else:
+                scalars[f"{pid}.{key}"] = value
+    meta = {k: v for k, v in train_state.items() if k != "optimizer"}
+    meta |= {"param_groups": opt["param_groups"], "scalars": scalars}
+    save_file(tensors, str(path), metadata={"train_state": json.dumps(meta)})
+
+
+def load_train_state(name: str, store=None) -> dict | None:
+    """Where training stood when the checkpoint was saved, or None if it holds no training state
+    (imported, or saved by something other than the trainer)."""
+    from safetensors import SafetensorError, safe_open
+    path = resolve(name, store) / TRAIN_STATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        with safe_open(str(path), "pt") as f:
+            meta = json.loads(f.metadata()["train_state"])
+            state: dict = {}
+            for key in f.keys():
+                _, pid, k = key.split(".", 2)
+                state.setdefault(int(pid), {})[k] = f.get_tensor(key)
+    except (SafetensorError, OSError, KeyError, ValueError) as e:
+        raise CheckpointError(f"{path} cannot be read ({e}); the file is truncated or corrupt") from None
+    for key, value in meta.pop("scalars").items():
+        pid, k = key.split(".", 1)
+        state.setdefault(int(pid), {})[k] = value
+    meta["optimizer"] = {"state": state, "param_groups": meta.pop("param_groups")}
+    return meta
 
 
 def update_metrics(name: str, updates: dict, store=None) -> None:

@@ -59,6 +59,8 @@ def _read_config_file(path: str) -> dict:
 def cmd_train(args):
     from lab import runs
     from lab.presets import configs
+    if args.resume:
+        return _resume_training(args)
     doc = _read_config_file(args.config) if args.config else None
     model_cfg, train_cfg, changed = configs(args.preset, args.set, doc)
     if args.parent and changed:
@@ -69,6 +71,25 @@ def cmd_train(args):
                         preset=args.preset, data_dir=args.data_dir, store=args.store)
     for ev in events:
         print(json.dumps(ev) if args.json else format_event(ev, name), flush=True)
+
+
+def _resume_training(args):
+    """Go on with a checkpoint's run: its saved training settings, then any --set."""
+    from lab import checkpoints, runs
+    from lab.config import ModelConfig, TrainConfig, split_overrides
+    clash = [flag for flag, v in (("--preset", args.preset), ("--config", args.config),
+                                  ("--parent", args.parent), ("--name", args.name)) if v]
+    if clash:
+        raise ConfigError(f"--resume goes on with the checkpoint's own run; drop {', '.join(clash)} "
+                          f"(change training settings with --set, e.g. --set epochs=30)")
+    m_over, t_over = split_overrides(args.set or [], ModelConfig, TrainConfig)
+    if m_over:
+        raise ConfigError(f"--resume cannot change the model's architecture ({', '.join(sorted(m_over))})")
+    info = checkpoints.info(args.resume, args.store)
+    train_cfg = TrainConfig.from_dict(info.get("train") or {}).replace(**t_over)
+    for ev in runs.train(args.resume, None, train_cfg, preset=info.get("preset"), resume=True,
+                         data_dir=args.data_dir, store=args.store):
+        print(json.dumps(ev) if args.json else format_event(ev, args.resume), flush=True)
 
 
 def _decode_cfg(args) -> DecodeConfig:
@@ -254,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one field")
     p.add_argument("--name", help="checkpoint name (default: preset and time)")
     p.add_argument("--parent", help="fine-tune this stored checkpoint instead of a new model")
+    p.add_argument("--resume", metavar="NAME", help="go on with this checkpoint's run where it "
+                   "stopped (optimizer state, epoch, best score); --set epochs=N to train longer")
     p.add_argument("--data-dir", help="caption corpus (default $LAB_DATA_DIR or ../shared/data/...)")
     p.add_argument("--json", action="store_true", help="print one JSON event per line")
     p.set_defaults(fn=cmd_train)

@@ -200,6 +200,8 @@ class TrainConfig(_Config):
     max_dev_captions: int | None = None    # use only the first N dev captions
     train_layers: str = "all"         # "all", or comma-separated 1-based blocks that train
     log_every: int = 20               # steps between logged training losses
+    eval_every: int = 0               # steps between extra dev evaluations inside an epoch (0: none);
+                                      # they draw the curve, only the epoch's end saves or stops
     device: str = "auto"              # "auto" (CUDA when present), "cpu" or "cuda"
 
     def validate(self) -> None:
@@ -211,6 +213,9 @@ class TrainConfig(_Config):
             v = getattr(self, n)
             if v is not None and v < 1:
                 raise ConfigError(f"{n} must be at least 1 (or unset for all), got {v}")
+        if self.eval_every < 0:
+            raise ConfigError(f"eval_every must be 0 (only at the end of each epoch) or a number "
+                              f"of steps, got {self.eval_every}")
         if self.patience < 1:
             raise ConfigError(f"patience must be at least 1, got {self.patience}")
         if self.device not in ("auto", "cpu", "cuda"):

@@ -7,7 +7,7 @@ its run directory. Closing the browser never touches a job; a job whose process 
 `interrupted` and can be resumed from its last checkpoint.
 
 States: queued -> running -> done | failed | stopped | interrupted. `resume` queues a new run that
-continues from the job's best checkpoint (weights; the optimizer starts afresh).
+goes on from the job's last (best) checkpoint: weights, Adam moments, epoch, step and best dev score.
 """
 from __future__ import annotations
 
@@ -85,6 +85,8 @@ def validate_spec(name: str, model: dict | None, train: dict, parent: str | None
 def submit(name: str, model: dict | None, train: dict, parent: str | None = None,
            preset: str | None = None, store=None, resumed_from: int | None = None) -> int:
     spec = validate_spec(name, model, train, parent) | {"preset": preset}
+    if resumed_from is not None:            # go on with checkpoint `name` itself
+        spec |= {"parent": None, "model": None, "resume": True}
     with connect(store) as con:
         busy = con.execute("SELECT id FROM jobs WHERE name=? AND status IN ('queued','running')",
                            (name,)).fetchone()
@@ -134,9 +136,9 @@ def resume(job_id: int, store=None) -> int:
     name = job["name"]
     if name not in checkpoints.names(store):
         raise ConfigError(f"job {job_id} wrote no checkpoint before it ended; start it again instead")
-    done_epochs = checkpoints.info(name, store)["metrics"].get("epoch", 0)
-    train = dict(job["spec"]["train"])
-    train["epochs"] = max(1, train["epochs"] - done_epochs)
+    from lab.runs import _resume_state
+    train = job["spec"]["train"]
+    _resume_state(name, TrainConfig.from_dict(train), store)     # refuse now, not in the worker
     return submit(name, None, train, parent=name, preset=job["spec"].get("preset"), store=store,
                   resumed_from=job_id)
 
@@ -203,7 +205,7 @@ def run_job(job_id: int, store=None, data_dir=None) -> str:
         events = runs.train(job["name"], spec["model"] and ModelConfig.from_dict(spec["model"]),
                             TrainConfig.from_dict(spec["train"]), parent=spec["parent"],
                             preset=spec.get("preset"), data_dir=data_dir, store=store,
-                            should_stop=should_stop)
+                            should_stop=should_stop, resume=spec.get("resume", False))
         from lab.train import format_event
         for ev in events:
             print(format_event(ev, job["name"]), flush=True)

@@ -3,7 +3,8 @@
 `Trainer.run()` is a generator of metric dicts (`{"event": "step" | "eval" | "best" | "done", ...}`);
 the CLI prints them, the job worker writes them to the ledger. Every dict also goes to
 `metrics.jsonl` and TensorBoard event files in the run directory. Callbacks get the dicts too;
-`on_best` receives control when dev improves (the caller saves the checkpoint).
+`on_best(record, train_state)` receives control when dev improves (the caller saves the checkpoint;
+train_state holds the optimizer state and where training stands, and `resume=` takes it back).
 `should_stop()` is polled every step: "now" stops at once, "after_checkpoint" (or any other true
 value) after the current epoch's evaluation and checkpoint.
 """
@@ -53,8 +54,11 @@ class Trainer:
     def __init__(self, model, train_seqs: list[list[int]], dev_seqs: list[list[int]], pad_id: int,
                  cfg: TrainConfig, run_dir: Path, on_best: Callable[[dict], None] | None = None,
                  dev_bleu: Callable[[torch.nn.Module], float] | None = None,
-                 should_stop: Callable[[], bool] | None = None):
+                 should_stop: Callable[[], bool] | None = None, dev_words: list[int] | None = None,
+                 resume: dict | None = None):
         self.model, self.train_seqs, self.dev_seqs, self.pad_id = model, train_seqs, dev_seqs, pad_id
+        self.dev_words = dev_words      # words per dev caption: adds a per-word dev perplexity
+        self.resume = resume            # a checkpoint's train state: go on where it stood
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.on_best, self.dev_bleu = on_best, dev_bleu
         self.should_stop = should_stop or (lambda: None)
@@ -80,12 +84,21 @@ class Trainer:
         writer = SummaryWriter(str(self.run_dir / "tb"))
         steps_per_epoch = math.ceil(len(self.train_seqs) / cfg.batch_size)
         total_steps = steps_per_epoch * cfg.epochs
-        best, bad_epochs, step, t_start = None, 0, 0, time.time()
+        first_epoch, step, best, bad_epochs = 1, 0, None, 0
+        if self.resume:
+            try:
+                opt.load_state_dict(self.resume["optimizer"])
+            except (ValueError, KeyError) as e:
+                raise ConfigError(f"the saved optimizer state does not fit this run ({e}); resume "
+                                  f"with the training settings it was saved with") from None
+            first_epoch, step = self.resume["epoch"] + 1, self.resume["step"]
+            best, bad_epochs = self.resume["best"], self.resume.get("bad_epochs", 0)
+        first_step, t_start = step, time.time()
         yield self._log({"event": "start", "epochs": cfg.epochs, "steps_per_epoch": steps_per_epoch,
-                         "trainable_params": sum(p.numel() for p in params),
+                         "first_epoch": first_epoch, "trainable_params": sum(p.numel() for p in params),
                          "device": str(self.device)}, writer)
         try:
-            for epoch in range(1, cfg.epochs + 1):
+            for epoch in range(first_epoch, cfg.epochs + 1):
                 model.train()
                 g = torch.Generator().manual_seed(cfg.seed * 1000 + epoch)
                 run_loss, run_n, tokens, t_log = 0.0, 0, 0, time.time()
@@ -110,14 +123,18 @@ class Trainer:
                             "train_loss": run_loss / run_n,
                             "tokens_per_s": tokens / max(time.time() - t_log, 1e-9),
                             "elapsed_s": elapsed,
-                            "eta_s": elapsed / step * (total_steps - step)}, writer)
+                            "eta_s": elapsed / (step - first_step) * (total_steps - step)}, writer)
                         run_loss, run_n, tokens, t_log = 0.0, 0, 0, time.time()
+                    if cfg.eval_every and step % cfg.eval_every == 0 and step % steps_per_epoch:
+                        yield self._log(self._evaluate(epoch, step) | {"total_steps": total_steps,
+                                                                       "mid_epoch": True}, writer)
                 record = self._evaluate(epoch, step) | {"total_steps": total_steps}
                 improved = best is None or self._better(record, best)
                 if improved:
                     best, bad_epochs = record, 0
                     if self.on_best:
-                        self.on_best(record)
+                        self.on_best(record, {"optimizer": opt.state_dict(), "epoch": epoch,
+                                              "step": step, "best": record, "bad_epochs": 0})
                     record["best"] = True
                 else:
                     bad_epochs += 1
@@ -139,9 +156,12 @@ class Trainer:
 
     def _evaluate(self, epoch: int, step: int) -> dict:
         t0 = time.time()
-        ppl = perplexity(self.model, self.dev_seqs, self.pad_id, self.cfg.eval_batch_size, self.device)
+        ppl = perplexity(self.model, self.dev_seqs, self.pad_id, self.cfg.eval_batch_size, self.device,
+                         n_words=self.dev_words)
         record = {"event": "eval", "epoch": epoch, "step": step, "dev_loss": ppl["loss"],
                   "dev_perplexity": ppl["perplexity"], "dev_token_perplexity": ppl["token_perplexity"]}
+        if "word_perplexity" in ppl:
+            record["dev_word_perplexity"] = ppl["word_perplexity"]
         if self.cfg.early_stop == "bleu" and self.dev_bleu is not None:
             record["dev_harmonic_bleu"] = self.dev_bleu(self.model)
         record["eval_s"] = time.time() - t0
@@ -173,8 +193,10 @@ def format_event(ev: dict, name: str = "") -> str:
                 f"loss {ev['train_loss']:.4f} {ev['tokens_per_s']:.0f} tok/s "
                 f"elapsed {_fmt_time(ev['elapsed_s'])} ETA {_fmt_time(ev['eta_s'])}")
     if e == "eval":
-        return (f"epoch {ev['epoch']}: dev perplexity {ev['dev_perplexity']:.3f} "
-                f"(token-weighted {ev['dev_token_perplexity']:.3f})"
+        return (f"{'step ' + str(ev['step']) if ev.get('mid_epoch') else 'epoch ' + str(ev['epoch'])}: "
+                f"dev perplexity {ev['dev_perplexity']:.3f} "
+                f"(token-weighted {ev['dev_token_perplexity']:.3f}"
+                + (f", per word {ev['dev_word_perplexity']:.3f}" if "dev_word_perplexity" in ev else "") + ")"
                 + (f" dev harmonic BLEU {ev['dev_harmonic_bleu']:.4f}" if "dev_harmonic_bleu" in ev else "")
                 + (" best, saved" if ev.get("best") else ""))
     if e == "early_stop":

@@ -75,6 +75,9 @@ def test_plugins_json():
     (["train", "--preset", "nope"], "unknown preset 'nope'"),
     (["train", "--preset", "tiny", "--data-dir", "/nonexistent"], "caption corpus not found"),
     (["generate", "--checkpoint", "missing"], "no checkpoint 'missing'"),
+    (["train", "--resume", "missing"], "no checkpoint 'missing'"),
+    (["train", "--resume", "x", "--preset", "tiny"], "drop --preset"),
+    (["train", "--resume", "x", "--set", "n_layer=3"], "cannot change the model's architecture"),
     (["generate", "--checkpoint", "x", "--temperature", "-1"], "temperature must be positive"),
 ])
 def test_user_errors_are_one_line(args, message):
@@ -117,3 +120,17 @@ def test_config_json_and_bleu_early_stop(tmp_path):
     assert info["model"]["norm"] == "rmsnorm" and info["train"]["early_stop"] == "bleu"
     out = lab("train", "--config", str(tmp_path / "missing.json"), check=False)
     assert out.returncode == 2 and "no such file" in out.stderr
+
+
+def test_resume_from_the_command_line(trained, tmp_path):
+    """`train --resume NAME --set epochs=3` goes on with the saved run for one more epoch."""
+    import shutil
+    store = tmp_path / "store"
+    shutil.copytree(trained[0], store)
+    events = [json.loads(e) for e in lab("--store", str(store), "train", "--resume", "tiny", "--set",
+                                         "epochs=3", "--json").stdout.splitlines()]
+    assert [e["epoch"] for e in events if e["event"] == "eval"] == [3]
+    info = json.loads(lab("--store", str(store), "checkpoints", "--json").stdout)[0]
+    assert info["metrics"]["epoch"] == 3 and info["train"]["max_train_captions"] == 300
+    again = lab("--store", str(store), "train", "--resume", "tiny", check=False)
+    assert again.returncode == 2 and "already trained 3 of 3 epochs" in again.stderr

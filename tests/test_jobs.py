@@ -60,7 +60,8 @@ def test_stop_now_and_resume_after_a_crash():
     assert job["status"] == "interrupted"
     new_id = jobs.resume(job_id)
     resumed = jobs.get(new_id)
-    assert resumed["spec"]["parent"] == "crashy" and resumed["resumed_from"] == job_id
+    assert resumed["spec"]["resume"] and resumed["resumed_from"] == job_id
+    assert resumed["spec"]["train"]["epochs"] == 20           # the same run, going on
     _wait(new_id, ("running",), worker=worker)
     jobs.request_stop(new_id, "now")
     job = _wait(new_id, jobs.FINAL, worker=worker)

@@ -102,3 +102,18 @@ def test_live_evaluation_labels_perplexity_by_tokenizers_not_bleu_tokens(corpus_
     assert last["provenance"]["bleu_tokens"] == "words"
     r = last["models"]["m"]
     assert r["perplexity_ci"][0] < r["perplexity"] < r["perplexity_ci"][1]
+
+
+def test_evaluate_can_skip_either_half(corpus_dir):
+    """Perplexity alone needs no BLEU token choice; BLEU alone skips the split's forward pass."""
+    from lab import checkpoints
+    from lab.config import DecodeConfig
+    from lab.evaluate import evaluate
+    torch.manual_seed(0)
+    checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)), tokenizers.gpt2(), "m")
+    ppl_only = evaluate("m", split="dev", skip_bleu=True, bleu_tokens="no such kind")
+    assert "bleu" not in ppl_only and ppl_only["perplexity"]["sentences"] == 5000
+    bleu_only = evaluate("m", split="dev", n=20, decode=DecodeConfig(max_new_tokens=8),
+                         skip_perplexity=True)
+    assert "perplexity" not in bleu_only and bleu_only["provenance"]["n"] == 20
+    assert 0.0 <= bleu_only["bleu"]["harmonic"] <= 1.0

@@ -142,6 +142,23 @@ def test_top_p_keeps_the_token_that_crosses_p():
     assert drawn == {0, 1}      # 0.5 < 0.6, so the nucleus is {0.5, 0.3}
 
 
+@pytest.mark.parametrize("cut", [1, 4, 256])
+def test_top_p_partial_cut_keeps_the_same_nucleus_as_a_full_sort(cut):
+    """Peaked rows are settled inside the cut, flat rows fall back to the full sort; either way the
+    nucleus is the one a sort of the whole vocabulary gives."""
+    from plugins.decoders.top_p import nucleus_drop
+    g = torch.Generator().manual_seed(0)
+    scale = torch.tensor([0.1, 1.0, 4.0, 12.0]).repeat_interleave(8)[:, None]
+    logits = torch.randn(32, 5000, generator=g) * scale
+    for p in (0.3, 0.9, 0.99):
+        probs, order = torch.softmax(logits, -1).sort(descending=True)
+        before = probs.cumsum(-1) - probs                  # mass strictly before each token
+        keep_sorted = before <= p
+        keep_sorted[:, 0] = True
+        expected = ~keep_sorted.scatter(1, order, keep_sorted)
+        assert torch.equal(nucleus_drop(logits, p, cut), expected)
+
+
 def test_beam_with_one_beam_is_greedy():
     model = _model({})
     greedy = generate(model, [[96, 1]], DecodeConfig(decoder="greedy", max_new_tokens=6), 96)
