@@ -142,7 +142,6 @@ def _span(layers: list[int]) -> str:
 
 
 def figure(results: dict):
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
     fig = make_subplots(rows=1, cols=2, subplot_titles=(
         "dev perplexity per word (1,000 dev captions)", "train loss (per token of each model's own tokenizer)"))

@@ -23,13 +23,14 @@ import torch
 from lab import tokenizers
 from lab.config import ConfigError, ModelConfig
 from lab.data import PROJECT_ROOT
+from lab.errors import LabError
 
 CONFIG_FILE, WEIGHTS_FILE, METRICS_FILE = "config.json", "model.safetensors", "metrics.json"
 TRAIN_STATE_FILE = "train_state.safetensors"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(LabError):
     pass
 
 

@@ -10,16 +10,9 @@ import json
 import sys
 import time
 
-from lab.checkpoints import CheckpointError
 from lab.config import ConfigError, DecodeConfig
-from lab.data import DataError
-from lab.generate import GenerationError
-from lab.registry import PluginError
-from lab.tokenizers import TokenizerError
+from lab.errors import LabError
 from lab.train import format_event
-
-USER_ERRORS = (ConfigError, CheckpointError, DataError, PluginError, TokenizerError, GenerationError)
-
 
 def _print_json(obj) -> None:
     print(json.dumps(obj, indent=2, default=str))
@@ -367,7 +360,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.fn(args)
-    except USER_ERRORS as e:
+    except LabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -10,11 +10,13 @@ import dataclasses
 import json
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from lab.errors import LabError
 
-class ConfigError(ValueError):
+
+class ConfigError(LabError):
     """A config value a person can fix: the message says which key, what it was, what is right."""
 
 

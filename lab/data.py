@@ -14,12 +14,14 @@ from pathlib import Path
 
 import torch
 
+from lab.errors import LabError
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA_DIR = PROJECT_ROOT.parent / "shared" / "data" / "coco-captions-hw3"
 SPLITS = ("train", "dev", "test")
 
 
-class DataError(ValueError):
+class DataError(LabError):
     pass
 
 

@@ -84,7 +84,6 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     models: {name: Checkpoint}. Forward BLEU scores each generated caption against the *full*
     reference set (an unbiased estimate of the full figure); backward BLEU uses the n references
     of the subset against the n captions generated so far, and carries that n."""
-    import torch
     from lab.metrics import References
     if n < 1:
         raise ConfigError(f"subset size must be at least 1, got {n}")

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 import torch
 
 from lab.config import DecodeConfig
+from lab.errors import LabError
 from lab.registry import DECODERS, load_plugins
 
 
-class GenerationError(ValueError):
+class GenerationError(LabError):
     pass
 
 

@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Callable
 
+from lab.errors import LabError
+
 ENTRY_POINT_GROUP = "tfmr_lab.plugins"
 
 
-class PluginError(ValueError):
+class PluginError(LabError):
     """An unknown plugin name or a bad plugin registration."""
 
 

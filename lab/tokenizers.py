@@ -11,6 +11,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+from lab.errors import LabError
+
 GPT2_SHA256 = {
     "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
     "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
@@ -18,7 +20,7 @@ GPT2_SHA256 = {
 TOKENIZER_META = "lab_tokenizer.json"
 
 
-class TokenizerError(ValueError):
+class TokenizerError(LabError):
     pass
 
 

@@ -33,7 +33,10 @@ def rows(store=None) -> list[list]:
 
 
 def details(name, store=None):
-    return checkpoints.info(need(name, "a checkpoint"), store)
+    info = checkpoints.info(need(name, "a checkpoint"), store)
+    # gradio_client takes any dict with a "path" key for a file to download: name it otherwise
+    info["directory"] = info.pop("path")
+    return info
 
 
 def import_gpt2(path, layers, name, store=None):

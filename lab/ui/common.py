@@ -12,8 +12,8 @@ from pathlib import Path
 import gradio as gr
 
 from lab import checkpoints
-from lab.cli import USER_ERRORS
 from lab.config import ConfigError, DecodeConfig
+from lab.errors import LabError
 from lab.registry import DECODERS, load_plugins
 
 log = logging.getLogger("lab.ui")
@@ -56,7 +56,7 @@ MODELS = ModelCache()
 
 
 def _message(e: Exception) -> str:
-    if isinstance(e, USER_ERRORS):
+    if isinstance(e, LabError):
         return str(e)
     log.exception("unexpected error in a UI callback")
     return f"Something went wrong ({type(e).__name__}: {e}). The server log has the details."

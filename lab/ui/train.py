@@ -4,23 +4,22 @@ checkpoint it keeps. Jobs live in the durable ledger, so a reload re-attaches.""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import gradio as gr
 
 from lab import checkpoints, jobs
 from lab.config import ConfigError, ModelConfig, TrainConfig
+from lab.errors import LabError
 from lab.presets import PRESETS, configs, get as get_preset
 from lab.registry import ATTENTION, MLP, MODELS, NORMS, POSITIONAL, load_plugins
 from lab.runs import run_dir_for
-from lab.cli import USER_ERRORS
 from lab.ui.common import Context, friendly
 
 MODEL_FIELDS = ["model", "n_layer", "n_head", "n_embd", "kv_groups", "n_positions", "norm",
                 "norm_position", "attention", "positional", "mlp", "tie_embeddings", "dropout"]
 TRAIN_FIELDS = ["epochs", "batch_size", "lr", "seed", "shuffle", "early_stop", "patience",
-                "max_train_captions", "train_layers", "device"]
+                "eval_every", "max_train_captions", "train_layers", "device"]
 
 
 def _field_component(cls, name, value):
@@ -41,13 +40,17 @@ def _field_component(cls, name, value):
     if name in ("train_layers",):
         return gr.Textbox(value, label=name, info="'all' or 1-based blocks, e.g. 1,3")
     if f.type in ("int", "int | None"):
-        return gr.Number(value, label=name, precision=0, info=ZERO_MEANS_NONE.get(name))
+        return gr.Number(value, label=name, precision=0,
+                         info=ZERO_MEANS_NONE.get(name) or BLANK_MEANS_ZERO.get(name))
     return gr.Number(value, label=name)
 
 
 # optional numbers: the form shows them empty, and an empty Number can come back as 0
 ZERO_MEANS_NONE = {"kv_groups": "0 or blank: as many as n_head",
                    "max_train_captions": "0 or blank: all of them"}
+
+
+BLANK_MEANS_ZERO = {"eval_every": "steps between extra dev evaluations; 0 or blank: each epoch's end"}
 
 
 def _none_if_blank(v):
@@ -58,7 +61,7 @@ def _form_values(fields, values) -> dict:
     out = {}
     for k, v in zip(fields, values):
         v = _none_if_blank(v)
-        out[k] = None if (k in ZERO_MEANS_NONE and v == 0) else v
+        out[k] = None if (k in ZERO_MEANS_NONE and v == 0) else 0 if (k in BLANK_MEANS_ZERO and v is None) else v
     return out
 
 
@@ -94,7 +97,8 @@ def progress_html(job: dict) -> str:
         text = (f"{status}: epoch {p['epoch']}, step {p['step']}/{p['total_steps']}, "
                 f"train loss {p['train_loss']:.3f}, elapsed {_fmt(p['elapsed_s'])}, ETA {_fmt(p['eta_s'])}")
     elif p.get("event") == "eval":
-        text = f"{status}: epoch {p['epoch']} dev perplexity {p['dev_perplexity']:.2f}"
+        where = f"step {p['step']}" if p.get("mid_epoch") else f"epoch {p['epoch']}"
+        text = f"{status}: {where} dev perplexity {p['dev_perplexity']:.2f}"
     if status == "done":
         frac = 1.0
     if job["error"]:
@@ -221,7 +225,7 @@ def build(ctx: Context):
         """A refused value stays written under the button (a toast alone is easy to miss)."""
         try:
             return start(*args, store=ctx.store)
-        except USER_ERRORS as e:
+        except LabError as e:
             return gr.skip(), f"**Not queued:** {e}"
     go.click(friendly(start_or_refuse),
              [name, preset, parent, *model_inputs, *train_inputs], [job, message], api_name="start_job")

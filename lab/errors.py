@@ -1,0 +1,7 @@
+"""The one base class of every error a user's input can cause (a bad config value, a missing
+checkpoint, a corrupt file, an unknown plugin). The CLI prints it as one line and exits 2, the UI
+shows it as one message; any other exception is a bug and keeps its traceback for the log."""
+
+
+class LabError(ValueError):
+    """Bad input, said in one line: what was wrong, which value, what is right."""
