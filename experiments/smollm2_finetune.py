@@ -174,6 +174,7 @@ def main() -> None:
     p.add_argument("--n-bleu", type=int, default=1000, help="test captions generated and references")
     p.add_argument("--redo", action="store_true", help="run again even if results.json has the run")
     p.add_argument("--report", action="store_true", help="only print the table and redraw the figure")
+    p.add_argument("--png", type=Path, help="also save the figure as this PNG (Chromium draws it)")
     args = p.parse_args()
     OUT = args.out
     OUT.mkdir(parents=True, exist_ok=True)
@@ -191,6 +192,22 @@ def main() -> None:
     print(report(results))
     figure(results).write_html(OUT / "curves.html", include_plotlyjs=True)
     print(f"figure: {OUT / 'curves.html'}")
+    if args.png:
+        render_png(OUT / "curves.html", args.png)
+        print(f"picture: {args.png}")
+
+
+def render_png(html: Path, png: Path) -> None:
+    """The figure as a picture, drawn by Debian's Chromium (plotly.js is inline: nothing is fetched)."""
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1120, "height": 440})
+        page.goto(html.resolve().as_uri())
+        page.wait_for_selector(".main-svg")
+        page.screenshot(path=str(png), full_page=True)
+        browser.close()
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def trainable_parameters(model, train_layers: str) -> list[torch.nn.Parameter]:
 
 class Trainer:
     def __init__(self, model, train_seqs: list[list[int]], dev_seqs: list[list[int]], pad_id: int,
-                 cfg: TrainConfig, run_dir: Path, on_best: Callable[[dict], None] | None = None,
+                 cfg: TrainConfig, run_dir: Path, on_best: Callable[[dict, dict], None] | None = None,
                  dev_bleu: Callable[[torch.nn.Module], float] | None = None,
                  should_stop: Callable[[], bool] | None = None, dev_words: list[int] | None = None,
                  resume: dict | None = None):

@@ -1,4 +1,5 @@
 """The durable job ledger and the worker, with real child processes on the real corpus."""
+import json
 import os
 import signal
 import time
@@ -73,3 +74,18 @@ def test_stop_a_queued_job():
     assert jobs.request_stop(job_id)["status"] == "stopped"
     with pytest.raises(ConfigError, match="only queued or running jobs stop"):
         jobs.request_stop(job_id)
+
+
+def test_train_tab_reads_only_new_metric_lines(tmp_path):
+    """The Train tab's 2-second poll parses what was appended since the last one; a half-written
+    line waits for its end; a file started afresh is read from the top."""
+    from lab.ui.train import _Curve
+    path, curve = tmp_path / "metrics.jsonl", _Curve()
+    path.write_text(json.dumps({"event": "step", "step": 20, "train_loss": 2.5}) + '\n{"event": "ev')
+    assert curve.update(path).steps == [20] and curve.dev_steps == []
+    with open(path, "a") as f:
+        f.write('al", "step": 20, "dev_loss": 3.0}\n')
+    assert curve.update(path).dev == [3.0] and curve.steps == [20]
+    path.unlink()
+    path.write_text(json.dumps({"event": "step", "step": 1, "train_loss": 9.0}) + "\n")
+    assert curve.update(path).steps == [1] and curve.dev == []

@@ -107,20 +107,44 @@ def progress_html(job: dict) -> str:
             f"</div></div><div class='lab-progress-text'>{text}</div>")
 
 
+class _Curve:
+    """A run's metrics.jsonl read incrementally: each 2-second poll parses only the new lines."""
+
+    def __init__(self):
+        self.inode, self.offset, self.steps, self.train, self.dev_steps, self.dev = None, 0, [], [], [], []
+
+    def update(self, path: Path) -> "_Curve":
+        st = path.stat() if path.exists() else None
+        size, inode = (st.st_size, st.st_ino) if st else (0, None)
+        if inode != self.inode or size < self.offset:      # a new file: start afresh
+            self.__init__()
+            self.inode = inode
+        if size > self.offset:
+            with open(path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read(size - self.offset)
+            complete = chunk[:chunk.rfind(b"\n") + 1]      # a line being written waits
+            self.offset += len(complete)
+            for line in complete.decode(errors="replace").splitlines():
+                try:
+                    ev = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if ev.get("event") == "step":
+                    self.steps.append(ev["step"]); self.train.append(ev["train_loss"])
+                elif ev.get("event") == "eval":
+                    self.dev_steps.append(ev["step"]); self.dev.append(ev["dev_loss"])
+        return self
+
+
+_CURVES: dict[Path, _Curve] = {}
+
+
 def curves(job: dict, store=None):
     import plotly.graph_objects as go
     path = run_dir_for(job["name"], store) / "metrics.jsonl"
-    steps, train, dev_steps, dev = [], [], [], []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                ev = json.loads(line)
-            except json.JSONDecodeError:
-                continue            # a line being written
-            if ev.get("event") == "step":
-                steps.append(ev["step"]); train.append(ev["train_loss"])
-            elif ev.get("event") == "eval":
-                dev_steps.append(ev["step"]); dev.append(ev["dev_loss"])
+    c = _CURVES.setdefault(path, _Curve()).update(path)
+    steps, train, dev_steps, dev = c.steps, c.train, c.dev_steps, c.dev
     fig = go.Figure()
     fig.add_scatter(x=steps, y=train, name="train loss", mode="lines")
     fig.add_scatter(x=dev_steps, y=dev, name="dev loss", mode="lines+markers")
