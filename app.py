@@ -1,8 +1,9 @@
 """Builds the Gradio app from lab/ui and launches it, with the background job worker beside it.
 
 Honours GRADIO_SERVER_PORT (default 7860), GRADIO_SERVER_NAME (default 127.0.0.1), LAB_STORE,
-LAB_DATA_DIR, LAB_WORKER_SLOTS (jobs run at once, default 1: queued jobs run one after another)
-and LAB_WORKER=0 to run without starting a worker (e.g. one runs on a GPU machine sharing the store).
+LAB_DATA_DIR, LAB_WORKER_SLOTS (jobs run at once, default 1: queued jobs run one after another),
+LAB_WORKER_NPROC (processes per job under torchrun, e.g. the number of GPUs; default 1) and
+LAB_WORKER=0 to run without starting a worker (e.g. one runs on a GPU machine sharing the store).
 """
 import atexit
 import os
@@ -15,8 +16,9 @@ from lab.ui import build_app, launch_kwargs
 def start_worker():
     if os.environ.get("LAB_WORKER", "1") == "0":
         return None
-    slots = os.environ.get("LAB_WORKER_SLOTS", "1")
-    proc = subprocess.Popen([sys.executable, "-m", "lab", "worker", "--slots", slots])
+    proc = subprocess.Popen([sys.executable, "-m", "lab", "worker",
+                             "--slots", os.environ.get("LAB_WORKER_SLOTS", "1"),
+                             "--nproc", os.environ.get("LAB_WORKER_NPROC", "1")])
     atexit.register(proc.terminate)
     return proc
 

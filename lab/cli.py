@@ -206,9 +206,11 @@ def cmd_attention(args):
 
 def cmd_worker(args):
     from lab.jobs import Worker
-    print(f"worker: serving jobs from {args.store or 'the default store'} ({args.slots} at a time)",
+    worker = Worker(args.store, slots=args.slots, data_dir=args.data_dir, nproc=args.nproc)
+    print(f"worker: serving jobs from {args.store or 'the default store'} ({args.slots} at a time"
+          + (f", each under torchrun with {args.nproc} processes" if args.nproc > 1 else "") + ")",
           flush=True)
-    Worker(args.store, slots=args.slots, data_dir=args.data_dir).serve()
+    worker.serve()
 
 
 def cmd_run_job(args):
@@ -330,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("worker", help="run queued training jobs (on CUDA when present)")
     p.add_argument("--slots", type=int, default=1, help="jobs run at the same time")
+    p.add_argument("--nproc", type=int, default=1, help="processes per job under torchrun (DDP): "
+                   "the GPUs one job shares; 1 runs it in one plain process")
     p.add_argument("--data-dir")
     p.set_defaults(fn=cmd_worker)
 

@@ -184,10 +184,18 @@ def claim_next(pid: int, store=None) -> dict | None:
 
 
 def run_job(job_id: int, store=None, data_dir=None) -> str:
-    """Run one claimed job in this process; returns its final status."""
-    from lab import runs
+    """Run one claimed job in this process; returns its final status. Under torchrun every rank
+    trains, and rank 0 alone talks to the ledger."""
+    from lab import distributed, runs
     job = get(job_id, store)
     spec = job["spec"]
+    if distributed.rank() != 0:
+        for _ in runs.train(job["name"], spec["model"] and ModelConfig.from_dict(spec["model"]),
+                            TrainConfig.from_dict(spec["train"]), parent=spec["parent"],
+                            preset=spec.get("preset"), data_dir=data_dir, store=store,
+                            resume=spec.get("resume", False)):
+            pass
+        return "done"
     with connect(store) as con:
         con.execute("UPDATE jobs SET pid=?, heartbeat=? WHERE id=?", (os.getpid(), time.time(), job_id))
     last_poll, stop = 0.0, None
@@ -225,10 +233,14 @@ def run_job(job_id: int, store=None, data_dir=None) -> str:
 
 
 class Worker:
-    """Claims queued jobs and runs each in a child process; `slots` jobs at once (default 1)."""
+    """Claims queued jobs and runs each in a child process; `slots` jobs at once (default 1).
+    nproc > 1 runs each job under torchrun with that many processes (one per GPU; gloo on CPUs)."""
 
-    def __init__(self, store=None, slots: int = 1, poll_s: float = 1.0, data_dir=None):
+    def __init__(self, store=None, slots: int = 1, poll_s: float = 1.0, data_dir=None, nproc: int = 1):
+        if nproc < 1 or slots < 1:
+            raise ConfigError(f"slots and nproc must be at least 1, got slots={slots} nproc={nproc}")
         self.store, self.slots, self.poll_s, self.data_dir = store, slots, poll_s, data_dir
+        self.nproc = nproc
         self.children: dict[int, subprocess.Popen] = {}
         self.running = True
 
@@ -237,7 +249,9 @@ class Worker:
         env = {**os.environ, "LAB_STORE": str(checkpoints.store_dir(self.store))}
         if self.data_dir:
             env["LAB_DATA_DIR"] = str(self.data_dir)
-        proc = subprocess.Popen([sys.executable, "-m", "lab", "run-job", str(job["id"])],
+        launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(self.nproc)] \
+            if self.nproc > 1 else []
+        proc = subprocess.Popen([sys.executable, *launcher, "-m", "lab", "run-job", str(job["id"])],
                                 stdout=log, stderr=subprocess.STDOUT, env=env,
                                 cwd=str(Path(__file__).resolve().parent.parent))
         with connect(self.store) as con:

@@ -8,7 +8,7 @@ from typing import Iterator
 
 import torch
 
-from lab import checkpoints, data, tokenizers
+from lab import checkpoints, data, distributed, tokenizers
 from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.model import build
 from lab.train import Trainer
@@ -66,9 +66,10 @@ def train(name: str, model_cfg: ModelConfig | None, train_cfg: TrainConfig, *,
     trainer = Trainer(model, train_seqs, dev_seqs, tok.eos_id, train_cfg, run_dir,
                       on_best=save_best, dev_bleu=dev_bleu, should_stop=should_stop,
                       dev_words=[len(c.split()) for c in dev_caps], resume=state)
-    yield {"event": "data", "train_captions": len(train_seqs), "dev_captions": len(dev_seqs),
-           "params": sum(p.numel() for p in model.parameters()), "run_dir": str(run_dir),
-           "time": time.time()}
+    if distributed.rank() == 0:
+        yield {"event": "data", "train_captions": len(train_seqs), "dev_captions": len(dev_seqs),
+               "params": sum(p.numel() for p in model.parameters()), "run_dir": str(run_dir),
+               "time": time.time()}
     yield from trainer.run()
 
 

@@ -18,8 +18,9 @@ from typing import Callable, Iterator
 
 import torch
 
+from lab import distributed
 from lab.config import ConfigError, TrainConfig
-from lab.data import assignment_loss, batches
+from lab.data import Batch, assignment_loss, batches
 from lab.metrics import perplexity
 
 
@@ -29,6 +30,22 @@ def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+GO, STOP_NOW, STOP_AFTER = 0, 1, 2       # what rank 0 tells every rank between steps
+
+
+def shard_loss(model, batch: Batch, rank: int = 0, world: int = 1) -> torch.Tensor:
+    """This process's part of the batch loss. With several processes each takes rows rank::world,
+    weighted by its share of the rows, so the mean over processes that DDP takes of the gradients
+    is the gradient of the whole batch's assignment loss."""
+    if world == 1:
+        return assignment_loss(model(batch.input_ids).logits, batch)
+    part = Batch(batch.input_ids[rank::world], batch.loss_mask[rank::world])
+    rows = part.input_ids.size(0)
+    if rows == 0:       # fewer captions than processes (a last batch): take part with weight 0
+        return model(batch.input_ids[:1]).logits.sum() * 0.0
+    return assignment_loss(model(part.input_ids).logits, part) * (rows * world / batch.input_ids.size(0))
 
 
 def trainable_parameters(model, train_layers: str) -> list[torch.nn.Parameter]:
@@ -67,6 +84,8 @@ class Trainer:
 
     def _log(self, record: dict, writer) -> dict:
         record = {"time": round(time.time(), 3), **record}
+        if writer is None:              # not rank 0 under torchrun: rank 0 writes
+            return record
         with open(self.run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
         step = record.get("step", 0)
@@ -75,13 +94,33 @@ class Trainer:
                 writer.add_scalar(f"{record['event']}/{key}", value, step)
         return record
 
+    def _stop_code(self) -> int:
+        """Rank 0 asks should_stop(); every rank gets the answer."""
+        asked = self.should_stop() if self.main else None
+        return distributed.broadcast(STOP_NOW if asked == "now" else STOP_AFTER if asked else GO,
+                                     self.device)
+
     def run(self) -> Iterator[dict]:
+        """The events (rank 0's, under torchrun; the other ranks train silently beside it)."""
+        for ev in self._run():
+            if self.main:
+                yield ev
+
+    def _run(self) -> Iterator[dict]:
         from torch.utils.tensorboard import SummaryWriter
-        cfg, model = self.cfg, self.model.to(self.device)
+        cfg = self.cfg
+        rank, world, self.device = distributed.setup(self.device)
+        self.main = rank == 0
+        model = self.model.to(self.device)
         params = trainable_parameters(model, cfg.train_layers)
+        stepper = model
+        if world > 1:
+            from torch.nn.parallel import DistributedDataParallel
+            stepper = DistributedDataParallel(
+                model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay) \
             if cfg.weight_decay else torch.optim.Adam(params, lr=cfg.lr)
-        writer = SummaryWriter(str(self.run_dir / "tb"))
+        writer = SummaryWriter(str(self.run_dir / "tb")) if self.main else None
         steps_per_epoch = math.ceil(len(self.train_seqs) / cfg.batch_size)
         total_steps = steps_per_epoch * cfg.epochs
         first_epoch, step, best, bad_epochs = 1, 0, None, 0
@@ -96,25 +135,25 @@ class Trainer:
         first_step, t_start = step, time.time()
         yield self._log({"event": "start", "epochs": cfg.epochs, "steps_per_epoch": steps_per_epoch,
                          "first_epoch": first_epoch, "trainable_params": sum(p.numel() for p in params),
-                         "device": str(self.device)}, writer)
+                         "device": str(self.device), "processes": world}, writer)
         try:
             for epoch in range(first_epoch, cfg.epochs + 1):
                 model.train()
                 g = torch.Generator().manual_seed(cfg.seed * 1000 + epoch)
                 run_loss, run_n, tokens, t_log = 0.0, 0, 0, time.time()
                 for batch in batches(self.train_seqs, cfg.batch_size, self.pad_id, cfg.shuffle, g):
-                    if self.should_stop() == "now":
+                    if self._stop_code() == STOP_NOW:
                         yield self._log({"event": "stopped", "epoch": epoch, "step": step}, writer)
                         return
                     batch = batch.to(self.device)
-                    loss = assignment_loss(model(batch.input_ids).logits, batch)
+                    loss = shard_loss(stepper, batch, rank, world)
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     if cfg.grad_clip:
                         torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
                     opt.step()
                     step += 1
-                    run_loss += loss.item(); run_n += 1
+                    run_loss += distributed.mean(loss.item(), self.device); run_n += 1
                     tokens += int(batch.loss_mask.sum())
                     if step % cfg.log_every == 0 or step % steps_per_epoch == 0:
                         elapsed = time.time() - t_start
@@ -125,25 +164,28 @@ class Trainer:
                             "elapsed_s": elapsed,
                             "eta_s": elapsed / (step - first_step) * (total_steps - step)}, writer)
                         run_loss, run_n, tokens, t_log = 0.0, 0, 0, time.time()
-                    if cfg.eval_every and step % cfg.eval_every == 0 and step % steps_per_epoch:
+                    if cfg.eval_every and step % cfg.eval_every == 0 and step % steps_per_epoch \
+                            and self.main:
                         yield self._log(self._evaluate(epoch, step) | {"total_steps": total_steps,
                                                                        "mid_epoch": True}, writer)
-                record = self._evaluate(epoch, step) | {"total_steps": total_steps}
-                improved = best is None or self._better(record, best)
-                if improved:
-                    best, bad_epochs = record, 0
-                    if self.on_best:
-                        self.on_best(record, {"optimizer": opt.state_dict(), "epoch": epoch,
-                                              "step": step, "best": record, "bad_epochs": 0})
-                    record["best"] = True
-                else:
-                    bad_epochs += 1
+                record, early = {"event": "eval", "epoch": epoch, "step": step}, GO
+                if self.main:
+                    record = self._evaluate(epoch, step) | {"total_steps": total_steps}
+                    if best is None or self._better(record, best):
+                        best, bad_epochs = record, 0
+                        if self.on_best:
+                            self.on_best(record, {"optimizer": opt.state_dict(), "epoch": epoch,
+                                                  "step": step, "best": record, "bad_epochs": 0})
+                        record["best"] = True
+                    else:
+                        bad_epochs += 1
+                    early = int(cfg.early_stop != "none" and bad_epochs >= cfg.patience)
                 yield self._log(record, writer)
-                if self.should_stop():
+                if self._stop_code() != GO:
                     yield self._log({"event": "stopped", "epoch": epoch, "step": step,
                                      "reason": "stopped after the epoch's checkpoint"}, writer)
                     return
-                if cfg.early_stop != "none" and bad_epochs >= cfg.patience:
+                if distributed.broadcast(early, self.device):
                     yield self._log({"event": "early_stop", "epoch": epoch, "step": step,
                                      "reason": f"dev {cfg.early_stop} did not improve for "
                                                f"{bad_epochs} epoch(s)"}, writer)
@@ -152,7 +194,8 @@ class Trainer:
                              "best_dev_perplexity": best and best["dev_perplexity"],
                              "elapsed_s": time.time() - t_start}, writer)
         finally:
-            writer.close()
+            if writer is not None:
+                writer.close()
 
     def _evaluate(self, epoch: int, step: int) -> dict:
         t0 = time.time()
@@ -186,7 +229,8 @@ def format_event(ev: dict, name: str = "") -> str:
         return (f"{ev['train_captions']} train / {ev['dev_captions']} dev captions, "
                 f"{ev['params'] / 1e6:.1f}M parameters; run dir {ev['run_dir']}")
     if e == "start":
-        return f"training on {ev['device']}: {ev['epochs']} epochs x {ev['steps_per_epoch']} steps"
+        procs = f" x {ev['processes']} processes (torchrun)" if ev.get("processes", 1) > 1 else ""
+        return f"training on {ev['device']}{procs}: {ev['epochs']} epochs x {ev['steps_per_epoch']} steps"
     if e == "step":
         pct = 100 * ev["step"] / ev["total_steps"]
         return (f"epoch {ev['epoch']} step {ev['step']}/{ev['total_steps']} ({pct:.1f}%) "

@@ -47,6 +47,20 @@ def test_job_runs_to_done_and_writes_a_checkpoint():
     assert checkpoints.info("tinyjob")["metrics"]["epoch"] == 2
 
 
+def test_worker_runs_a_job_under_torchrun(monkeypatch):
+    """--nproc 2: the job trains in two gloo processes; rank 0 alone reports to the ledger."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    job_id = jobs.submit("ddpjob", _tiny_model(), {**TINY_TRAIN, "epochs": 1}, preset="tiny")
+    worker = jobs.Worker(poll_s=0.2, nproc=2)
+    job = _wait(job_id, jobs.FINAL, worker=worker)
+    assert job["status"] == "done", job["error"]
+    assert job["progress"]["event"] == "done"
+    log = (checkpoints.store_dir() / f"job-{job_id}.log").read_text()
+    assert "2 processes" in log and log.count("done: best epoch") == 1
+    with pytest.raises(ConfigError, match="nproc must be at least 1"):
+        jobs.Worker(nproc=0)
+
+
 def test_stop_now_and_resume_after_a_crash():
     train = {**TINY_TRAIN, "epochs": 20, "max_train_captions": 400}
     job_id = jobs.submit("crashy", _tiny_model(), train)

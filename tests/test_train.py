@@ -63,3 +63,37 @@ def test_resume_needs_a_training_state(corpus_dir):
                                        vocab_size=50257)), tokenizers.gpt2(), "imported")
     with pytest.raises(ConfigError, match="holds no training state"):
         _tiny_run("imported", 2, resume=True)
+
+
+def test_two_processes_under_torchrun_train_like_one(corpus_dir, tmp_path):
+    """DDP over gloo on the CPU: two processes, each half of every batch (the last batch is uneven),
+    end with the weights one process gets; only rank 0 speaks and writes."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import torch
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({
+        "model": {"model": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 32, "n_positions": 48,
+                  "dropout": 0.0},
+        "train": {"epochs": 2, "lr": 1e-3, "batch_size": 8, "max_train_captions": 67,
+                  "max_dev_captions": 20, "patience": 5}}))
+    store, env = tmp_path / "store", {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def train(name, *launcher):
+        out = subprocess.run([sys.executable, *launcher, "-m", "lab", "--store", str(store), "train",
+                              "--config", str(cfg), "--name", name, "--json"],
+                             env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+    events = train("two", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
+    assert [e["processes"] for e in events if e["event"] == "start"] == [2]
+    assert [e["event"] for e in events].count("done") == 1            # one voice
+    assert [e["epoch"] for e in events if e["event"] == "eval"] == [1, 2]
+    train("one")
+    a = checkpoints.load("two", store).model.state_dict()
+    b = checkpoints.load("one", store).model.state_dict()
+    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
