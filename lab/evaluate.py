@@ -98,7 +98,8 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
         key = ck.tokenizer.kind if tokens == "gpt2" else "words"
         if key not in prepared:
             prepared[key] = References(bleu_tokens_of(caps, ck.tokenizer, tokens))
-    state = {name: {"nll": [], "words_nll": 0.0, "words": 0, "fwd": [], "gen": [], "refs": []}
+    # per caption: nll = mean token NLL (the assignment's), cap_nll = summed NLL, cap_words = words + 1
+    state = {name: {"nll": [], "cap_nll": [], "cap_words": [], "fwd": [], "gen": [], "refs": []}
              for name in models}
     provenance = {"split": split, "n": len(subset), "seed": decode.seed,
                   "subset_hash": data.subset_hash(subset), "bleu_tokens": tokens,
@@ -111,8 +112,8 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
             seqs = data.encode_captions(part, tok, ck.config.n_positions)
             nll, cnt = sentence_nlls(ck.model, seqs, tok.eos_id, device=next(ck.model.parameters()).device)
             s["nll"] += (nll / cnt).tolist()
-            s["words_nll"] += nll.sum().item()
-            s["words"] += sum(len(c.split()) + 1 for c in part)
+            s["cap_nll"] += nll.tolist()
+            s["cap_words"] += [len(c.split()) + 1 for c in part]
             cfg = decode.replace(seed=decode.seed + start)
             gen = sample_captions(ck.model, tok, len(part), cfg)
             hyps = [g.tokens for g in gen] if tokens == "gpt2" else [g.text.split() for g in gen]
@@ -131,6 +132,13 @@ def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: 
     rows = {}
     m = len(next(iter(state.values()))["nll"])
     idx = bootstrap_indices(m, n_boot, provenance["seed"])
+    def word_ppl(x: dict, rows=None):
+        """Per-word perplexity: summed NLL / words over all captions, or per bootstrap row."""
+        nll, words = (torch.tensor(x[k], dtype=torch.float64) for k in ("cap_nll", "cap_words"))
+        if rows is None:
+            return math.exp(nll.sum().item() / words.sum().item())
+        return (nll[rows].sum(1) / words[rows].sum(1)).exp()
+
     for name, s in state.items():
         nll = torch.tensor(s["nll"], dtype=torch.float64)
         fwd = torch.tensor(s["fwd"], dtype=torch.float64)
@@ -141,7 +149,7 @@ def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: 
             "n": m,
             "perplexity": math.exp(nll.mean().item()),
             "perplexity_ci": [math.exp(v) for v in percentile_interval(nll[idx].mean(1))],
-            "word_perplexity": math.exp(s["words_nll"] / s["words"]),
+            "word_perplexity": word_ppl(s), "word_perplexity_ci": percentile_interval(word_ppl(s, idx)),
             "forward_bleu": forward, "forward_bleu_ci": percentile_interval(fwd[idx].mean(1)),
             "backward_bleu": backward, "backward_n": len(s["refs"]),
             "harmonic_bleu": 2 * forward * backward / (forward + backward) if forward + backward else 0.0,
@@ -158,6 +166,9 @@ def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: 
                       "forward_bleu_diff_ci": percentile_interval(d_fwd[idx].mean(1)),
                       "perplexity_diff": rows[other]["perplexity"] - rows[names[0]]["perplexity"],
                       "perplexity_diff_ci": percentile_interval(d_ppl),
-                      "perplexity_comparable": not per_word})
+                      "perplexity_comparable": not per_word,
+                      # the same captions, so per word pairs across tokenizers too
+                      "word_perplexity_diff": rows[other]["word_perplexity"] - rows[names[0]]["word_perplexity"],
+                      "word_perplexity_diff_ci": percentile_interval(word_ppl(b, idx) - word_ppl(a, idx))})
     return {"done": done, "total": provenance["n"], "models": rows, "differences": diffs,
             "provenance": provenance}

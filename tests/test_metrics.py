@@ -5,6 +5,7 @@ import random
 import subprocess
 import sys
 
+import pytest
 import torch
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
@@ -117,3 +118,26 @@ def test_evaluate_can_skip_either_half(corpus_dir):
                          skip_perplexity=True)
     assert "perplexity" not in bleu_only and bleu_only["provenance"]["n"] == 20
     assert 0.0 <= bleu_only["bleu"]["harmonic"] <= 1.0
+
+
+def test_live_evaluation_pairs_per_word_perplexity_across_tokenizers(corpus_dir):
+    """A GPT-2 model beside a character model: perplexity is shown per word, with an interval for
+    each model and a paired interval for the difference (same captions, so pairing is fair)."""
+    from lab import checkpoints, data
+    from lab.config import DecodeConfig
+    from lab.evaluate import evaluate_live
+    torch.manual_seed(0)
+    caps = data.load_split("test", corpus_dir)
+    chars = tokenizers.CharTokenizer.from_text("".join(caps))
+    checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)), tokenizers.gpt2(), "bpe")
+    checkpoints.save(build(tiny_config(vocab_size=chars.vocab_size, n_positions=160)), chars, "chars")
+    snap = list(evaluate_live({"bpe": checkpoints.load("bpe"), "chars": checkpoints.load("chars")}, 60,
+                              DecodeConfig(max_new_tokens=6), chunk=30, n_boot=200))[-1]
+    assert snap["provenance"]["perplexity_shown"] == "per word"
+    for r in snap["models"].values():
+        assert r["word_perplexity_ci"][0] < r["word_perplexity"] < r["word_perplexity_ci"][1]
+    d = snap["differences"][0]
+    assert not d["perplexity_comparable"]
+    gap = snap["models"]["chars"]["word_perplexity"] - snap["models"]["bpe"]["word_perplexity"]
+    assert d["word_perplexity_diff"] == pytest.approx(gap)
+    assert d["word_perplexity_diff_ci"][0] < gap < d["word_perplexity_diff_ci"][1]

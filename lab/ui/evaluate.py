@@ -8,7 +8,7 @@ from lab.config import ConfigError
 from lab.evaluate import evaluate_live
 from lab.ui.common import MODELS, Context, checkpoint_dropdown, decode_config, decoder_inputs, friendly
 
-COLUMNS = ["checkpoint", "n", "perplexity [95% CI]", "per-word perplexity", "forward BLEU [95% CI]",
+COLUMNS = ["checkpoint", "n", "perplexity [95% CI]", "per-word perplexity [95% CI]", "forward BLEU [95% CI]",
            "backward BLEU (N)", "harmonic BLEU (N)"]
 
 
@@ -21,7 +21,7 @@ def table(snap: dict) -> list[list]:
     per_word = snap["provenance"]["perplexity_shown"] == "per word"
     for name, r in snap["models"].items():
         ppl = "not comparable across tokenizers" if per_word else _ci(r["perplexity"], r["perplexity_ci"], 2)
-        rows.append([name, r["n"], ppl, f"{r['word_perplexity']:.2f}",
+        rows.append([name, r["n"], ppl, _ci(r["word_perplexity"], r["word_perplexity_ci"], 2),
                      _ci(r["forward_bleu"], r["forward_bleu_ci"], 4),
                      f"{r['backward_bleu']:.4f} (N={r['backward_n']})",
                      f"{r['harmonic_bleu']:.4f} (N={r['backward_n']})"])
@@ -43,6 +43,7 @@ def provenance_md(snap: dict) -> str:
                 f"{_ci(dff['forward_bleu_diff'], dff['forward_bleu_diff_ci'], 4)}")
         if dff["perplexity_comparable"]:
             line += f"; perplexity {_ci(dff['perplexity_diff'], dff['perplexity_diff_ci'], 2)}"
+        line += f"; per-word perplexity {_ci(dff['word_perplexity_diff'], dff['word_perplexity_diff_ci'], 2)}"
         lines.append(line + " (paired bootstrap, 95%)")
     return "\n".join(lines)
 
