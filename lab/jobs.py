@@ -136,9 +136,9 @@ def resume(job_id: int, store=None) -> int:
     name = job["name"]
     if name not in checkpoints.names(store):
         raise ConfigError(f"job {job_id} wrote no checkpoint before it ended; start it again instead")
-    from lab.runs import _resume_state
+    from lab.runs import resume_state
     train = job["spec"]["train"]
-    _resume_state(name, TrainConfig.from_dict(train), store)     # refuse now, not in the worker
+    resume_state(name, TrainConfig.from_dict(train), store)     # refuse now, not in the worker
     return submit(name, None, train, parent=name, preset=job["spec"].get("preset"), store=store,
                   resumed_from=job_id)
 

@@ -26,7 +26,7 @@ def train(name: str, model_cfg: ModelConfig | None, train_cfg: TrainConfig, *,
     dev score; the same shuffling as an uninterrupted run). Yields the trainer's events."""
     checkpoints.check_name(name)
     train_cfg.validate()
-    state = _resume_state(name, train_cfg, store) if resume else None
+    state = resume_state(name, train_cfg, store) if resume else None
     if resume:
         parent = name
     root = data.resolve_data_dir(data_dir)
@@ -73,7 +73,7 @@ def train(name: str, model_cfg: ModelConfig | None, train_cfg: TrainConfig, *,
     yield from trainer.run()
 
 
-def _resume_state(name: str, train_cfg: TrainConfig, store) -> dict:
+def resume_state(name: str, train_cfg: TrainConfig, store) -> dict:
     """The checkpoint's train state, or one message saying why training cannot go on from it."""
     state = checkpoints.load_train_state(name, store)
     if state is None:
