@@ -35,6 +35,7 @@ DECODERS = {"random, tau 1.0": DecodeConfig(decoder="random", temperature=1.0),
             "random, tau 0.7": DecodeConfig(decoder="random", temperature=0.7),
             "top-p 0.9, tau 1.0": DecodeConfig(decoder="top_p", top_p=0.9, temperature=1.0)}
 OUT = ROOT / "logs" / "smollm2"
+COLORS = ["#1f77b4", "#2ca02c", "#d62728", "#ff7f0e", "#9467bd"]
 
 
 def load_results() -> dict:
@@ -152,10 +153,12 @@ def figure(results: dict):
         ys = [e["dev_word_perplexity_before"]] if xs else []
         xs = xs or [c["step"] for c in evals]
         ys += [c["dev_word_perplexity"] for c in evals]
-        fig.add_scatter(x=xs, y=ys, name=label, mode="lines+markers", legendgroup=run, row=1, col=1)
+        color = COLORS[list(RUNS).index(run) % len(COLORS)]     # one colour per run in both panels
+        fig.add_scatter(x=xs, y=ys, name=label, mode="lines+markers", legendgroup=run,
+                        line_color=color, row=1, col=1)
         steps = [c for c in e["curve"] if c["event"] == "step"]
         fig.add_scatter(x=[c["step"] for c in steps], y=[c["train_loss"] for c in steps], name=label,
-                        mode="lines", legendgroup=run, showlegend=False, row=1, col=2)
+                        mode="lines", legendgroup=run, showlegend=False, line_color=color, row=1, col=2)
     # the imported 3-block selections start near 1e9 per word (blocks cut from a 30-block stack):
     # the table has those; the axis shows where the runs compete
     fig.update_yaxes(type="log", range=[1, 3], title_text="perplexity per word (log)", row=1, col=1)
