@@ -51,7 +51,6 @@ def save_results(results: dict) -> None:
 
 def run_one(run: str, args) -> None:
     from lab import runs
-    from lab.evaluate import evaluate
     from lab.presets import configs
     from lab.smollm2 import import_smollm2
     from lab.train import format_event
@@ -75,13 +74,7 @@ def run_one(run: str, args) -> None:
             t0 = time.time()
             import_smollm2(parent, layers)
             say(f"imported SmolLM2 blocks {layers} as {parent!r} in {time.time() - t0:.0f}s")
-        from lab import data
-        from lab.metrics import perplexity
-        ck = checkpoints.load(parent)      # scored on the dev captions the trainer scores (the first ones)
-        dev = data.load_split("dev")[: args.dev]
-        seqs = data.encode_captions(dev, ck.tokenizer, ck.config.n_positions)
-        entry["dev_word_perplexity_before"] = perplexity(
-            ck.model, seqs, ck.tokenizer.eos_id, n_words=[len(c.split()) for c in dev])["word_perplexity"]
+        entry["dev_word_perplexity_before"] = dev_word_perplexity(parent, args.dev)
         say(f"before fine-tuning: dev perplexity per word {entry['dev_word_perplexity_before']:.2f}")
         model_cfg, train_cfg, _ = configs("tfmr-finetune", overrides)
     else:
@@ -99,24 +92,42 @@ def run_one(run: str, args) -> None:
     entry["train_s"] = round(time.time() - t0, 1)
     entry["curve"] = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
+    entry |= score_test(name, args.n_bleu, say)
+    results = load_results()
+    results[run] = entry
+    save_results(results)
+
+
+def dev_word_perplexity(name: str, n_dev: int) -> float:
+    """Per-word perplexity on the first n_dev dev captions: the ones the trainer scores."""
+    from lab import data
+    from lab.metrics import perplexity
     ck = checkpoints.load(name)
-    t0 = time.time()
+    dev = data.load_split("dev")[:n_dev]
+    seqs = data.encode_captions(dev, ck.tokenizer, ck.config.n_positions)
+    return perplexity(ck.model, seqs, ck.tokenizer.eos_id,
+                      n_words=[len(c.split()) for c in dev])["word_perplexity"]
+
+
+def score_test(name: str, n_bleu: int, say) -> dict:
+    """Test perplexity (all captions) and word BLEU for every decoder on one seeded subset."""
+    from lab.evaluate import evaluate
+    ck = checkpoints.load(name)
+    entry, t0 = {}, time.time()
     entry["test"] = evaluate(name, split="test", ck=ck, skip_bleu=True)["perplexity"]
     say(f"test perplexity per word {entry['test']['word_perplexity']:.3f} "
         f"(per sentence on its own tokens {entry['test']['perplexity']:.3f}) in {time.time() - t0:.0f}s")
     entry["bleu"] = {}
     for label, decode in DECODERS.items():
-        r = evaluate(name, split="test", n=args.n_bleu, decode=decode, bleu_tokens="words", ck=ck,
+        r = evaluate(name, split="test", n=n_bleu, decode=decode, bleu_tokens="words", ck=ck,
                      skip_perplexity=True)
         entry["bleu"][label] = {**{k: r["bleu"][k] for k in ("forward", "backward", "harmonic")},
                                 "generate_s": r["timing"]["generate_s"], "samples": r["samples"][:3],
                                 "subset_hash": r["provenance"]["subset_hash"]}
         say(f"BLEU-4 on words, {label}: forward {r['bleu']['forward']:.4f} backward "
             f"{r['bleu']['backward']:.4f} harmonic {r['bleu']['harmonic']:.4f} "
-            f"({r['timing']['generate_s']:.0f}s to generate {args.n_bleu})")
-    results = load_results()
-    results[run] = entry
-    save_results(results)
+            f"({r['timing']['generate_s']:.0f}s to generate {n_bleu})")
+    return entry
 
 
 def report(results: dict) -> str:

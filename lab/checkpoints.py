@@ -100,7 +100,8 @@ def info(name: str, store=None) -> dict:
     config, meta = _read_config(path)
     metrics = _read_metrics(path)
     size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
-    return {"name": path.name, "path": str(path), "model": config.to_dict(), **meta,
+    # "directory", not "path": gradio_client takes any dict with a "path" key for a file to fetch
+    return {"name": path.name, "directory": str(path), "model": config.to_dict(), **meta,
             "metrics": metrics, "size_bytes": size}
 
 

@@ -60,10 +60,13 @@ def cmd_train(args):
         raise ConfigError(f"--parent fine-tunes a stored model, whose architecture is fixed; "
                           f"cannot --set {', '.join(changed)}")
     name = args.name or f"{args.preset or 'model'}-{time.strftime('%Y%m%d-%H%M%S')}"
-    events = runs.train(name, None if args.parent else model_cfg, train_cfg, parent=args.parent,
-                        preset=args.preset, data_dir=args.data_dir, store=args.store)
+    _print_events(runs.train(name, None if args.parent else model_cfg, train_cfg, parent=args.parent,
+                             preset=args.preset, data_dir=args.data_dir, store=args.store), name, args.json)
+
+
+def _print_events(events, name: str, as_json: bool) -> None:
     for ev in events:
-        print(json.dumps(ev) if args.json else format_event(ev, name), flush=True)
+        print(json.dumps(ev) if as_json else format_event(ev, name), flush=True)
 
 
 def _resume_training(args):
@@ -80,9 +83,8 @@ def _resume_training(args):
         raise ConfigError(f"--resume cannot change the model's architecture ({', '.join(sorted(m_over))})")
     info = checkpoints.info(args.resume, args.store)
     train_cfg = TrainConfig.from_dict(info.get("train") or {}).replace(**t_over)
-    for ev in runs.train(args.resume, None, train_cfg, preset=info.get("preset"), resume=True,
-                         data_dir=args.data_dir, store=args.store):
-        print(json.dumps(ev) if args.json else format_event(ev, args.resume), flush=True)
+    _print_events(runs.train(args.resume, None, train_cfg, preset=info.get("preset"), resume=True,
+                             data_dir=args.data_dir, store=args.store), args.resume, args.json)
 
 
 def _decode_cfg(args) -> DecodeConfig:

@@ -124,6 +124,18 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
         yield _snapshot(state, provenance, per_word, n_boot, done=min(start + chunk, len(subset)))
 
 
+def _word_perplexity(state: dict, rows=None):
+    """Per-word perplexity of a model's captions so far (summed NLL / words), or one per bootstrap
+    row of `rows` (the same rows for every model: paired)."""
+    import math
+
+    import torch
+    nll, words = (torch.tensor(state[k], dtype=torch.float64) for k in ("cap_nll", "cap_words"))
+    if rows is None:
+        return math.exp(nll.sum().item() / words.sum().item())
+    return (nll[rows].sum(1) / words[rows].sum(1)).exp()
+
+
 def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: int) -> dict:
     import math
 
@@ -132,13 +144,7 @@ def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: 
     rows = {}
     m = len(next(iter(state.values()))["nll"])
     idx = bootstrap_indices(m, n_boot, provenance["seed"])
-    def word_ppl(x: dict, rows=None):
-        """Per-word perplexity: summed NLL / words over all captions, or per bootstrap row."""
-        nll, words = (torch.tensor(x[k], dtype=torch.float64) for k in ("cap_nll", "cap_words"))
-        if rows is None:
-            return math.exp(nll.sum().item() / words.sum().item())
-        return (nll[rows].sum(1) / words[rows].sum(1)).exp()
-
+    word_ppl = _word_perplexity
     for name, s in state.items():
         nll = torch.tensor(s["nll"], dtype=torch.float64)
         fwd = torch.tensor(s["fwd"], dtype=torch.float64)

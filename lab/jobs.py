@@ -189,11 +189,14 @@ def run_job(job_id: int, store=None, data_dir=None) -> str:
     from lab import distributed, runs
     job = get(job_id, store)
     spec = job["spec"]
+
+    def events(should_stop=None):
+        return runs.train(job["name"], spec["model"] and ModelConfig.from_dict(spec["model"]),
+                          TrainConfig.from_dict(spec["train"]), parent=spec["parent"],
+                          preset=spec.get("preset"), data_dir=data_dir, store=store,
+                          should_stop=should_stop, resume=spec.get("resume", False))
     if distributed.rank() != 0:
-        for _ in runs.train(job["name"], spec["model"] and ModelConfig.from_dict(spec["model"]),
-                            TrainConfig.from_dict(spec["train"]), parent=spec["parent"],
-                            preset=spec.get("preset"), data_dir=data_dir, store=store,
-                            resume=spec.get("resume", False)):
+        for _ in events():          # rank 0 polls for stops and broadcasts them
             pass
         return "done"
     with connect(store) as con:
@@ -210,12 +213,8 @@ def run_job(job_id: int, store=None, data_dir=None) -> str:
 
     status, error = "done", None
     try:
-        events = runs.train(job["name"], spec["model"] and ModelConfig.from_dict(spec["model"]),
-                            TrainConfig.from_dict(spec["train"]), parent=spec["parent"],
-                            preset=spec.get("preset"), data_dir=data_dir, store=store,
-                            should_stop=should_stop, resume=spec.get("resume", False))
         from lab.train import format_event
-        for ev in events:
+        for ev in events(should_stop):
             print(format_event(ev, job["name"]), flush=True)
             if ev["event"] == "stopped":
                 status = "stopped"

@@ -168,18 +168,9 @@ class Trainer:
                             and self.main:
                         yield self._log(self._evaluate(epoch, step) | {"total_steps": total_steps,
                                                                        "mid_epoch": True}, writer)
-                record, early = {"event": "eval", "epoch": epoch, "step": step}, GO
-                if self.main:
-                    record = self._evaluate(epoch, step) | {"total_steps": total_steps}
-                    if best is None or self._better(record, best):
-                        best, bad_epochs = record, 0
-                        if self.on_best:
-                            self.on_best(record, {"optimizer": opt.state_dict(), "epoch": epoch,
-                                                  "step": step, "best": record, "bad_epochs": 0})
-                        record["best"] = True
-                    else:
-                        bad_epochs += 1
-                    early = int(cfg.early_stop != "none" and bad_epochs >= cfg.patience)
+                record, best, bad_epochs = self._end_of_epoch(epoch, step, total_steps, best,
+                                                              bad_epochs, opt)
+                early = int(self.main and cfg.early_stop != "none" and bad_epochs >= cfg.patience)
                 yield self._log(record, writer)
                 if self._stop_code() != GO:
                     yield self._log({"event": "stopped", "epoch": epoch, "step": step,
@@ -196,6 +187,19 @@ class Trainer:
         finally:
             if writer is not None:
                 writer.close()
+
+    def _end_of_epoch(self, epoch, step, total_steps, best, bad_epochs, opt):
+        """Rank 0 scores dev and saves the checkpoint when it improved: (record, best, bad epochs).
+        Other ranks return a bare record; rank 0's decisions reach them by broadcast."""
+        if not self.main:
+            return {"event": "eval", "epoch": epoch, "step": step}, best, bad_epochs
+        record = self._evaluate(epoch, step) | {"total_steps": total_steps}
+        if best is not None and not self._better(record, best):
+            return record, best, bad_epochs + 1
+        if self.on_best:
+            self.on_best(record, {"optimizer": opt.state_dict(), "epoch": epoch, "step": step,
+                                  "best": record, "bad_epochs": 0})
+        return record | {"best": True}, record, 0
 
     def _evaluate(self, epoch: int, step: int) -> dict:
         t0 = time.time()

@@ -33,10 +33,7 @@ def rows(store=None) -> list[list]:
 
 
 def details(name, store=None):
-    info = checkpoints.info(need(name, "a checkpoint"), store)
-    # gradio_client takes any dict with a "path" key for a file to download: name it otherwise
-    info["directory"] = info.pop("path")
-    return info
+    return checkpoints.info(need(name, "a checkpoint"), store)
 
 
 def import_gpt2(path, layers, name, store=None):
