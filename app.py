@@ -2,31 +2,68 @@
 
 Honours GRADIO_SERVER_PORT (default 7860), GRADIO_SERVER_NAME (default 127.0.0.1), LAB_STORE,
 LAB_DATA_DIR, LAB_WORKER_SLOTS (jobs run at once, default 1: queued jobs run one after another),
-LAB_WORKER_NPROC (processes per job under torchrun, e.g. the number of GPUs; default 1) and
-LAB_WORKER=0 to run without starting a worker (e.g. one runs on a GPU machine sharing the store).
+LAB_WORKER_NPROC (processes per job under torchrun, e.g. the number of GPUs; default 1),
+LAB_WORKER=0 to run without starting a worker (e.g. one runs on a GPU machine sharing the store),
+LAB_AUTH=user:password (a login page) and LAB_ALLOWED_DIRS (folders the web UI may read and write
+outside the store, separated by ':'; none by default).
+
+Ctrl-C or SIGTERM stops the app, its worker and the worker's jobs cleanly: each job saves where it
+stands and is left interrupted, ready to resume. If the app is killed outright, its worker notices
+and does the same; a new app's worker waits for an old one instead of running beside it.
 """
-import atexit
 import os
+import signal
 import subprocess
 import sys
 
+from lab import checkpoints
+from lab.errors import LabError
 from lab.ui import build_app, launch_kwargs
 
 
 def start_worker():
     if os.environ.get("LAB_WORKER", "1") == "0":
         return None
-    proc = subprocess.Popen([sys.executable, "-m", "lab", "worker",
+    return subprocess.Popen([sys.executable, "-m", "lab", "worker", "--exit-with-parent",
                              "--slots", os.environ.get("LAB_WORKER_SLOTS", "1"),
-                             "--nproc", os.environ.get("LAB_WORKER_NPROC", "1")])
-    atexit.register(proc.terminate)
-    return proc
+                             "--nproc", os.environ.get("LAB_WORKER_NPROC", "1")],
+                            start_new_session=True)    # Ctrl-C reaches it through the app, once
+
+
+def stop_worker(proc) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    print("stopping the worker and its jobs (each saves where it stands) ...", flush=True)
+    proc.terminate()
+    try:
+        proc.wait(timeout=float(os.environ.get("LAB_SHUTDOWN_GRACE_S", "60")) + 15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def _interrupt(*_):
+    raise KeyboardInterrupt     # Gradio's launch() closes the server on it and returns
+
+
+def main() -> int:
+    try:
+        kwargs = launch_kwargs()
+        for line in checkpoints.recover(os.environ.get("LAB_STORE")):
+            print(f"store: {line}", flush=True)
+        demo = build_app(store=os.environ.get("LAB_STORE"), data_dir=os.environ.get("LAB_DATA_DIR"))
+    except LabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _interrupt)
+    worker = start_worker()
+    try:
+        demo.queue(default_concurrency_limit=4).launch(**kwargs)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop_worker(worker)
+    return 0
 
 
 if __name__ == "__main__":
-    start_worker()
-    demo = build_app(store=os.environ.get("LAB_STORE"), data_dir=os.environ.get("LAB_DATA_DIR"))
-    demo.queue(default_concurrency_limit=4).launch(
-        server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-        server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
-        **launch_kwargs())
+    sys.exit(main())

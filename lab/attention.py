@@ -38,8 +38,8 @@ class Capture:
 def capture(model, tokenizer, text: str = "", ids: list[int] | None = None, n_prompt: int | None = None,
             max_tokens: int | None = None) -> Capture:
     """Attention of every layer and head over BOS + text (or BOS + ids)."""
-    from lab.generate import GenerationError
-    body = ids if ids is not None else tokenizer.encode(text)
+    from lab.generate import GenerationError, check_prompt
+    body = ids if ids is not None else tokenizer.encode(check_prompt(text))
     seq = [tokenizer.eos_id] + list(body)
     limit = min(model.config.n_positions, max_tokens or model.config.n_positions)
     if len(seq) > limit:

@@ -1,15 +1,18 @@
-"""The checkpoint store: list, load, save, import (HF GPT-2), export.
+"""The checkpoint store: list, inspect, load, save atomically, recover, delete.
 
 A checkpoint is a directory: `config.json` (model config and provenance: source, layers picked,
 parent checkpoint, training config), `model.safetensors`, the tokenizer files, `metrics.json`, and
 for a checkpoint written by the trainer `train_state.safetensors`: the optimizer's moments and
 where training stood (epoch, step, best dev record), so a stopped run resumes exactly.
 Weights never go through pickle. A checkpoint is written to a temporary directory and renamed into
-place, so a crash never leaves a half-written one.
+place, so a crash never leaves a half-written one; one interrupted between renames is put back by
+`recover`. Import and export live in interop.py and smollm2.py.
 """
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import re
 import shutil
@@ -20,14 +23,18 @@ from pathlib import Path
 
 import torch
 
+from lab import store as store_mod
 from lab import tokenizers
-from lab.config import ConfigError, ModelConfig
-from lab.data import PROJECT_ROOT
+from lab.config import ModelConfig
 from lab.errors import LabError
+
+log = logging.getLogger("lab.checkpoints")
 
 CONFIG_FILE, WEIGHTS_FILE, METRICS_FILE = "config.json", "model.safetensors", "metrics.json"
 TRAIN_STATE_FILE = "train_state.safetensors"
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+COMPLETE_FILE = ".complete"          # written last into a temporary directory: the save is whole
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+LEFTOVER_RE = re.compile(r"\.(tmp|old|del)-(.+)-[0-9a-f]{8}")
 
 
 class CheckpointError(LabError):
@@ -35,17 +42,24 @@ class CheckpointError(LabError):
 
 
 def store_dir(store: str | Path | None = None) -> Path:
-    """The store: the argument, else $LAB_STORE, else checkpoints/ in the project."""
-    path = Path(store or os.environ.get("LAB_STORE") or PROJECT_ROOT / "checkpoints")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """The store folder (see lab/store.py for its layout)."""
+    return store_mod.root(store)
 
 
 def check_name(name: str) -> str:
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    """A checkpoint is addressed by its name alone: never a path, never one of the store's own
+    files (those live under `.lab/` and `_runs/`, which no name can be)."""
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise CheckpointError(f"checkpoint name {name!r} is not allowed: use 1-100 letters, digits, "
                               f"'.', '_' or '-', starting with a letter or digit")
     return name
+
+
+def refuse_existing(name: str, store=None) -> None:
+    """A new run or import never replaces a stored checkpoint."""
+    if (store_dir(store) / check_name(name)).exists():
+        raise CheckpointError(f"checkpoint {name!r} already exists; choose another name, delete it "
+                              f"first, or resume its run")
 
 
 @dataclass
@@ -60,68 +74,167 @@ class Checkpoint:
 
 
 def names(store=None) -> list[str]:
+    """Every checkpoint in the store, damaged ones included (`listing` says what is wrong).
+    An interrupted save found on the way is finished or rolled back first."""
     root = store_dir(store)
-    return sorted(p.name for p in root.iterdir()
-                  if p.is_dir() and not p.name.startswith(".") and (p / CONFIG_FILE).is_file())
+    entries = list(root.iterdir())
+    if any(LEFTOVER_RE.fullmatch(p.name) for p in entries):
+        recover(store)
+        entries = list(root.iterdir())
+    return sorted(p.name for p in entries if p.is_dir() and NAME_RE.fullmatch(p.name))
 
 
-def _read_config(path: Path) -> tuple[ModelConfig, dict]:
+def recover(store=None) -> list[str]:
+    """Finish or roll back saves a crash interrupted, and remove what they left; says what it did.
+    A save first writes `.tmp-NAME-x/` (marked complete last), then moves NAME aside to
+    `.old-NAME-y/`, renames the new one into place and removes the old. Whatever point a crash
+    hit, the newest complete version becomes NAME. Names a live process writes are left alone."""
+    root = store_dir(store)
+    done = []
+    folders = [root] + [d for d in (root / store_mod.RUNS).glob("*") if d.is_dir()]
+    for folder in folders:
+        found: dict[str, list[Path]] = {}
+        for p in folder.iterdir():
+            m = LEFTOVER_RE.fullmatch(p.name)
+            if m:
+                found.setdefault(m.group(2), []).append(p)
+        for name, leftovers in found.items():
+            owner = name if folder == root else folder.name
+            if not NAME_RE.fullmatch(owner) or store_mod.is_held(store_mod.name_lock(owner, store)):
+                continue
+            done += _recover_one(folder, name, leftovers)
+    for line in done:
+        log.warning("store %s: %s", root, line)
+    return done
+
+
+def _recover_one(folder: Path, name: str, leftovers: list[Path]) -> list[str]:
+    final, said = folder / name, []
+    complete = [p for p in leftovers if p.name.startswith(".tmp-") and (p / COMPLETE_FILE).is_file()]
+    olds = [p for p in leftovers if p.name.startswith(".old-")]
+    if not final.exists() and complete:
+        newest = max(complete, key=lambda p: p.stat().st_mtime)
+        os.replace(newest, final)
+        leftovers.remove(newest)
+        said.append(f"finished the interrupted save of {name!r}")
+    elif not final.exists() and olds:
+        newest = max(olds, key=lambda p: p.stat().st_mtime)
+        os.replace(newest, final)
+        leftovers.remove(newest)
+        said.append(f"restored {name!r} from before an interrupted save")
+    for p in leftovers:
+        shutil.rmtree(p, ignore_errors=True)
+    if leftovers:
+        said.append(f"removed {len(leftovers)} leftover folder(s) of {name!r}")
+    return said
+
+
+def read_config(path: Path) -> tuple[ModelConfig, dict]:
     try:
         doc = json.loads((path / CONFIG_FILE).read_text())
     except FileNotFoundError:
-        raise CheckpointError(f"{path} is not a checkpoint: {CONFIG_FILE} is missing") from None
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path / CONFIG_FILE} is not valid JSON ({e}); the checkpoint "
-                              f"is damaged") from None
+        raise CheckpointError(f"checkpoint {path.name!r} is damaged: {CONFIG_FILE} is missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint {path.name!r} is damaged: {CONFIG_FILE} is not valid JSON "
+                              f"({e})") from None
+    except OSError as e:
+        raise CheckpointError(f"checkpoint {path.name!r}: {CONFIG_FILE} cannot be read ({e.strerror})") from None
+    if not isinstance(doc, dict):
+        raise CheckpointError(f"checkpoint {path.name!r} is damaged: {CONFIG_FILE} holds a "
+                              f"{type(doc).__name__}, not a JSON object")
+    if "model" not in doc:
+        raise CheckpointError(f"checkpoint {path.name!r} is damaged: {CONFIG_FILE} has no 'model' section")
     try:
         config = ModelConfig.from_dict(doc.pop("model"))
-    except KeyError:
-        raise CheckpointError(f"{path / CONFIG_FILE} has no 'model' section") from None
-    except ConfigError as e:
-        raise CheckpointError(f"{path / CONFIG_FILE}: {e}") from None
+    except LabError as e:
+        raise CheckpointError(f"checkpoint {path.name!r} is damaged: {CONFIG_FILE}: {e}") from None
+    for key in ("source", "parent", "pretrained", "preset", "created"):
+        if doc.get(key) is not None and not isinstance(doc[key], str):
+            raise CheckpointError(f"checkpoint {path.name!r} is damaged: {CONFIG_FILE}: {key} is "
+                                  f"{doc[key]!r}, not text")
     return config, doc
 
 
-def resolve(name_or_path: str | Path, store=None) -> Path:
-    p = Path(name_or_path)
-    if p.is_dir() and (p / CONFIG_FILE).exists():
-        return p
-    path = store_dir(store) / str(name_or_path)
+def resolve(name: str, store=None) -> Path:
+    """The folder of checkpoint `name` (a name in the store, never a path)."""
+    path = store_dir(store) / check_name(name)
     if not path.is_dir():
         available = names(store)
-        raise CheckpointError(f"no checkpoint {str(name_or_path)!r} in {store_dir(store)}; "
+        raise CheckpointError(f"no checkpoint {name!r} in {store_dir(store)}; "
                               f"available: {', '.join(available) or 'none yet (train or import one)'}")
     return path
 
 
 def info(name: str, store=None) -> dict:
-    """What the store shows about a checkpoint, without loading weights."""
+    """What the store shows about a checkpoint, without loading weights. A damaged checkpoint
+    raises CheckpointError saying what is wrong."""
     path = resolve(name, store)
-    config, meta = _read_config(path)
+    config, meta = read_config(path)
     metrics = _read_metrics(path)
-    size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+    weights, state = path / WEIGHTS_FILE, path / TRAIN_STATE_FILE
+    if not weights.is_file():
+        raise CheckpointError(f"checkpoint {name!r} is damaged: {WEIGHTS_FILE} is missing")
+    if not (path / tokenizers.TOKENIZER_META).is_file():
+        raise CheckpointError(f"checkpoint {name!r} is damaged: its tokenizer "
+                              f"({tokenizers.TOKENIZER_META}) is missing")
     # "directory", not "path": gradio_client takes any dict with a "path" key for a file to fetch
     return {"name": path.name, "directory": str(path), "model": config.to_dict(), **meta,
-            "metrics": metrics, "size_bytes": size}
+            "metrics": metrics, "size_bytes": weights.stat().st_size,
+            "train_state_bytes": state.stat().st_size if state.is_file() else 0}
+
+
+def listing(store=None) -> list[dict]:
+    """`info` of every checkpoint; a damaged one is {"name", "damaged": reason}, and the others
+    are listed all the same."""
+    out = []
+    for name in names(store):
+        try:
+            out.append(info(name, store))
+        except CheckpointError as e:
+            out.append({"name": name, "damaged": str(e)})
+    return out
 
 
 def _read_metrics(path: Path) -> dict:
     try:
-        return json.loads((path / METRICS_FILE).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        metrics = json.loads((path / METRICS_FILE).read_text())
+    except FileNotFoundError:
         return {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint {path.name!r} is damaged: {METRICS_FILE} is not valid JSON "
+                              f"({e})") from None
+    if not isinstance(metrics, dict):
+        raise CheckpointError(f"checkpoint {path.name!r} is damaged: {METRICS_FILE} is not a JSON object")
+    bad = {k: v for k, v in metrics.items()
+           if not (v is None or isinstance(v, (int, float, bool, str, list, dict)))
+           or ((k.startswith("dev_") or k == "epoch") and not _number(v))}
+    if bad:
+        k, v = next(iter(bad.items()))
+        raise CheckpointError(f"checkpoint {path.name!r} is damaged: {METRICS_FILE}: {k} is {v!r}, "
+                              f"not a number")
+    return metrics
 
 
-def load(name: str | Path, store=None, device: str = "cpu") -> Checkpoint:
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def load(name: str, store=None, device: str = "cpu") -> Checkpoint:
     """Load a checkpoint: `.model` (eval mode) and `.tokenizer`."""
+    path = resolve(name, store)
+    info(name, store)                  # a damaged checkpoint: one message saying what is wrong
+    return load_dir(path, device)
+
+
+def load_dir(path: Path, device: str = "cpu") -> Checkpoint:
+    """A checkpoint-format folder the lab itself wrote (a store entry, or a run's resume state)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
     from lab.model import build
-    path = resolve(name, store)
-    config, meta = _read_config(path)
+    config, meta = read_config(path)
     weights = path / WEIGHTS_FILE
     if not weights.is_file():
-        raise CheckpointError(f"{path} has no {WEIGHTS_FILE}; the checkpoint is incomplete")
+        raise CheckpointError(f"checkpoint {path.name!r} has no {WEIGHTS_FILE}; it is incomplete")
     try:
         state = load_file(str(weights), device=device)
     except (SafetensorError, OSError) as e:
@@ -133,7 +246,28 @@ def load(name: str | Path, store=None, device: str = "cpu") -> Checkpoint:
     return Checkpoint(path.name, path, config, meta, _read_metrics(path), model, tok)
 
 
-def load_state(model: torch.nn.Module, state: dict, where: str) -> None:
+def check_loadable(name: str, store=None) -> ModelConfig:
+    """Cheaply make sure checkpoint `name` would load (config, tokenizer, weight names and shapes
+    from the file header), without reading the weights. Returns its model config."""
+    from safetensors import SafetensorError, safe_open
+    from lab.model import build
+    path = resolve(name, store)
+    info(name, store)
+    config, _ = read_config(path)
+    tokenizers.load(path)
+    with torch.device("meta"):
+        model = build(config)
+    weights = path / WEIGHTS_FILE
+    try:
+        with safe_open(str(weights), "pt") as f:
+            shapes = {k: torch.empty(f.get_slice(k).get_shape(), device="meta") for k in f.keys()}
+    except (SafetensorError, OSError) as e:
+        raise CheckpointError(f"{weights} cannot be read ({e}); the file is truncated or corrupt") from None
+    load_state(model, shapes, where=str(weights), check_only=True)
+    return config
+
+
+def load_state(model: torch.nn.Module, state: dict, where: str, check_only: bool = False) -> None:
     """Load weights, naming every missing, unexpected or mis-shaped tensor."""
     expected = {k: v.shape for k, v in model.state_dict().items()}
     if model.config.tie_embeddings:
@@ -151,22 +285,31 @@ def load_state(model: torch.nn.Module, state: dict, where: str) -> None:
         if wrong:
             parts.append("wrong shapes: " + "; ".join(wrong[:5]))
         raise CheckpointError(f"{where} does not match its config.json: " + "; ".join(parts))
-    model.load_state_dict(state, strict=False)
+    if not check_only:
+        model.load_state_dict(state, strict=False)
 
 
 def save(model, tokenizer, name: str, store=None, provenance: dict | None = None,
          metrics: dict | None = None, overwrite: bool = False, train_state: dict | None = None) -> Path:
-    """Write a checkpoint atomically: a temporary directory, then one rename into place.
-    train_state: {"optimizer": optimizer.state_dict(), ...JSON-able fields} (see load_train_state)."""
-    from safetensors.torch import save_file
+    """Write checkpoint `name` atomically (see `write_dir`), holding the name's lock so that no
+    other process writes it at the same time. train_state: {"optimizer": state_dict, ...}."""
     check_name(name)
     root = store_dir(store)
-    final = root / name
-    if final.exists() and not overwrite:
-        raise CheckpointError(f"checkpoint {name!r} already exists in {root}; choose another name "
-                              f"or delete it first")
-    tmp = root / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+    with store_mod.hold(store_mod.name_lock(name, store), f"checkpoint {name!r}"):
+        if (root / name).exists() and not overwrite:
+            raise CheckpointError(f"checkpoint {name!r} already exists in {root}; choose another name "
+                                  f"or delete it first")
+        return write_dir(root / name, model, tokenizer, provenance, metrics, train_state)
+
+
+def write_dir(final: Path, model, tokenizer, provenance: dict | None = None,
+              metrics: dict | None = None, train_state: dict | None = None) -> Path:
+    """A checkpoint-format folder written atomically: everything into `.tmp-NAME-x/`, marked
+    complete last; then the old version (if any) moves aside and the new one takes its place.
+    A crash at any point leaves the old or the new version, which `recover` puts back in place."""
+    from safetensors.torch import save_file
+    tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True)
     try:
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         if model.config.tie_embeddings:
@@ -179,17 +322,31 @@ def save(model, tokenizer, name: str, store=None, provenance: dict | None = None
         tokenizer.save(tmp)
         if train_state is not None:
             _save_train_state(train_state, tmp / TRAIN_STATE_FILE)
+        _fsync_dir(tmp)
+        (tmp / COMPLETE_FILE).touch()
+        store_mod.fault("save.written")
         if final.exists():     # overwrite: move the old one aside, swap, then drop it
-            old = root / f".old-{name}-{uuid.uuid4().hex[:8]}"
+            old = final.parent / f".old-{final.name}-{uuid.uuid4().hex[:8]}"
             os.replace(final, old)
+            store_mod.fault("save.between_renames")
             os.replace(tmp, final)
+            store_mod.fault("save.renamed")
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)
+        (final / COMPLETE_FILE).unlink(missing_ok=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def _fsync_dir(path: Path) -> None:
+    """Flush the files of a folder to disk before it is renamed into place."""
+    for f in path.iterdir():
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
 
 
 def _save_train_state(train_state: dict, path: Path) -> None:
@@ -204,7 +361,9 @@ def _save_train_state(train_state: dict, path: Path) -> None:
                 tensors[f"state.{pid}.{key}"] = value.detach().contiguous().cpu()
             else:
                 scalars[f"{pid}.{key}"] = value
-    meta = {k: v for k, v in train_state.items() if k != "optimizer"}
+    for key, value in (train_state.get("rng") or {}).items():
+        tensors[f"rng.{key}"] = value.contiguous().cpu()
+    meta = {k: v for k, v in train_state.items() if k not in ("optimizer", "rng")}
     meta |= {"param_groups": opt["param_groups"], "scalars": scalars}
     save_file(tensors, str(path), metadata={"train_state": json.dumps(meta)})
 
@@ -212,15 +371,23 @@ def _save_train_state(train_state: dict, path: Path) -> None:
 def load_train_state(name: str, store=None) -> dict | None:
     """Where training stood when the checkpoint was saved, or None if it holds no training state
     (imported, or saved by something other than the trainer)."""
+    return read_train_state(resolve(name, store))
+
+
+def read_train_state(folder: Path) -> dict | None:
     from safetensors import SafetensorError, safe_open
-    path = resolve(name, store) / TRAIN_STATE_FILE
+    path = folder / TRAIN_STATE_FILE
     if not path.is_file():
         return None
     try:
         with safe_open(str(path), "pt") as f:
             meta = json.loads(f.metadata()["train_state"])
             state: dict = {}
+            rng: dict = {}
             for key in f.keys():
+                if key.startswith("rng."):
+                    rng[key[4:]] = f.get_tensor(key)
+                    continue
                 _, pid, k = key.split(".", 2)
                 state.setdefault(int(pid), {})[k] = f.get_tensor(key)
     except (SafetensorError, OSError, KeyError, ValueError) as e:
@@ -229,19 +396,13 @@ def load_train_state(name: str, store=None) -> dict | None:
         pid, k = key.split(".", 1)
         state.setdefault(int(pid), {})[k] = value
     meta["optimizer"] = {"state": state, "param_groups": meta.pop("param_groups")}
+    meta["rng"] = rng
     return meta
-
-
-def update_metrics(name: str, updates: dict, store=None) -> None:
-    path = resolve(name, store)
-    metrics = {**_read_metrics(path), **updates}
-    tmp = path / f".{METRICS_FILE}.tmp"
-    tmp.write_text(json.dumps(metrics, indent=2))
-    os.replace(tmp, path / METRICS_FILE)
 
 
 def delete(name: str, store=None) -> None:
     path = resolve(check_name(name), store)
-    trash = path.parent / f".del-{name}-{uuid.uuid4().hex[:8]}"
-    os.replace(path, trash)
-    shutil.rmtree(trash)
+    with store_mod.hold(store_mod.name_lock(name, store), f"checkpoint {name!r} (a job is writing it)"):
+        trash = path.parent / f".del-{name}-{uuid.uuid4().hex[:8]}"
+        os.replace(path, trash)
+        shutil.rmtree(trash)

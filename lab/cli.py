@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -81,9 +82,11 @@ def _resume_training(args):
     m_over, t_over = split_overrides(args.set or [], ModelConfig, TrainConfig)
     if m_over:
         raise ConfigError(f"--resume cannot change the model's architecture ({', '.join(sorted(m_over))})")
-    info = checkpoints.info(args.resume, args.store)
-    train_cfg = TrainConfig.from_dict(info.get("train") or {}).replace(**t_over)
-    _print_events(runs.train(args.resume, None, train_cfg, preset=info.get("preset"), resume=True,
+    checkpoints.check_name(args.resume)
+    _, folder = runs.resume_point(args.resume, args.store)
+    meta = checkpoints.read_config(folder)[1]
+    train_cfg = TrainConfig.from_dict(meta.get("train") or {}).replace(**t_over)
+    _print_events(runs.train(args.resume, None, train_cfg, preset=meta.get("preset"), resume=True,
                              data_dir=args.data_dir, store=args.store), args.resume, args.json)
 
 
@@ -129,9 +132,12 @@ def cmd_evaluate(args):
 
 
 def cmd_bleu(args):
-    from lab.data import read_lines
+    from lab.data import read_hypotheses, read_lines
     from lab.metrics import bleu
-    hyps, refs = read_lines(args.hypotheses), read_lines(args.references)
+    hyps, refs = read_hypotheses(args.hypotheses), read_lines(args.references)
+    if not hyps or not refs:
+        raise ConfigError(f"{args.hypotheses if not hyps else args.references} holds no lines to score")
+    empty = sum(not h.strip() for h in hyps)
     if args.tokens == "gpt2":
         from lab.tokenizers import gpt2
         tok = gpt2()
@@ -139,22 +145,27 @@ def cmd_bleu(args):
     else:
         hyps, refs = [h.split() for h in hyps], [r.split() for r in refs]
     result = bleu(hyps, refs)
+    counts = {"hypotheses": len(hyps), "empty_hypotheses": empty, "references": len(refs)}
     if args.json:
-        _print_json({k: result[k] for k in ("forward", "backward", "harmonic")})
+        _print_json({k: result[k] for k in ("forward", "backward", "harmonic")} | counts)
     else:
         print(f"forward {result['forward']:.4f} backward {result['backward']:.4f} "
-              f"harmonic {result['harmonic']:.4f}")
+              f"harmonic {result['harmonic']:.4f} ({len(hyps)} hypotheses, {empty} of them empty, "
+              f"vs {len(refs)} references)")
 
 
 def cmd_checkpoints(args):
     from lab import checkpoints
-    rows = [checkpoints.info(n, args.store) for n in checkpoints.names(args.store)]
+    rows = checkpoints.listing(args.store)
     if args.json:
         _print_json(rows)
         return
     if not rows:
         print(f"no checkpoints in {checkpoints.store_dir(args.store)}")
     for r in rows:
+        if "damaged" in r:
+            print(f"{r['name']:<28} DAMAGED: {r['damaged']}")
+            continue
         m = r["model"]
         ppl = r["metrics"].get("dev_perplexity")
         print(f"{r['name']:<28} {m['model']:<6} {m['n_layer']}x{m['n_embd']} h{m['n_head']} "
@@ -194,8 +205,12 @@ def cmd_attention(args):
     ck = checkpoints.load(args.checkpoint, args.store)
     cap = attention.capture(ck.model, ck.tokenizer, args.text)
     if args.html:
-        with open(args.html, "w") as f:
-            f.write(attention.bertviz_html(cap, args.view, asset_url=args.asset_url or str(attention.VENDOR_DIR)))
+        page = attention.bertviz_html(cap, args.view, asset_url=args.asset_url or str(attention.VENDOR_DIR))
+        try:
+            with open(args.html, "w") as f:
+                f.write(page)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--html {args.html}: cannot write it ({getattr(e, 'strerror', None) or e})") from None
     if args.json:
         print(attention.to_json(cap))
     else:
@@ -208,7 +223,8 @@ def cmd_attention(args):
 
 def cmd_worker(args):
     from lab.jobs import Worker
-    worker = Worker(args.store, slots=args.slots, data_dir=args.data_dir, nproc=args.nproc)
+    worker = Worker(args.store, slots=args.slots, data_dir=args.data_dir, nproc=args.nproc,
+                    exit_with_parent=args.exit_with_parent)
     print(f"worker: serving jobs from {args.store or 'the default store'} ({args.slots} at a time"
           + (f", each under torchrun with {args.nproc} processes" if args.nproc > 1 else "") + ")",
           flush=True)
@@ -337,6 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc", type=int, default=1, help="processes per job under torchrun (DDP): "
                    "the GPUs one job shares; 1 runs it in one plain process")
     p.add_argument("--data-dir")
+    p.add_argument("--exit-with-parent", dest="exit_with_parent", action="store_true",
+                   help=argparse.SUPPRESS)     # app.py's worker: ends (cleanly) when the app is gone
     p.set_defaults(fn=cmd_worker)
 
     p = sub.add_parser("run-job", help=argparse.SUPPRESS)
@@ -372,4 +390,10 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:     # a bug, not the person's input: one line here, the traceback on demand
+        if os.environ.get("LAB_DEBUG"):
+            raise
+        print(f"error: internal error ({type(e).__name__}: {e}); this is a bug in the lab: run again "
+              f"with LAB_DEBUG=1 for the traceback", file=sys.stderr)
+        return 1
     return 0

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from lab.errors import LabError
 
@@ -47,6 +49,10 @@ def _coerce(key: str, value, typ):
     if typ is int:
         if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
             raise ConfigError(f"{key}: expected a whole number, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key}: expected a whole number, got {value!r}")
+        if isinstance(value, str) and len(value) > 30:
+            raise ConfigError(f"{key}: expected a whole number, got {value[:30]!r}...")
         try:
             return int(value)
         except (TypeError, ValueError):
@@ -55,18 +61,28 @@ def _coerce(key: str, value, typ):
         if isinstance(value, bool):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
         try:
-            return float(value)
-        except (TypeError, ValueError):
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+        if not math.isfinite(number):
+            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+        return number
     if typ is str:
         if not isinstance(value, str):
             raise ConfigError(f"{key}: expected text, got {value!r}")
+        if len(value) > 200:
+            raise ConfigError(f"{key}: expected a short text, got {len(value)} characters")
         return value
     return value
 
 
+SEED_MAX = 2 ** 63 - 1
+
+
 class _Config:
-    """JSON round trip and `--set` overrides shared by every config dataclass."""
+    """JSON round trip and `--set` overrides shared by every config dataclass. Every number is
+    bounded where it enters: BOUNDS maps a field to its (lowest, highest) allowed value."""
+    BOUNDS: ClassVar[dict] = {}
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -103,7 +119,18 @@ class _Config:
         return type(self).from_dict({**self.to_dict(), **overrides})
 
     def validate(self) -> None:
-        pass
+        self.check()
+        for key, (lo, hi) in self.BOUNDS.items():
+            v = getattr(self, key)
+            if v is not None and not lo <= v <= hi:
+                raise ConfigError(f"{key} must be between {lo} and {hi}, got {v}")
+        self.check_after_bounds()
+
+    def check_after_bounds(self) -> None:
+        """Rules that are only safe to compute on bounded values."""
+
+    def check(self) -> None:
+        """The config's own rules beyond its bounds."""
 
 
 def split_overrides(pairs: list[str], *classes) -> list[dict]:
@@ -153,7 +180,14 @@ class ModelConfig(_Config):
     dropout: float = 0.1            # dropout on embeddings, attention and residual branches
     init_std: float = 0.02          # std of the normal initialisation
 
-    def validate(self) -> None:
+    BOUNDS: ClassVar[dict] = {"vocab_size": (1, 1_000_000), "n_positions": (1, 32768),
+                              "n_embd": (1, 16384), "n_layer": (1, 256), "n_head": (1, 4096),
+                              "kv_groups": (1, 4096), "n_inner": (1, 131072),
+                              "norm_eps": (1e-12, 1.0), "rope_theta": (1.0, 1e9),
+                              "init_std": (1e-6, 1.0)}
+    MAX_PARAMS: ClassVar[int] = 2_000_000_000   # about 32 GB to train with Adam in float32
+
+    def check(self) -> None:
         from lab.registry import ATTENTION, MLP, MODELS, NORMS, POSITIONAL, load_plugins
         load_plugins()
         for reg, value in ((MODELS, self.model), (NORMS, self.norm), (ATTENTION, self.attention),
@@ -163,7 +197,7 @@ class ModelConfig(_Config):
                                   f"choose one of: {', '.join(reg.names())}")
         _positive(self, "vocab_size", "n_positions", "n_embd", "n_layer", "n_head")
         if self.n_embd % self.n_head:
-            divisors = [d for d in range(1, self.n_embd + 1) if self.n_embd % d == 0]
+            divisors = [d for d in range(1, min(self.n_embd, 4096) + 1) if self.n_embd % d == 0]
             raise ConfigError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
                               f"n_head must divide the width, e.g. one of {divisors[:24]}")
         if self.positional == "rotary" and (self.n_embd // self.n_head) % 2:
@@ -179,6 +213,23 @@ class ModelConfig(_Config):
             raise ConfigError(f"norm_position must be 'pre' or 'post', got {self.norm_position!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    def check_after_bounds(self) -> None:
+        n = self.approx_params()
+        if n > self.MAX_PARAMS:
+            raise ConfigError(f"this model would have about {n / 1e9:.1f}B parameters (n_embd="
+                              f"{self.n_embd}, n_layer={self.n_layer}, vocab_size={self.vocab_size}); "
+                              f"the lab builds models up to {self.MAX_PARAMS / 1e9:.0f}B")
+
+    def approx_params(self) -> int:
+        """Parameters of the model this config builds, to within biases and norms."""
+        d, hd = self.n_embd, self.n_embd // self.n_head
+        kv = 1 if self.attention == "mqa" else (self.kv_groups or self.n_head)
+        inner = self.n_inner or 4 * d
+        attn = 2 * d * d + 2 * d * hd * kv
+        mlp = d * inner * (3 if self.mlp == "swiglu" else 2)
+        return self.vocab_size * d * (1 if self.tie_embeddings else 2) + self.n_positions * d \
+            + self.n_layer * (attn + mlp)
 
     @property
     def head_dim(self) -> int:
@@ -206,7 +257,14 @@ class TrainConfig(_Config):
                                       # they draw the curve, only the epoch's end saves or stops
     device: str = "auto"              # "auto" (CUDA when present), "cpu" or "cuda"
 
-    def validate(self) -> None:
+    BOUNDS: ClassVar[dict] = {"epochs": (1, 100_000), "batch_size": (1, 65536), "lr": (0.0, 10.0),
+                              "weight_decay": (0.0, 10.0), "grad_clip": (0.0, 1e6),
+                              "seed": (0, SEED_MAX), "patience": (1, 10_000),
+                              "bleu_samples": (1, 5000), "eval_batch_size": (1, 65536),
+                              "max_train_captions": (1, 10 ** 8), "max_dev_captions": (1, 10 ** 8),
+                              "log_every": (1, 10 ** 9), "eval_every": (0, 10 ** 9)}
+
+    def check(self) -> None:
         _positive(self, "epochs", "batch_size", "lr", "eval_batch_size", "log_every")
         if self.early_stop not in ("perplexity", "bleu", "none"):
             raise ConfigError(f"early_stop must be 'perplexity', 'bleu' or 'none', "
@@ -234,7 +292,10 @@ class DecodeConfig(_Config):
     max_new_tokens: int = 35         # stop a caption after this many tokens
     seed: int = 0                    # sampling seed
 
-    def validate(self) -> None:
+    BOUNDS: ClassVar[dict] = {"temperature": (0.01, 100.0), "top_k": (1, 1_000_000),
+                              "num_beams": (1, 16), "max_new_tokens": (1, 1024), "seed": (0, SEED_MAX)}
+
+    def check(self) -> None:
         from lab.registry import DECODERS, load_plugins
         load_plugins()
         if self.decoder not in DECODERS:

@@ -26,8 +26,8 @@ def evaluate(checkpoint: str, split: str = "test", n: int = 5000, decode: Decode
              bleu_tokens: str = "gpt2", data_dir=None, store=None, skip_bleu: bool = False,
              ck=None, skip_perplexity: bool = False) -> dict:
     decode = decode or DecodeConfig()
-    if n < 1:
-        raise ConfigError(f"n must be at least 1, got {n}")
+    if not 1 <= n <= 100_000:
+        raise ConfigError(f"n must be between 1 and 100000, got {n}")
     ck = ck or checkpoints.load(checkpoint, store)
     model, tok = ck.model, ck.tokenizer
     if not skip_bleu:

@@ -11,6 +11,7 @@ import torch
 
 from lab.config import DecodeConfig
 from lab.errors import LabError
+from lab.metrics import Aborted
 from lab.registry import DECODERS, load_plugins
 
 
@@ -38,7 +39,8 @@ def _device(model) -> torch.device:
 
 
 @torch.no_grad()
-def _sample_group(model, prompt: torch.Tensor, decoder, max_new: int, eos_id: int, generator):
+def _sample_group(model, prompt: torch.Tensor, decoder, max_new: int, eos_id: int, generator,
+                  abort=None):
     """prompt: (B, T0) of equal-length prompts. Returns per row (new ids, probs, finished)."""
     B = prompt.size(0)
     out = model(prompt)
@@ -48,6 +50,8 @@ def _sample_group(model, prompt: torch.Tensor, decoder, max_new: int, eos_id: in
     probs = [[] for _ in range(B)]
     finished = [False] * B
     for step in range(max_new):
+        if abort is not None and abort():
+            raise Aborted()
         nxt = decoder(logits, generator)                            # (b,)
         p = torch.softmax(logits.float(), dim=-1).gather(1, nxt[:, None]).squeeze(1)
         done = nxt == eos_id
@@ -70,7 +74,7 @@ def _sample_group(model, prompt: torch.Tensor, decoder, max_new: int, eos_id: in
 
 @torch.no_grad()
 def generate(model, prompts: list[list[int]], cfg: DecodeConfig, eos_id: int,
-             batch_size: int = 500) -> list[tuple[list[int], list[float], bool]]:
+             batch_size: int = 500, abort=None) -> list[tuple[list[int], list[float], bool]]:
     """Continue each prompt (token ids, BOS included). Prompts of equal length share a batch."""
     decoder = make_decoder(cfg)
     device = _device(model)
@@ -97,7 +101,7 @@ def generate(model, prompts: list[list[int]], cfg: DecodeConfig, eos_id: int,
                         results[i] = (ids, _probs_of(model, prompts[i], ids), len(ids) < max_new)
                     continue
                 prompt = torch.tensor([prompts[i] for i in chunk], device=device)
-                new, probs, fin = _sample_group(model, prompt, decoder, max_new, eos_id, generator)
+                new, probs, fin = _sample_group(model, prompt, decoder, max_new, eos_id, generator, abort)
                 for j, i in enumerate(chunk):
                     results[i] = (new[j], probs[j], fin[j])
     finally:
@@ -114,11 +118,27 @@ def _probs_of(model, prompt: list[int], new: list[int]) -> list[float]:
     return p.gather(1, ids[0, len(prompt):, None]).squeeze(1).tolist()
 
 
+MAX_PROMPT_CHARS = 4000      # checked before tokenizing: a huge prompt never reaches the tokenizer
+MAX_CAPTIONS = 10_000        # captions one call may ask for
+
+
+def check_prompt(prompt: str) -> str:
+    if not isinstance(prompt, str):
+        raise GenerationError(f"the prompt must be text, got {type(prompt).__name__}")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise GenerationError(f"the prompt is {len(prompt)} characters; at most {MAX_PROMPT_CHARS} "
+                              f"are accepted")
+    return prompt
+
+
 def sample_captions(model, tokenizer, n: int, cfg: DecodeConfig, prompt: str = "",
-                    batch_size: int = 500) -> list[Generated]:
+                    batch_size: int = 500, abort=None) -> list[Generated]:
     """n captions, each starting with `prompt` (may be empty), decoded as `cfg` says."""
-    prefix = tokenizer.encode(prompt) if prompt else []
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CAPTIONS:
+        raise GenerationError(f"the number of captions must be a whole number from 1 to "
+                              f"{MAX_CAPTIONS}, got {n!r}")
+    prefix = tokenizer.encode(check_prompt(prompt)) if prompt else []
     bos = [tokenizer.eos_id]
-    outs = generate(model, [bos + prefix] * n, cfg, tokenizer.eos_id, batch_size)
+    outs = generate(model, [bos + prefix] * n, cfg, tokenizer.eos_id, batch_size, abort)
     return [Generated(prefix + new, tokenizer.decode(prefix + new), len(prefix), probs, fin)
             for new, probs, fin in outs]

@@ -62,26 +62,63 @@ def _read_hf_state(path: Path) -> dict:
     raise CheckpointError(f"{path} has no model.safetensors or pytorch_model.bin")
 
 
-def import_hf_gpt2(path: str | Path, name: str, layers: list[int] | None = None, store=None) -> Path:
-    """Import an HF GPT-2 directory into the store as a `gpt2` checkpoint with the chosen blocks."""
+def _folder(path, what: str) -> Path:
+    """A folder path given by a person, or one message (NUL, missing, a file, unreadable)."""
+    if "\0" in str(path):
+        raise CheckpointError(f"{what}: the path contains a NUL character")
     path = Path(path)
-    checkpoints.check_name(name)
+    if not path.exists():
+        raise CheckpointError(f"{what}: {path} does not exist")
+    if not path.is_dir():
+        raise CheckpointError(f"{what}: {path} is a file; give the folder holding config.json "
+                              f"and the weights")
+    return path
+
+
+def _read_hf_config(path: Path) -> dict:
     try:
         hf = json.loads((path / "config.json").read_text())
     except FileNotFoundError:
         raise CheckpointError(f"{path} is not an HF GPT-2 directory: config.json is missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}/config.json is not valid JSON ({e})") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}/config.json cannot be read ({e.strerror})") from None
+    if not isinstance(hf, dict):
+        raise CheckpointError(f"{path}/config.json is not a JSON object")
+    if isinstance(hf.get("model"), dict):
+        raise CheckpointError(f"{path} is a tfmr-lab checkpoint, not an HF GPT-2 directory; copy it "
+                              f"into a store instead (or export it to HF GPT-2 first)")
     if hf.get("model_type") not in (None, "gpt2"):
         raise CheckpointError(f"{path} holds a {hf.get('model_type')!r} model, not GPT-2")
-    layers = parse_layers(layers if layers is not None else list(range(1, hf["n_layer"] + 1)),
-                          hf["n_layer"])
+    missing = [k for k in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head") if k not in hf]
+    if missing:
+        raise CheckpointError(f"{path}/config.json is not an HF GPT-2 config: it lacks {', '.join(missing)}")
+    return hf
+
+
+def import_hf_gpt2(path: str | Path, name: str, layers: list[int] | None = None, store=None) -> Path:
+    """Import an HF GPT-2 directory into the store as a `gpt2` checkpoint with the chosen blocks."""
+    checkpoints.check_name(name)
+    checkpoints.refuse_existing(name, store)
+    path = _folder(path, "import gpt2")
+    hf = _read_hf_config(path)
+    try:
+        n_layer = ModelConfig.from_dict({"n_layer": hf["n_layer"]}).n_layer
+    except ConfigError as e:
+        raise CheckpointError(f"{path}/config.json: {e}") from None
+    layers = parse_layers(layers if layers is not None else list(range(1, n_layer + 1)), n_layer)
     act = hf.get("activation_function", "gelu_new")
     if act not in ("gelu_new", "gelu_pytorch_tanh"):
         raise CheckpointError(f"activation {act!r} is not supported; the gelu MLP is GPT-2's tanh GELU")
-    cfg = ModelConfig(model="gpt2", vocab_size=hf["vocab_size"], n_positions=hf["n_positions"],
-                      n_embd=hf["n_embd"], n_layer=len(layers), n_head=hf["n_head"],
-                      n_inner=hf.get("n_inner"), norm_eps=hf.get("layer_norm_epsilon", 1e-5),
-                      tie_embeddings=hf.get("tie_word_embeddings", True),
-                      dropout=hf.get("resid_pdrop", 0.1))
+    try:
+        cfg = ModelConfig.from_dict(dict(
+            model="gpt2", vocab_size=hf["vocab_size"], n_positions=hf["n_positions"],
+            n_embd=hf["n_embd"], n_layer=len(layers), n_head=hf["n_head"], n_inner=hf.get("n_inner"),
+            norm_eps=hf.get("layer_norm_epsilon", 1e-5), tie_embeddings=hf.get("tie_word_embeddings", True),
+            dropout=hf.get("resid_pdrop", 0.1)))
+    except ConfigError as e:
+        raise CheckpointError(f"{path}/config.json: {e}") from None
     state = _read_hf_state(path)
     state = {k if k.startswith(("transformer.", "lm_head.")) else f"transformer.{k}": v
              for k, v in state.items()}
@@ -132,7 +169,11 @@ def export_hf_gpt2(checkpoint: str, outdir: str | Path, store=None) -> Path:
     if odd:
         raise CheckpointError(f"{checkpoint} cannot be exported as HF GPT-2: it uses {odd}; "
                               f"only GPT-2's own parts ({STANDARD}) export")
+    if "\0" in str(outdir):
+        raise CheckpointError("export: the output path contains a NUL character")
     outdir = Path(outdir)
+    if outdir.exists() and not outdir.is_dir():
+        raise CheckpointError(f"export: {outdir} is a file; give a new or empty folder")
     if outdir.exists() and any(outdir.iterdir()):
         raise CheckpointError(f"{outdir} exists and is not empty; choose a new directory")
     hf_cfg = GPT2Config(vocab_size=c.vocab_size, n_positions=c.n_positions, n_embd=c.n_embd,
@@ -147,15 +188,18 @@ def export_hf_gpt2(checkpoint: str, outdir: str | Path, store=None) -> Path:
                and not (c.tie_embeddings and k == "lm_head.weight")]
     if missing or unexpected:
         raise CheckpointError(f"export mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
-    outdir.parent.mkdir(parents=True, exist_ok=True)
     tmp = outdir.parent / f".tmp-export-{uuid.uuid4().hex[:8]}"
     try:
+        outdir.parent.mkdir(parents=True, exist_ok=True)
         hf.save_pretrained(str(tmp))
         if isinstance(ck.tokenizer, tokenizers.HFTokenizer):
             ck.tokenizer.hf.save_pretrained(str(tmp))
         if outdir.exists():
             outdir.rmdir()
         os.replace(tmp, outdir)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"export to {outdir} failed: {e.strerror or e}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -3,11 +3,18 @@
 The UI and CLI *queue* jobs; a worker process (`python -m lab worker`, started by `make run`
 beside the web server, or alone on a GPU machine sharing the store) claims them and runs each in
 a child process (`python -m lab run-job ID`) that writes its progress back to the ledger and to
-its run directory. Closing the browser never touches a job; a job whose process died is marked
-`interrupted` and can be resumed from its last checkpoint.
+its run directory. Closing the browser never touches a job.
+
+Liveness is a fact, not a guess: the worker takes the job's OS lock before it marks the job
+running and hands it to the job's process, which holds it until it exits. A running job whose
+lock is free has no process, and only then is it marked `interrupted`; a job that is alive stays
+`running` however long it is silent (a long evaluation, a stopped process). A final status is
+written only over `running`. One worker serves a store at a time (its own lock).
 
 States: queued -> running -> done | failed | stopped | interrupted. `resume` queues a new run that
-goes on from the job's last (best) checkpoint: weights, Adam moments, epoch, step and best dev score.
+goes on exactly where the job stood: its last save (a stop saves where the run stands) or its best
+checkpoint, whichever is later. Stopping the worker (SIGTERM, or the app that started it ending)
+stops its jobs the same way, so they stay resumable.
 """
 from __future__ import annotations
 
@@ -22,7 +29,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lab import checkpoints
+from lab import store as lab_store
 from lab.config import ConfigError, ModelConfig, TrainConfig
+from lab.errors import LabError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -42,11 +51,12 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 """
 FINAL = ("done", "failed", "stopped", "interrupted")
-HEARTBEAT_TIMEOUT_S = 120
+_HELD: list = []          # the job lock of this process (run-job), kept open for its lifetime
+SHUTDOWN_GRACE_S = float(os.environ.get("LAB_SHUTDOWN_GRACE_S", "60"))   # a job's time to save
 
 
 def ledger_path(store=None) -> Path:
-    return checkpoints.store_dir(store) / "jobs.sqlite"
+    return lab_store.ledger_path(store)
 
 
 @contextmanager
@@ -57,6 +67,8 @@ def connect(store=None):
         con.execute("PRAGMA journal_mode=WAL")
         con.executescript(SCHEMA)
         yield con
+    except sqlite3.DatabaseError as e:
+        raise LabError(f"the job ledger {ledger_path(store)} cannot be used ({e})") from None
     finally:
         con.close()
 
@@ -70,40 +82,65 @@ def _row(r: sqlite3.Row | None) -> dict | None:
     return d
 
 
-def validate_spec(name: str, model: dict | None, train: dict, parent: str | None) -> dict:
+def validate_spec(name: str, model: dict | None, train: dict, parent: str | None, store=None,
+                  resume: bool = False) -> dict:
     """Check everything before a job is queued: a bad value never reaches the worker."""
+    from lab.runs import resume_state
+    from lab.train import parse_train_layers
     checkpoints.check_name(name)
     train_cfg = TrainConfig.from_dict(train)
-    if parent:
-        checkpoints.resolve(parent)
-        model_cfg = None
+    if train_cfg.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise ConfigError("device 'cuda' was asked for but this machine has no CUDA GPU; "
+                              "use 'auto' or 'cpu'")
+    model_cfg = None
+    if resume:
+        _, folder = resume_state(name, train_cfg, store)
+        n_layer = checkpoints.read_config(folder)[0].n_layer
     else:
-        model_cfg = ModelConfig.from_dict(model or {})
-    return {"model": model_cfg and model_cfg.to_dict(), "train": train_cfg.to_dict(), "parent": parent}
+        checkpoints.refuse_existing(name, store)
+        if parent:
+            n_layer = checkpoints.check_loadable(parent, store).n_layer
+        else:
+            model_cfg = ModelConfig.from_dict(model or {})
+            n_layer = model_cfg.n_layer
+    parse_train_layers(train_cfg.train_layers, n_layer)
+    return {"model": model_cfg and model_cfg.to_dict(), "train": train_cfg.to_dict(),
+            "parent": None if resume else parent}
 
 
 def submit(name: str, model: dict | None, train: dict, parent: str | None = None,
            preset: str | None = None, store=None, resumed_from: int | None = None) -> int:
-    spec = validate_spec(name, model, train, parent) | {"preset": preset}
-    if resumed_from is not None:            # go on with checkpoint `name` itself
-        spec |= {"parent": None, "model": None, "resume": True}
+    resume = resumed_from is not None
+    spec = validate_spec(name, model, train, parent, store, resume) | {"preset": preset}
+    if resume:                               # go on with the run `name` itself
+        spec |= {"model": None, "resume": True}
+    if lab_store.is_held(lab_store.name_lock(name, store)):
+        raise ConfigError(f"checkpoint {name!r} is being written by another process; choose another "
+                          f"name or wait for it to end")
     with connect(store) as con:
+        con.execute("BEGIN IMMEDIATE")       # the check and the insert are one step
         busy = con.execute("SELECT id FROM jobs WHERE name=? AND status IN ('queued','running')",
                            (name,)).fetchone()
         if busy:
+            con.execute("ROLLBACK")
             raise ConfigError(f"job {busy['id']} is already writing checkpoint {name!r}; "
                               f"choose another name")
         cur = con.execute("INSERT INTO jobs (name, spec, status, created, resumed_from) "
                           "VALUES (?, ?, 'queued', ?, ?)",
                           (name, json.dumps(spec), time.time(), resumed_from))
+        con.execute("COMMIT")
         return cur.lastrowid
 
 
 def get(job_id: int, store=None) -> dict:
+    if isinstance(job_id, bool) or not isinstance(job_id, int) or not 0 < job_id < 2 ** 63:
+        raise ConfigError(f"a job id is a positive whole number, got {job_id!r}")
     with connect(store) as con:
         job = _row(con.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone())
     if job is None:
-        raise ConfigError(f"no job {job_id}")
+        raise ConfigError(f"no job {job_id}; `python -m lab jobs list` shows the jobs")
     return job
 
 
@@ -119,73 +156,86 @@ def request_stop(job_id: int, mode: str = "now", store=None) -> dict:
     job = get(job_id, store)
     with connect(store) as con:
         if job["status"] == "queued":
-            con.execute("UPDATE jobs SET status='stopped', finished=? WHERE id=?", (time.time(), job_id))
+            con.execute("UPDATE jobs SET status='stopped', finished=? WHERE id=? AND status='queued'",
+                        (time.time(), job_id))
         elif job["status"] == "running":
-            con.execute("UPDATE jobs SET stop=? WHERE id=?", (mode, job_id))
+            con.execute("UPDATE jobs SET stop=? WHERE id=? AND status='running'", (mode, job_id))
         else:
             raise ConfigError(f"job {job_id} is {job['status']}; only queued or running jobs stop")
     return get(job_id, store)
 
 
 def resume(job_id: int, store=None) -> int:
-    """Queue a job that continues an interrupted or stopped one from its last checkpoint."""
+    """Queue a job that continues an interrupted, stopped or failed one where it stood."""
     job = get(job_id, store)
     if job["status"] not in ("interrupted", "stopped", "failed"):
         raise ConfigError(f"job {job_id} is {job['status']}; only interrupted, stopped or failed "
                           f"jobs resume")
-    name = job["name"]
-    if name not in checkpoints.names(store):
-        raise ConfigError(f"job {job_id} wrote no checkpoint before it ended; start it again instead")
-    from lab.runs import resume_state
-    train = job["spec"]["train"]
-    resume_state(name, TrainConfig.from_dict(train), store)     # refuse now, not in the worker
-    return submit(name, None, train, parent=name, preset=job["spec"].get("preset"), store=store,
-                  resumed_from=job_id)
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:   # a zombie (exited, not yet reaped) is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return True
+    if lab_store.is_held(lab_store.job_lock(job_id, store)):
+        raise ConfigError(f"job {job_id}'s process is still ending; resume it in a moment")
+    return submit(job["name"], None, job["spec"]["train"], preset=job["spec"].get("preset"),
+                  store=store, resumed_from=job_id)
 
 
 def mark_dead(store=None) -> list[int]:
-    """Running jobs whose process is gone (or silent too long) become interrupted."""
-    now, dead = time.time(), []
+    """Running jobs whose lock is free (their process is gone) become interrupted."""
+    dead = []
     with connect(store) as con:
-        for r in con.execute("SELECT id, pid, heartbeat FROM jobs WHERE status='running'").fetchall():
-            if not _alive(r["pid"]) or (r["heartbeat"] and now - r["heartbeat"] > HEARTBEAT_TIMEOUT_S):
-                con.execute("UPDATE jobs SET status='interrupted', finished=?, "
-                            "error=COALESCE(error, 'its worker process died') WHERE id=?", (now, r["id"]))
-                dead.append(r["id"])
+        for r in con.execute("SELECT id FROM jobs WHERE status='running'").fetchall():
+            if not lab_store.is_held(lab_store.job_lock(r["id"], store)):
+                cur = con.execute("UPDATE jobs SET status='interrupted', finished=?, error=COALESCE("
+                                  "error, 'its process ended without a word (killed or crashed); "
+                                  "resume goes on from its last save') WHERE id=? AND status='running'",
+                                  (time.time(), r["id"]))
+                if cur.rowcount:
+                    dead.append(r["id"])
     return dead
 
 
-def claim_next(pid: int, store=None) -> dict | None:
+def claim_next(pid: int, store=None) -> tuple[dict, int] | None:
+    """The oldest queued job, now running, with its lock (a descriptor the caller hands to the
+    job's process). The lock is taken before the job is marked running, so a running job's lock
+    is never free while its process lives."""
     with connect(store) as con:
         con.execute("BEGIN IMMEDIATE")
         r = con.execute("SELECT id FROM jobs WHERE status='queued' ORDER BY id LIMIT 1").fetchone()
-        if r is None:
+        fd = r and lab_store._try_lock(lab_store.job_lock(r["id"], store))
+        if r is None or fd is None:
             con.execute("COMMIT")
             return None
         con.execute("UPDATE jobs SET status='running', pid=?, started=?, heartbeat=? WHERE id=?",
                     (pid, time.time(), time.time(), r["id"]))
         con.execute("COMMIT")
-    return get(r["id"], store)
+    return get(r["id"], store), fd
+
+
+def _finish(job_id: int, status: str, error: str | None, store=None) -> None:
+    """A final status, written only over `running`."""
+    with connect(store) as con:
+        con.execute("UPDATE jobs SET status=?, error=?, finished=? WHERE id=? AND status='running'",
+                    (status, error, time.time(), job_id))
+
+
+def _hold_job_lock(job_id: int, store=None):
+    """The job's lock for this process: handed down by the worker (LAB_JOB_LOCK_FD), held by a
+    torchrun launcher above us (LAB_JOB_LOCKED), or taken here (`run-job` started by hand)."""
+    path = lab_store.job_lock(job_id, store)
+    fd = os.environ.pop("LAB_JOB_LOCK_FD", None)
+    if fd is not None:
+        try:
+            if os.fstat(int(fd)).st_ino == path.stat().st_ino:
+                return int(fd)
+        except (OSError, ValueError):
+            pass
+    if os.environ.get("LAB_JOB_LOCKED") == str(job_id):
+        return None
+    return lab_store.acquire_fd(path, f"job {job_id}")
 
 
 def run_job(job_id: int, store=None, data_dir=None) -> str:
     """Run one claimed job in this process; returns its final status. Under torchrun every rank
-    trains, and rank 0 alone talks to the ledger."""
+    trains, and rank 0 alone talks to the ledger. SIGTERM stops it as "stop now" does (it saves
+    where it stands) and leaves it interrupted, to be resumed."""
     from lab import distributed, runs
     job = get(job_id, store)
     spec = job["spec"]
@@ -195,16 +245,23 @@ def run_job(job_id: int, store=None, data_dir=None) -> str:
                           TrainConfig.from_dict(spec["train"]), parent=spec["parent"],
                           preset=spec.get("preset"), data_dir=data_dir, store=store,
                           should_stop=should_stop, resume=spec.get("resume", False))
+    shutdown = []
+    signal.signal(signal.SIGTERM, lambda *a: shutdown.append(True))
     if distributed.rank() != 0:
         for _ in events():          # rank 0 polls for stops and broadcasts them
             pass
         return "done"
+    _HELD.append(_hold_job_lock(job_id, store))     # held until this process exits
+    if job["status"] != "running":
+        return job["status"]
     with connect(store) as con:
         con.execute("UPDATE jobs SET pid=?, heartbeat=? WHERE id=?", (os.getpid(), time.time(), job_id))
     last_poll, stop = 0.0, None
 
     def should_stop():
         nonlocal last_poll, stop
+        if shutdown:
+            return "now"
         if time.time() - last_poll > 1.0:
             last_poll = time.time()
             with connect(store) as con:
@@ -221,38 +278,51 @@ def run_job(job_id: int, store=None, data_dir=None) -> str:
             with connect(store) as con:
                 con.execute("UPDATE jobs SET progress=?, heartbeat=? WHERE id=?",
                             (json.dumps(ev), time.time(), job_id))
-    except Exception as e:     # recorded for the UI; the traceback goes to the worker's log
+    except LabError as e:      # a value the checks before queueing could not see; said in one line
+        status, error = "failed", str(e)
+        print(f"error: {e}", flush=True)
+    except Exception as e:     # a bug: recorded for the UI; the traceback goes to the job's log
         status, error = "failed", f"{type(e).__name__}: {e}"
         import traceback
         traceback.print_exc()
-    with connect(store) as con:
-        con.execute("UPDATE jobs SET status=?, error=?, finished=? WHERE id=?",
-                    (status, error, time.time(), job_id))
+    if shutdown and status in ("stopped", "done"):
+        status, error = "interrupted", "the lab shut down while it ran; it saved where it stood: resume it"
+    _finish(job_id, status, error, store)
     return status
 
 
 class Worker:
-    """Claims queued jobs and runs each in a child process; `slots` jobs at once (default 1).
-    nproc > 1 runs each job under torchrun with that many processes (one per GPU; gloo on CPUs)."""
+    """Claims queued jobs and runs each in a child process; `slots` jobs at once (default 1),
+    counting every live job of the store. nproc > 1 runs each job under torchrun with that many
+    processes (one per GPU; gloo on CPUs). exit_with_parent: stop when the process that started
+    this worker (the web app) is gone."""
 
-    def __init__(self, store=None, slots: int = 1, poll_s: float = 1.0, data_dir=None, nproc: int = 1):
+    def __init__(self, store=None, slots: int = 1, poll_s: float = 1.0, data_dir=None, nproc: int = 1,
+                 exit_with_parent: bool = False):
         if nproc < 1 or slots < 1:
             raise ConfigError(f"slots and nproc must be at least 1, got slots={slots} nproc={nproc}")
         self.store, self.slots, self.poll_s, self.data_dir = store, slots, poll_s, data_dir
         self.nproc = nproc
         self.children: dict[int, subprocess.Popen] = {}
         self.running = True
+        self.parent = os.getppid() if exit_with_parent else None
 
-    def _spawn(self, job: dict) -> None:
-        log = open(Path(checkpoints.store_dir(self.store)) / f"job-{job['id']}.log", "ab")
-        env = {**os.environ, "LAB_STORE": str(checkpoints.store_dir(self.store))}
+    def _spawn(self, job: dict, fd: int) -> None:
+        log = open(lab_store.log_path(job["id"], self.store), "ab")
+        env = {**os.environ, "LAB_STORE": str(checkpoints.store_dir(self.store)),
+               "LAB_JOB_LOCK_FD": str(fd), "LAB_JOB_LOCKED": str(job["id"])}
         if self.data_dir:
             env["LAB_DATA_DIR"] = str(self.data_dir)
         launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(self.nproc)] \
             if self.nproc > 1 else []
-        proc = subprocess.Popen([sys.executable, *launcher, "-m", "lab", "run-job", str(job["id"])],
-                                stdout=log, stderr=subprocess.STDOUT, env=env,
-                                cwd=str(Path(__file__).resolve().parent.parent))
+        try:      # its own session: a Ctrl-C meant for the app reaches the job through the worker
+            proc = subprocess.Popen([sys.executable, *launcher, "-m", "lab", "run-job", str(job["id"])],
+                                    stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(fd,),
+                                    cwd=str(Path(__file__).resolve().parent.parent),
+                                    start_new_session=True)
+        finally:
+            os.close(fd)           # the child holds the lock now (or, if it failed to start, nobody)
+            log.close()
         with connect(self.store) as con:
             con.execute("UPDATE jobs SET pid=? WHERE id=?", (proc.pid, job["id"]))
         self.children[job["id"]] = proc
@@ -262,16 +332,59 @@ class Worker:
             if proc.poll() is not None:
                 del self.children[job_id]
         mark_dead(self.store)
-        while len(self.children) < self.slots:
-            job = claim_next(os.getpid(), self.store)
-            if job is None:
+        with connect(self.store) as con:
+            busy = con.execute("SELECT COUNT(*) FROM jobs WHERE status='running'").fetchone()[0]
+        while busy < self.slots and self.running:
+            claimed = claim_next(os.getpid(), self.store)
+            if claimed is None:
                 break
-            self._spawn(job)
+            self._spawn(*claimed)
+            busy += 1
+
+    def parent_gone(self) -> bool:
+        return self.parent is not None and os.getppid() != self.parent
 
     def serve(self) -> None:
-        signal.signal(signal.SIGTERM, lambda *a: setattr(self, "running", False))
-        while self.running:
-            self.tick()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *a: setattr(self, "running", False))
+        lock = self._take_worker_lock()
+        if lock is None:
+            return
+        for line in checkpoints.recover(self.store):
+            print(f"worker: {line}", flush=True)
+        try:
+            while self.running and not self.parent_gone():
+                self.tick()
+                time.sleep(self.poll_s)
+        finally:
+            self.shutdown()
+            os.close(lock)
+
+    def _take_worker_lock(self) -> int | None:
+        """One worker per store: a second one waits for the first to end."""
+        path, said = lab_store.lock_path("worker", self.store), False
+        while self.running and not self.parent_gone():
+            fd = lab_store._try_lock(path)
+            if fd is not None:
+                return fd
+            if not said:
+                print(f"worker: another worker (pid {lab_store.holder(path)}) serves this store; "
+                      f"waiting for it to end", flush=True)
+                said = True
             time.sleep(self.poll_s)
-        for proc in self.children.values():   # jobs outlive a worker restart only as 'interrupted'
-            proc.terminate()
+        return None
+
+    def shutdown(self) -> None:
+        """Stop this worker's jobs as "stop now" does (each saves where it stands), wait for them,
+        and kill only what has not ended after the grace period."""
+        for proc in self.children.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.time() + SHUTDOWN_GRACE_S
+        for proc in self.children.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.children.clear()

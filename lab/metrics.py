@@ -18,15 +18,22 @@ import torch
 from lab.data import batches, sentence_nll
 
 
+class Aborted(Exception):
+    """A long computation gave up because its caller asked it to (a training job told to stop)."""
+
+
 @torch.no_grad()
 def sentence_nlls(model, seqs: list[list[int]], pad_id: int, batch_size: int = 128,
-                  device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed NLL and target count of every sequence, in order: ((N,), (N,))."""
+                  device="cpu", abort=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed NLL and target count of every sequence, in order: ((N,), (N,)). `abort()` is asked
+    before each batch; when it answers true, Aborted is raised."""
     was_training = model.training
     model.eval()
     nlls, counts = [], []
     try:
         for batch in batches(seqs, batch_size, pad_id):
+            if abort is not None and abort():
+                raise Aborted()
             batch = batch.to(device)
             nll, n = sentence_nll(model(batch.input_ids).logits, batch)
             nlls.append(nll.cpu()); counts.append(n.cpu())
@@ -36,8 +43,9 @@ def sentence_nlls(model, seqs: list[list[int]], pad_id: int, batch_size: int = 1
 
 
 def perplexity(model, seqs, pad_id, batch_size=128, device="cpu", n_words: list[int] | None = None,
-               nll_counts=None) -> dict:
-    nll, n = nll_counts if nll_counts is not None else sentence_nlls(model, seqs, pad_id, batch_size, device)
+               nll_counts=None, abort=None) -> dict:
+    nll, n = nll_counts if nll_counts is not None else sentence_nlls(model, seqs, pad_id, batch_size,
+                                                                     device, abort)
     per_sentence = nll / n
     out = {"loss": per_sentence.mean().item(),
            "perplexity": math.exp(per_sentence.mean().item()),

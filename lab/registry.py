@@ -7,6 +7,7 @@ Only the model builder touches the registries; modules receive their parts.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Callable
@@ -94,15 +95,22 @@ REGISTRIES = {r.kind: r for r in (MODELS, NORMS, ATTENTION, POSITIONAL, MLP, DEC
 _loaded = False
 
 
+_load_lock = threading.Lock()
+
+
 def load_plugins() -> None:
-    """Import the built-in plugins, then third-party ones from the entry-point group."""
+    """Import the built-in plugins, then third-party ones from the entry-point group. Safe from
+    several threads at once: none returns before every plugin is registered."""
     global _loaded
     if _loaded:
         return
-    _loaded = True
-    import plugins  # noqa: F401  (registers the built-ins)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        ep.load()
+    with _load_lock:
+        if _loaded:
+            return
+        import plugins  # noqa: F401  (registers the built-ins)
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            ep.load()
+        _loaded = True
 
 
 def describe_all() -> dict:

@@ -2,6 +2,7 @@
 build (or load) the model, train, keep the best checkpoint in the store."""
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Iterator
@@ -9,38 +10,59 @@ from typing import Iterator
 import torch
 
 from lab import checkpoints, data, distributed, tokenizers
+from lab import store as lab_store
 from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.model import build
 from lab.train import Trainer
 
 
 def run_dir_for(name: str, store=None) -> Path:
-    return checkpoints.store_dir(store) / "_runs" / name
+    return checkpoints.store_dir(store) / lab_store.RUNS / checkpoints.check_name(name)
+
+
+def last_dir(name: str, store=None) -> Path:
+    """Where a stopped run keeps its state (weights, optimizer, random states) to go on from."""
+    return run_dir_for(name, store) / "last"
 
 
 def train(name: str, model_cfg: ModelConfig | None, train_cfg: TrainConfig, *,
           parent: str | None = None, preset: str | None = None, data_dir=None, store=None,
           should_stop=None, resume: bool = False) -> Iterator[dict]:
     """Train a new model (model_cfg), fine-tune a stored checkpoint (parent), or go on with the
-    checkpoint `name` where its training stopped (resume: weights, optimizer moments, epoch, best
-    dev score; the same shuffling as an uninterrupted run). Yields the trainer's events."""
+    run `name` where it stopped (resume: weights, optimizer moments, epoch and step, best dev
+    score, random states; the same shuffling as an uninterrupted run). Yields the trainer's events.
+    The process holds checkpoint `name`'s lock from start to end: no other process writes it."""
     checkpoints.check_name(name)
     train_cfg.validate()
-    state = resume_state(name, train_cfg, store) if resume else None
-    if resume:
-        parent = name
+    if distributed.rank() != 0:       # under torchrun rank 0 alone saves, so rank 0 alone locks
+        yield from _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_stop, resume)
+        return
+    # a run that just ended may still be leaving: wait a moment for its lock
+    with lab_store.hold(lab_store.name_lock(name, store), f"checkpoint {name!r}", wait_s=10):
+        yield from _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_stop, resume)
+
+
+def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_stop, resume):
+    state, source_dir = resume_state(name, train_cfg, store) if resume else (None, None)
+    if not resume:
+        checkpoints.refuse_existing(name, store)
+        if distributed.rank() == 0:
+            shutil.rmtree(run_dir_for(name, store), ignore_errors=True)   # an old run's leftovers
     root = data.resolve_data_dir(data_dir)
     train_caps = data.load_split("train", root)[: train_cfg.max_train_captions]
     dev_caps = data.load_split("dev", root)[: train_cfg.max_dev_captions]
     torch.manual_seed(train_cfg.seed)
-    if parent:
+    if resume:
+        ck = checkpoints.load_dir(source_dir)
+        model, tok, model_cfg = ck.model, ck.tokenizer, ck.config
+        # still the same run: keep where the model came from
+        source = {k: v for k, v in ck.meta.items() if k in ("source", "parent", "layers", "pretrained")}
+        source["resumed_at_step"] = state["step"]
+    elif parent:
         ck = checkpoints.load(parent, store)
         model, tok, model_cfg = ck.model, ck.tokenizer, ck.config
         source = {"source": "finetune", "parent": parent, **{k: v for k, v in ck.meta.items()
                                                              if k in ("layers", "pretrained")}}
-        if resume:      # still the same run: keep where the model came from
-            source = {k: v for k, v in ck.meta.items() if k in ("source", "parent", "layers", "pretrained")}
-            source["resumed_after_epoch"] = state["epoch"]
     else:
         model_cfg.validate()
         tok = tokenizers.gpt2()
@@ -60,11 +82,16 @@ def train(name: str, model_cfg: ModelConfig | None, train_cfg: TrainConfig, *,
                          metrics={k: v for k, v in record.items() if k.startswith("dev_")}
                          | {"epoch": record["epoch"]}, overwrite=True, train_state=train_state)
 
+    def save_last(train_state: dict):
+        checkpoints.write_dir(last_dir(name, store), model, tok,
+                              provenance={**provenance, "stopped_at_step": train_state["step"]},
+                              metrics={"step": train_state["step"]}, train_state=train_state)
+
     dev_bleu = None
     if train_cfg.early_stop == "bleu":
         dev_bleu = _dev_bleu_fn(tok, dev_caps, train_cfg)
     trainer = Trainer(model, train_seqs, dev_seqs, tok.eos_id, train_cfg, run_dir,
-                      on_best=save_best, dev_bleu=dev_bleu, should_stop=should_stop,
+                      on_best=save_best, on_stop=save_last, dev_bleu=dev_bleu, should_stop=should_stop,
                       dev_words=[len(c.split()) for c in dev_caps], resume=state)
     if distributed.rank() == 0:
         yield {"event": "data", "train_captions": len(train_seqs), "dev_captions": len(dev_seqs),
@@ -73,16 +100,33 @@ def train(name: str, model_cfg: ModelConfig | None, train_cfg: TrainConfig, *,
     yield from trainer.run()
 
 
-def resume_state(name: str, train_cfg: TrainConfig, store) -> dict:
-    """The checkpoint's train state, or one message saying why training cannot go on from it."""
-    state = checkpoints.load_train_state(name, store)
-    if state is None:
-        raise ConfigError(f"checkpoint {name!r} holds no training state (it was imported, or saved "
-                          f"before checkpoints kept one); fine-tune from it with a new name instead")
+def resume_state(name: str, train_cfg: TrainConfig, store) -> tuple[dict, Path]:
+    """Where the run `name` stands (see resume_point), checked against the epochs to train."""
+    state, path = resume_point(name, store)
     if state["epoch"] >= train_cfg.epochs:
-        raise ConfigError(f"checkpoint {name!r} has already trained {state['epoch']} of "
+        raise ConfigError(f"run {name!r} has already trained {state['epoch']} of "
                           f"{train_cfg.epochs} epochs; set epochs above {state['epoch']} to go on")
-    return state
+    return state, path
+
+
+def resume_point(name: str, store=None) -> tuple[dict, Path]:
+    """Where the run `name` stands, from the later of its best checkpoint and the state its last
+    stop kept: (train state, folder to load the model from); or one message saying why training
+    cannot go on."""
+    candidates = []
+    last = last_dir(name, store)
+    if not last.is_dir():
+        checkpoints.resolve(name, store)      # neither a checkpoint nor a stopped run: say so
+    if last.is_dir():
+        candidates.append((checkpoints.read_train_state(last), last))
+    if name in checkpoints.names(store):
+        candidates.append((checkpoints.load_train_state(name, store), checkpoints.resolve(name, store)))
+    candidates = [(s, p) for s, p in candidates if s is not None]
+    if not candidates:
+        raise ConfigError(f"run {name!r} kept no training state to go on from (the checkpoint was "
+                          f"imported, saved before checkpoints kept one, or the run ended before "
+                          f"its first save); fine-tune from it with a new name, or start it again")
+    return max(candidates, key=lambda c: c[0]["step"])
 
 
 def _dev_bleu_fn(tok, dev_caps, cfg: TrainConfig):
@@ -93,7 +137,8 @@ def _dev_bleu_fn(tok, dev_caps, cfg: TrainConfig):
     idx = data.subset_indices(len(dev_caps), cfg.bleu_samples, cfg.seed)
     refs = tok.encode_batch([dev_caps[i] for i in idx])
 
-    def score(model) -> float:
-        gen = sample_captions(model, tok, len(refs), DecodeConfig(decoder="random", seed=cfg.seed))
+    def score(model, abort=None) -> float:
+        gen = sample_captions(model, tok, len(refs), DecodeConfig(decoder="random", seed=cfg.seed),
+                              abort=abort)
         return bleu([g.tokens for g in gen], refs)["harmonic"]
     return score

@@ -38,9 +38,12 @@ def gguf_path() -> Path:
 def load_hf(path: Path | None = None):
     """transformers' LlamaForCausalLM and tokenizer from the GGUF file (float32, eval mode)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    if path and "\0" in str(path):
+        raise CheckpointError("the GGUF path contains a NUL character")
     path = Path(path) if path else gguf_path()
     if not path.is_file():
-        raise CheckpointError(f"GGUF file {path} does not exist")
+        raise CheckpointError(f"GGUF file {path} does not exist" if not path.exists() else
+                              f"{path} is a folder; give the GGUF file itself")
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
                                                      dtype=torch.float32).eval()
@@ -96,8 +99,9 @@ def import_smollm2(name: str, layers: list[int] | None = None, store=None,
                    path: Path | None = None) -> Path:
     """Import SmolLM2 into the store as a `llama` checkpoint with the chosen blocks (1-based)."""
     checkpoints.check_name(name)
+    checkpoints.refuse_existing(name, store)       # fail on a taken name or a bad selection before the load
     if layers is not None:
-        parse_layers(layers, 30)       # fail on a bad selection before the 13-second load
+        parse_layers(layers, 30)
     hf_model, hf_tok = load_hf(path)
     model, layers = to_lab(hf_model, layers)
     tok = tokenizers.HFTokenizer(hf_tok, "smollm2")

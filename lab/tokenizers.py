@@ -131,16 +131,32 @@ def gpt2() -> HFTokenizer:
 
 
 def load(directory: Path) -> Tokenizer:
-    """The tokenizer a checkpoint directory carries."""
+    """The tokenizer a checkpoint directory carries; a damaged one is one message."""
     directory = Path(directory)
     meta_file = directory / TOKENIZER_META
-    if not meta_file.is_file():
-        raise TokenizerError(f"{directory} carries no tokenizer ({TOKENIZER_META} is missing)")
-    meta = json.loads(meta_file.read_text())
-    if meta["kind"] == "char":
+    where = f"checkpoint {directory.name!r}"
+    try:
+        meta = json.loads(meta_file.read_text())
+    except FileNotFoundError:
+        raise TokenizerError(f"{where} carries no tokenizer ({TOKENIZER_META} is missing)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TokenizerError(f"{where}: {TOKENIZER_META} is damaged ({e})") from None
+    kind = meta.get("kind") if isinstance(meta, dict) else None
+    if kind == "char":
+        if not isinstance(meta.get("chars"), str) or not meta["chars"]:
+            raise TokenizerError(f"{where}: {TOKENIZER_META} has no character list")
         return CharTokenizer(meta["chars"])
+    if not isinstance(kind, str):
+        raise TokenizerError(f"{where}: {TOKENIZER_META} names no tokenizer kind")
+    if not (directory / "tokenizer.json").is_file():
+        raise TokenizerError(f"{where} is damaged: tokenizer.json is missing")
     from transformers import AutoTokenizer
-    return HFTokenizer(AutoTokenizer.from_pretrained(str(directory)), meta["kind"])
+    try:     # local files only: nothing is ever downloaded
+        hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    except Exception as e:     # transformers raises many kinds of error on damaged files
+        raise TokenizerError(f"{where}: its tokenizer files cannot be read "
+                             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    return HFTokenizer(hf, kind)
 
 
 def by_name(name: str) -> Tokenizer:

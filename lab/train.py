@@ -4,9 +4,10 @@
 the CLI prints them, the job worker writes them to the ledger. Every dict also goes to
 `metrics.jsonl` and TensorBoard event files in the run directory. Callbacks get the dicts too;
 `on_best(record, train_state)` receives control when dev improves (the caller saves the checkpoint;
-train_state holds the optimizer state and where training stands, and `resume=` takes it back).
-`should_stop()` is polled every step: "now" stops at once, "after_checkpoint" (or any other true
-value) after the current epoch's evaluation and checkpoint.
+train_state holds the optimizer state, where training stands and the random states, and `resume=`
+takes it back). `should_stop()` is polled every step and between evaluation batches: "now" stops
+within a step or an evaluation batch and hands `on_stop` the state to keep, "after_checkpoint" (or
+any other true value) after the current epoch's evaluation and checkpoint.
 """
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ from typing import Callable, Iterator
 
 import torch
 
-from lab import distributed
+from lab import distributed, store
 from lab.config import ConfigError, TrainConfig
 from lab.data import Batch, assignment_loss, batches
-from lab.metrics import perplexity
+from lab.metrics import Aborted, perplexity
 
 
 def pick_device(name: str) -> torch.device:
@@ -48,36 +49,64 @@ def shard_loss(model, batch: Batch, rank: int = 0, world: int = 1) -> torch.Tens
     return assignment_loss(model(part.input_ids).logits, part) * (rows * world / batch.input_ids.size(0))
 
 
-def trainable_parameters(model, train_layers: str) -> list[torch.nn.Parameter]:
-    """'all', or comma-separated 1-based block numbers: only those blocks train."""
-    if train_layers.strip() == "all":
+def trainable_parameters(model, layers: list[int] | None) -> list[torch.nn.Parameter]:
+    """Every parameter (layers None), or only those of the given 1-based blocks."""
+    if layers is None:
         return [p for p in model.parameters()]
-    n = len(model.transformer.h)
-    try:
-        layers = [int(x) for x in train_layers.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(f"train_layers must be 'all' or block numbers like '1,3', "
-                          f"got {train_layers!r}") from None
-    bad = [i for i in layers if not 1 <= i <= n]
-    if bad or not layers:
-        raise ConfigError(f"train_layers {train_layers!r}: blocks are numbered 1 to {n}")
     keep = {id(p) for i in layers for p in model.transformer.h[i - 1].parameters()}
     for p in model.parameters():
         p.requires_grad_(id(p) in keep)
     return [p for p in model.parameters() if p.requires_grad]
 
 
+def parse_train_layers(text: str, n_layer: int) -> list[int] | None:
+    """'all' -> None; '1,3' -> [1, 3] (1-based blocks of a model with n_layer blocks)."""
+    if not isinstance(text, str) or text.strip() == "all":
+        return None
+    try:
+        layers = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"train_layers must be 'all' or block numbers like '1,3', "
+                          f"got {text!r}") from None
+    bad = [i for i in layers if not 1 <= i <= n_layer]
+    if bad or not layers:
+        raise ConfigError(f"train_layers {text!r}: this model's blocks are numbered 1 to {n_layer}")
+    return layers
+
+
+def rng_state(device: torch.device) -> dict:
+    """The random states dropout draws from, so a resumed run draws what the unbroken one would."""
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state[f"cuda{device.index or 0}"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict, device: torch.device) -> None:
+    if "cpu" in state:
+        torch.set_rng_state(state["cpu"])
+    key = f"cuda{device.index or 0}"
+    if device.type == "cuda" and key in state:
+        torch.cuda.set_rng_state(state[key], device)
+
+
 class Trainer:
+    """on_best(record, train_state): dev improved, save the model. on_stop(train_state): the run
+    stops before its end (stop now, stop after the checkpoint, shutdown); keep where it stands.
+    train_state: the optimizer state, `epoch` (epochs completed), `batches_done` (batches of the
+    next epoch already trained), `step`, the best record and the random states: `resume=` takes
+    it back and the run goes on exactly as if it had never stopped."""
+
     def __init__(self, model, train_seqs: list[list[int]], dev_seqs: list[list[int]], pad_id: int,
                  cfg: TrainConfig, run_dir: Path, on_best: Callable[[dict, dict], None] | None = None,
-                 dev_bleu: Callable[[torch.nn.Module], float] | None = None,
+                 dev_bleu: Callable[..., float] | None = None,
                  should_stop: Callable[[], bool] | None = None, dev_words: list[int] | None = None,
-                 resume: dict | None = None):
+                 resume: dict | None = None, on_stop: Callable[[dict], None] | None = None):
         self.model, self.train_seqs, self.dev_seqs, self.pad_id = model, train_seqs, dev_seqs, pad_id
         self.dev_words = dev_words      # words per dev caption: adds a per-word dev perplexity
         self.resume = resume            # a checkpoint's train state: go on where it stood
         self.cfg, self.run_dir = cfg, Path(run_dir)
-        self.on_best, self.dev_bleu = on_best, dev_bleu
+        self.on_best, self.on_stop, self.dev_bleu = on_best, on_stop, dev_bleu
         self.should_stop = should_stop or (lambda: None)
         self.device = pick_device(cfg.device)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -100,117 +129,176 @@ class Trainer:
         return distributed.broadcast(STOP_NOW if asked == "now" else STOP_AFTER if asked else GO,
                                      self.device)
 
+    def _abort_eval(self) -> bool:
+        """Asked between evaluation batches: a stop-now request cuts an evaluation short."""
+        store.fault("eval.batch")
+        return self.should_stop() == "now"
+
     def run(self) -> Iterator[dict]:
         """The events (rank 0's, under torchrun; the other ranks train silently beside it)."""
         for ev in self._run():
             if self.main:
                 yield ev
 
-    def _run(self) -> Iterator[dict]:
-        from torch.utils.tensorboard import SummaryWriter
+    def _setup(self):
+        """Device, processes, the optimizer, and where training starts (fresh or resumed)."""
         cfg = self.cfg
         rank, world, self.device = distributed.setup(self.device)
-        self.main = rank == 0
+        self.main, self.rank, self.world = rank == 0, rank, world
         model = self.model.to(self.device)
-        params = trainable_parameters(model, cfg.train_layers)
-        stepper = model
+        layers = parse_train_layers(cfg.train_layers, len(model.transformer.h))
+        self.params = trainable_parameters(model, layers)
+        self.stepper = model
         if world > 1:
             from torch.nn.parallel import DistributedDataParallel
-            stepper = DistributedDataParallel(
+            self.stepper = DistributedDataParallel(
                 model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-        opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay) \
-            if cfg.weight_decay else torch.optim.Adam(params, lr=cfg.lr)
-        writer = SummaryWriter(str(self.run_dir / "tb")) if self.main else None
-        steps_per_epoch = math.ceil(len(self.train_seqs) / cfg.batch_size)
-        total_steps = steps_per_epoch * cfg.epochs
-        first_epoch, step, best, bad_epochs = 1, 0, None, 0
+        self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay) \
+            if cfg.weight_decay else torch.optim.Adam(self.params, lr=cfg.lr)
+        self.steps_per_epoch = math.ceil(len(self.train_seqs) / cfg.batch_size)
+        self.total_steps = self.steps_per_epoch * cfg.epochs
+        self.epoch_done, self.step, self.skip, self.best, self.bad_epochs = 0, 0, 0, None, 0
         if self.resume:
             try:
-                opt.load_state_dict(self.resume["optimizer"])
+                self.opt.load_state_dict(self.resume["optimizer"])
             except (ValueError, KeyError) as e:
                 raise ConfigError(f"the saved optimizer state does not fit this run ({e}); resume "
                                   f"with the training settings it was saved with") from None
-            first_epoch, step = self.resume["epoch"] + 1, self.resume["step"]
-            best, bad_epochs = self.resume["best"], self.resume.get("bad_epochs", 0)
-        first_step, t_start = step, time.time()
-        yield self._log({"event": "start", "epochs": cfg.epochs, "steps_per_epoch": steps_per_epoch,
-                         "first_epoch": first_epoch, "trainable_params": sum(p.numel() for p in params),
-                         "device": str(self.device), "processes": world}, writer)
+            r = self.resume
+            self.epoch_done, self.step, self.skip = r["epoch"], r["step"], r.get("batches_done", 0)
+            self.best, self.bad_epochs = r["best"], r.get("bad_epochs", 0)
+            set_rng_state(r.get("rng") or {}, self.device)
+
+    def _train_state(self, epochs_completed: int, batches_done: int) -> dict:
+        return {"optimizer": self.opt.state_dict(), "epoch": epochs_completed, "step": self.step,
+                "batches_done": batches_done, "best": self.best, "bad_epochs": self.bad_epochs,
+                "rng": rng_state(self.device)}
+
+    def _stop(self, writer, epochs_completed: int, batches_done: int, reason: str) -> dict:
+        """Keep where the run stands (rank 0 saves) and say so."""
+        if self.main and self.on_stop:
+            self.on_stop(self._train_state(epochs_completed, batches_done))
+        return self._log({"event": "stopped", "epoch": epochs_completed + 1 if batches_done
+                          else epochs_completed, "step": self.step, "saved": bool(self.on_stop),
+                          "reason": reason}, writer)
+
+    def _run(self) -> Iterator[dict]:
+        from torch.utils.tensorboard import SummaryWriter
+        cfg = self.cfg
+        self._setup()
+        writer = SummaryWriter(str(self.run_dir / "tb")) if self.main else None
+        first_step, self.t_start = self.step, time.time()
+        yield self._log({"event": "start", "epochs": cfg.epochs, "steps_per_epoch": self.steps_per_epoch,
+                         "first_epoch": self.epoch_done + 1, "first_step": self.step,
+                         "trainable_params": sum(p.numel() for p in self.params),
+                         "device": str(self.device), "processes": self.world}, writer)
         try:
-            for epoch in range(first_epoch, cfg.epochs + 1):
-                model.train()
-                g = torch.Generator().manual_seed(cfg.seed * 1000 + epoch)
-                run_loss, run_n, tokens, t_log = 0.0, 0, 0, time.time()
-                for batch in batches(self.train_seqs, cfg.batch_size, self.pad_id, cfg.shuffle, g):
-                    if self._stop_code() == STOP_NOW:
-                        yield self._log({"event": "stopped", "epoch": epoch, "step": step}, writer)
-                        return
-                    batch = batch.to(self.device)
-                    loss = shard_loss(stepper, batch, rank, world)
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    if cfg.grad_clip:
-                        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-                    opt.step()
-                    step += 1
-                    run_loss += distributed.mean(loss.item(), self.device); run_n += 1
-                    tokens += int(batch.loss_mask.sum())
-                    if step % cfg.log_every == 0 or step % steps_per_epoch == 0:
-                        elapsed = time.time() - t_start
-                        yield self._log({
-                            "event": "step", "epoch": epoch, "step": step, "total_steps": total_steps,
-                            "train_loss": run_loss / run_n,
-                            "tokens_per_s": tokens / max(time.time() - t_log, 1e-9),
-                            "elapsed_s": elapsed,
-                            "eta_s": elapsed / (step - first_step) * (total_steps - step)}, writer)
-                        run_loss, run_n, tokens, t_log = 0.0, 0, 0, time.time()
-                    if cfg.eval_every and step % cfg.eval_every == 0 and step % steps_per_epoch \
-                            and self.main:
-                        yield self._log(self._evaluate(epoch, step) | {"total_steps": total_steps,
-                                                                       "mid_epoch": True}, writer)
-                record, best, bad_epochs = self._end_of_epoch(epoch, step, total_steps, best,
-                                                              bad_epochs, opt)
-                early = int(self.main and cfg.early_stop != "none" and bad_epochs >= cfg.patience)
+            for epoch in range(self.epoch_done + 1, cfg.epochs + 1):
+                stopped = yield from self._epoch(epoch, writer, first_step)
+                if stopped:
+                    return
+                record, evaluated = self._end_of_epoch(epoch)
+                early = int(self.main and evaluated and cfg.early_stop != "none"
+                            and self.bad_epochs >= cfg.patience)
                 yield self._log(record, writer)
                 if self._stop_code() != GO:
-                    yield self._log({"event": "stopped", "epoch": epoch, "step": step,
-                                     "reason": "stopped after the epoch's checkpoint"}, writer)
+                    saved_best = record.get("best", False)
+                    done_epochs, pending = (epoch, 0) if evaluated else (epoch - 1, self.steps_per_epoch)
+                    if saved_best and self.main:      # the checkpoint just saved is where it stands
+                        yield self._log({"event": "stopped", "epoch": epoch, "step": self.step,
+                                         "saved": True, "reason": "stopped after the epoch's "
+                                         "checkpoint"}, writer)
+                    else:
+                        yield self._stop(writer, done_epochs, pending, "stopped after the epoch"
+                                         if evaluated else "stopped during the epoch's evaluation")
                     return
                 if distributed.broadcast(early, self.device):
-                    yield self._log({"event": "early_stop", "epoch": epoch, "step": step,
+                    yield self._log({"event": "early_stop", "epoch": epoch, "step": self.step,
                                      "reason": f"dev {cfg.early_stop} did not improve for "
-                                               f"{bad_epochs} epoch(s)"}, writer)
+                                               f"{self.bad_epochs} epoch(s)"}, writer)
                     break
-            yield self._log({"event": "done", "step": step, "best_epoch": best and best["epoch"],
-                             "best_dev_perplexity": best and best["dev_perplexity"],
-                             "elapsed_s": time.time() - t_start}, writer)
+            yield self._log({"event": "done", "step": self.step,
+                             "best_epoch": self.best and self.best["epoch"],
+                             "best_dev_perplexity": self.best and self.best["dev_perplexity"],
+                             "elapsed_s": time.time() - self.t_start}, writer)
         finally:
             if writer is not None:
                 writer.close()
 
-    def _end_of_epoch(self, epoch, step, total_steps, best, bad_epochs, opt):
-        """Rank 0 scores dev and saves the checkpoint when it improved: (record, best, bad epochs).
+    def _epoch(self, epoch: int, writer, first_step: int):
+        """Train one epoch (the batches after `skip` of it, when resuming mid-epoch); returns True
+        when a stop-now request ended the run."""
+        cfg, spe = self.cfg, self.steps_per_epoch
+        self.model.train()
+        g = torch.Generator().manual_seed(cfg.seed * 1000 + epoch)
+        skip, self.skip = self.skip, 0
+        run_loss, run_n, tokens, t_log = 0.0, 0, 0, time.time()
+        for i, batch in enumerate(batches(self.train_seqs, cfg.batch_size, self.pad_id, cfg.shuffle, g)):
+            if i < skip:
+                continue
+            if self._stop_code() == STOP_NOW:
+                yield self._stop(writer, epoch - 1, i, f"stopped at step {self.step}, within "
+                                 f"epoch {epoch}")
+                return True
+            batch = batch.to(self.device)
+            loss = shard_loss(self.stepper, batch, self.rank, self.world)
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip:
+                torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
+            self.opt.step()
+            self.step += 1
+            store.fault("train.step")
+            run_loss += distributed.mean(loss.item(), self.device); run_n += 1
+            tokens += int(batch.loss_mask.sum())
+            if self.step % cfg.log_every == 0 or self.step % spe == 0:
+                elapsed = time.time() - self.t_start
+                yield self._log({
+                    "event": "step", "epoch": epoch, "step": self.step, "total_steps": self.total_steps,
+                    "train_loss": run_loss / run_n, "tokens_per_s": tokens / max(time.time() - t_log, 1e-9),
+                    "elapsed_s": elapsed,
+                    "eta_s": elapsed / (self.step - first_step) * (self.total_steps - self.step)}, writer)
+                run_loss, run_n, tokens, t_log = 0.0, 0, 0, time.time()
+            if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step % spe and self.main:
+                record = self._evaluate(epoch, self.step)
+                if record is not None:
+                    yield self._log(record | {"total_steps": self.total_steps, "mid_epoch": True}, writer)
+        return False
+
+    def _end_of_epoch(self, epoch):
+        """Rank 0 scores dev and saves the checkpoint when it improved: (record, evaluated).
+        An evaluation cut short by a stop-now request is not counted (resume redoes it).
         Other ranks return a bare record; rank 0's decisions reach them by broadcast."""
         if not self.main:
-            return {"event": "eval", "epoch": epoch, "step": step}, best, bad_epochs
-        record = self._evaluate(epoch, step) | {"total_steps": total_steps}
-        if best is not None and not self._better(record, best):
-            return record, best, bad_epochs + 1
+            return {"event": "eval", "epoch": epoch, "step": self.step}, True
+        record = self._evaluate(epoch, self.step)
+        if record is None:
+            return {"event": "eval_aborted", "epoch": epoch, "step": self.step}, False
+        record |= {"total_steps": self.total_steps}
+        if self.best is not None and not self._better(record, self.best):
+            self.bad_epochs += 1
+            return record, True
+        self.best, self.bad_epochs = record, 0
         if self.on_best:
-            self.on_best(record, {"optimizer": opt.state_dict(), "epoch": epoch, "step": step,
-                                  "best": record, "bad_epochs": 0})
-        return record | {"best": True}, record, 0
+            self.on_best(record, self._train_state(epoch, 0))
+        return record | {"best": True}, True
 
-    def _evaluate(self, epoch: int, step: int) -> dict:
+    def _evaluate(self, epoch: int, step: int) -> dict | None:
+        """Dev scores, or None when a stop-now request cut the evaluation short."""
         t0 = time.time()
-        ppl = perplexity(self.model, self.dev_seqs, self.pad_id, self.cfg.eval_batch_size, self.device,
-                         n_words=self.dev_words)
-        record = {"event": "eval", "epoch": epoch, "step": step, "dev_loss": ppl["loss"],
-                  "dev_perplexity": ppl["perplexity"], "dev_token_perplexity": ppl["token_perplexity"]}
-        if "word_perplexity" in ppl:
-            record["dev_word_perplexity"] = ppl["word_perplexity"]
-        if self.cfg.early_stop == "bleu" and self.dev_bleu is not None:
-            record["dev_harmonic_bleu"] = self.dev_bleu(self.model)
+        try:
+            ppl = perplexity(self.model, self.dev_seqs, self.pad_id, self.cfg.eval_batch_size,
+                             self.device, n_words=self.dev_words, abort=self._abort_eval)
+            record = {"event": "eval", "epoch": epoch, "step": step, "dev_loss": ppl["loss"],
+                      "dev_perplexity": ppl["perplexity"], "dev_token_perplexity": ppl["token_perplexity"]}
+            if "word_perplexity" in ppl:
+                record["dev_word_perplexity"] = ppl["word_perplexity"]
+            if self.cfg.early_stop == "bleu" and self.dev_bleu is not None:
+                record["dev_harmonic_bleu"] = self.dev_bleu(self.model, abort=self._abort_eval)
+        except Aborted:
+            self.model.train()
+            return None
+        self.model.train()
         record["eval_s"] = time.time() - t0
         return record
 
@@ -250,7 +338,10 @@ def format_event(ev: dict, name: str = "") -> str:
     if e == "early_stop":
         return f"early stop after epoch {ev['epoch']}: {ev['reason']}"
     if e == "stopped":
-        return f"stopped at epoch {ev['epoch']}, step {ev['step']}" + (f": {ev['reason']}" if "reason" in ev else "")
+        return (f"{ev.get('reason') or 'stopped'}" + ("; saved where it stands (resume goes on from there)"
+                                                       if ev.get("saved") else ""))
+    if e == "eval_aborted":
+        return f"epoch {ev['epoch']}: evaluation cut short by a stop request"
     if e == "done":
         ppl = ev["best_dev_perplexity"]
         return (f"done: best epoch {ev['best_epoch']}, dev perplexity "

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from lab import checkpoints, jobs
+from lab import store as lab_store
 from lab.config import ConfigError
 from lab.presets import get
 
@@ -55,7 +56,7 @@ def test_worker_runs_a_job_under_torchrun(monkeypatch):
     job = _wait(job_id, jobs.FINAL, worker=worker)
     assert job["status"] == "done", job["error"]
     assert job["progress"]["event"] == "done"
-    log = (checkpoints.store_dir() / f"job-{job_id}.log").read_text()
+    log = lab_store.log_path(job_id).read_text()
     assert "2 processes" in log and log.count("done: best epoch") == 1
     with pytest.raises(ConfigError, match="nproc must be at least 1"):
         jobs.Worker(nproc=0)

@@ -33,35 +33,109 @@ def test_negative_eval_every_is_refused():
         TrainConfig(eval_every=-5).validate()
 
 
-def _tiny_run(name, epochs, resume=False):
-    cfg = TrainConfig(epochs=epochs, lr=1e-3, max_train_captions=96, max_dev_captions=30, patience=5)
-    model_cfg = ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48, dropout=0.0)
-    return list(runs.train(name, None if resume else model_cfg, cfg, resume=resume))
+def _tiny_run(name, epochs, resume=False, should_stop=None, dropout=0.1):
+    cfg = TrainConfig(epochs=epochs, lr=1e-3, max_train_captions=320, max_dev_captions=60, patience=5)
+    model_cfg = ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48, dropout=dropout)
+    return list(runs.train(name, None if resume else model_cfg, cfg, resume=resume,
+                           should_stop=should_stop))
 
 
-def test_resume_goes_on_exactly_where_training_stopped(corpus_dir):
-    """One epoch, then resume to three, ends with the weights three uninterrupted epochs give:
-    the optimizer's moments, the step count and the shuffling all carry over."""
+def _stop_from_call(n, mode="now"):
+    """should_stop answering `mode` from its n-th call on. 10 steps an epoch: calls 1-10 come
+    before steps 1-10, call 11 between the dev evaluation's batches (60 captions: one batch)."""
+    calls = []
+
+    def should_stop():
+        calls.append(1)
+        return mode if len(calls) >= n else None
+    return should_stop
+
+
+def _same_weights(a, b):
     import torch
-    _tiny_run("straight", 3)
-    _tiny_run("halted", 1)
+    a, b = checkpoints.load(a).model.state_dict(), checkpoints.load(b).model.state_dict()
+    return all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """Two uninterrupted epochs with dropout 0.1, in a store of their own."""
+    import os
+    store = tmp_path_factory.mktemp("straight")
+    old = os.environ.get("LAB_STORE")
+    os.environ["LAB_STORE"] = str(store)
+    try:
+        _tiny_run("straight", 2)
+    finally:
+        os.environ["LAB_STORE"] = old or ""
+    assert checkpoints.info("straight", store)["metrics"]["epoch"] == 2    # epoch 2 improved: saved
+    return checkpoints.load("straight", store).model.state_dict()
+
+
+def _equal_to_straight(name, straight):
+    import torch
+    b = checkpoints.load(name).model.state_dict()
+    assert checkpoints.info(name)["metrics"]["epoch"] == 2
+    return all(torch.equal(straight[k], b[k]) for k in straight)
+
+
+def test_resume_after_an_epoch_is_bit_exact_with_dropout(corpus_dir, straight):
+    """Stop after epoch 1's checkpoint, resume to 2: the weights of two uninterrupted epochs, bit
+    for bit, with dropout on (the random states travel with the optimizer's moments)."""
+    events = _tiny_run("halted", 2, should_stop=_stop_from_call(1, "after_checkpoint"))
+    assert events[-1]["event"] == "stopped" and events[-1]["saved"]
     assert checkpoints.load_train_state("halted")["epoch"] == 1
-    events = _tiny_run("halted", 3, resume=True)
+    events = _tiny_run("halted", 2, resume=True)
     assert events[1]["event"] == "start" and events[1]["first_epoch"] == 2
-    assert [e["epoch"] for e in events if e["event"] == "eval"] == [2, 3]
-    a, b = checkpoints.load("straight").model.state_dict(), checkpoints.load("halted").model.state_dict()
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    info = checkpoints.info("halted")
-    assert info["metrics"]["epoch"] == 3 and info["source"] == "scratch"
-    with pytest.raises(ConfigError, match="already trained 3 of 3 epochs"):
-        _tiny_run("halted", 3, resume=True)
+    assert [e["epoch"] for e in events if e["event"] == "eval"] == [2]
+    assert _equal_to_straight("halted", straight)
+    assert checkpoints.info("halted")["source"] == "scratch"
+    with pytest.raises(ConfigError, match="already trained 2 of 2 epochs"):
+        _tiny_run("halted", 2, resume=True)
+
+
+def test_stop_now_saves_mid_epoch_and_resume_is_bit_exact(corpus_dir, straight):
+    """Stop now at step 4 of epoch 1 keeps where the run stands (no checkpoint yet: no dev score);
+    resume trains steps 5-20 and ends with the uninterrupted weights."""
+    events = _tiny_run("midway", 2, should_stop=_stop_from_call(5))
+    assert events[-1]["event"] == "stopped" and events[-1]["saved"] and events[-1]["step"] == 4
+    assert "midway" not in checkpoints.names()
+    assert checkpoints.read_train_state(runs.last_dir("midway"))["batches_done"] == 4
+    events = _tiny_run("midway", 2, resume=True)
+    assert events[1]["first_step"] == 4
+    assert [e["step"] for e in events if e["event"] == "eval"] == [10, 20]
+    assert _equal_to_straight("midway", straight)
+
+
+def test_stop_now_cuts_an_evaluation_short_and_resume_redoes_it(corpus_dir, straight):
+    events = _tiny_run("cut", 2, should_stop=_stop_from_call(11))
+    assert [e["event"] for e in events[-2:]] == ["eval_aborted", "stopped"]
+    assert "cut" not in checkpoints.names()
+    events = _tiny_run("cut", 2, resume=True)
+    assert [e["step"] for e in events if e["event"] == "step"] == [20]    # no step of epoch 1 again
+    assert [e["step"] for e in events if e["event"] == "eval"] == [10, 20]
+    assert _equal_to_straight("cut", straight)
+
+
+def test_resume_without_dropout_control(corpus_dir, straight):
+    """The comparison has teeth: a run with another dropout ends elsewhere."""
+    _tiny_run("other", 2, dropout=0.0)
+    assert not _equal_to_straight("other", straight)
+
+
+def test_a_new_run_never_replaces_a_checkpoint(corpus_dir):
+    from lab.model import build
+    checkpoints.save(build(ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48,
+                                       vocab_size=50257)), tokenizers.gpt2(), "taken")
+    with pytest.raises(checkpoints.CheckpointError, match="'taken' already exists"):
+        _tiny_run("taken", 1)
 
 
 def test_resume_needs_a_training_state(corpus_dir):
     from lab.model import build
     checkpoints.save(build(ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48,
                                        vocab_size=50257)), tokenizers.gpt2(), "imported")
-    with pytest.raises(ConfigError, match="holds no training state"):
+    with pytest.raises(ConfigError, match="kept no training state"):
         _tiny_run("imported", 2, resume=True)
 
 

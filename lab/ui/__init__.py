@@ -1,9 +1,15 @@
 """The web lab: one file per tab; `build_app()` assembles them. The only Gradio code in lab/."""
 from __future__ import annotations
 
+import ipaddress
+import os
+import sys
+
 import gradio as gr
 
+from lab import store as lab_store
 from lab.attention import VENDOR_DIR
+from lab.errors import LabError
 from lab.ui import attention, checkpoints, compare, evaluate, train
 from lab.ui.common import Context
 
@@ -20,7 +26,18 @@ CSS = """
 """
 
 
+def warm_up() -> None:
+    """Load what the first requests would otherwise load at once from several threads: the
+    plugins, and the transformers classes a checkpoint's tokenizer needs."""
+    from lab.registry import load_plugins
+    from lab.tokenizers import gpt2
+    load_plugins()
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast  # noqa: F401  (loads them)
+    gpt2()
+
+
 def build_app(store=None, data_dir=None) -> gr.Blocks:
+    warm_up()
     gr.set_static_paths([VENDOR_DIR])        # bertviz's d3, jQuery and require.js, served locally
     ctx = Context(store=store, data_dir=data_dir)
     with gr.Blocks(title="tfmr-lab") as demo:
@@ -54,4 +71,32 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
 
 
 def launch_kwargs() -> dict:
-    return {"css": CSS}
+    """Where to listen, the login (LAB_AUTH=user:password), and a warning when the lab is reachable
+    from other machines without one."""
+    host = os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1")
+    port = os.environ.get("GRADIO_SERVER_PORT", "7860")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise LabError(f"GRADIO_SERVER_PORT must be a port number (1-65535), got {port!r}")
+    kwargs = {"css": CSS, "server_name": host, "server_port": int(port),
+              "allowed_paths": [str(lab_store.state_dir(None, "exports"))],
+              "max_file_size": "2gb"}
+    auth = os.environ.get("LAB_AUTH")
+    if auth is not None:
+        user, sep, password = auth.partition(":")
+        if not sep or not user or not password:
+            raise LabError("LAB_AUTH must be user:password (both non-empty)")
+        kwargs["auth"] = (user, password)
+    elif not _loopback(host):
+        print(f"warning: the lab listens on {host}, reachable from other machines, with no login: "
+              f"anyone who can reach it can train, delete and export. Set LAB_AUTH=user:password.",
+              file=sys.stderr, flush=True)
+    return kwargs
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

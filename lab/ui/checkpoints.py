@@ -1,24 +1,28 @@
-"""Checkpoints tab: the store with each checkpoint's plugins, size, provenance and metrics;
-import (HF GPT-2 directory with a layer selection), export, delete with confirmation."""
+"""Checkpoints tab: the store with each checkpoint's plugins, size, provenance and metrics (a
+damaged one listed with what is wrong); import (HF GPT-2 directory with a layer selection), export,
+delete with confirmation. Server folders outside the store only under LAB_ALLOWED_DIRS."""
 from __future__ import annotations
+
+import shutil
+import time
 
 import gradio as gr
 
 from lab import checkpoints, interop
+from lab import store as lab_store
 from lab.config import ConfigError
-from lab.ui.common import Context, friendly, need
+from lab.ui.common import Context, friendly, need, text
 
 COLUMNS = ["name", "model", "layers x width", "heads (kv)", "norm", "attention", "positional", "mlp",
-           "source", "parent / pretrained", "dev perplexity", "size MB", "created"]
+           "source", "parent / pretrained", "dev perplexity", "weights MB", "created"]
 
 
 def rows(store=None) -> list[list]:
     out = []
-    for name in checkpoints.names(store):
-        try:
-            i = checkpoints.info(name, store)
-        except checkpoints.CheckpointError as e:
-            out.append([name, "damaged", str(e)] + [""] * (len(COLUMNS) - 3))
+    for i in checkpoints.listing(store):
+        name = i["name"]
+        if "damaged" in i:
+            out.append([name, "damaged", i["damaged"]] + [""] * (len(COLUMNS) - 3))
             continue
         m, metrics = i["model"], i["metrics"]
         kv = m["kv_groups"] or m["n_head"]
@@ -37,21 +41,34 @@ def details(name, store=None):
 
 
 def import_gpt2(path, layers, name, store=None):
-    path, name = need((path or "").strip(), "the HF GPT-2 directory"), need((name or "").strip(), "a name")
-    selection = interop.parse_layers(layers) if (layers or "").strip() else None
-    out = interop.import_hf_gpt2(path, name, selection, store)
-    return f"Imported into {out}.", rows(store)
+    name = checkpoints.check_name(need(text(name, "name", 200).strip(), "a name"))
+    layers = text(layers, "layers", 2000)
+    folder = lab_store.allowed_path(text(path, "directory", 4096), "import")
+    selection = interop.parse_layers(layers) if layers.strip() else None
+    interop.import_hf_gpt2(folder, name, selection, store)
+    return f"Imported **{name}**.", rows(store)
 
 
 def export_hf(name, outdir, store=None):
-    out = interop.export_hf_gpt2(need(name, "a checkpoint"), need((outdir or "").strip(),
-                                                                  "an output directory"), store)
-    return f"Exported {name} to {out}; it loads with GPT2LMHeadModel.from_pretrained."
+    """Into an allowed server folder when one is given; otherwise into the store's exports,
+    offered as a .zip download."""
+    name = checkpoints.check_name(need(name, "a checkpoint"))
+    outdir = text(outdir, "output directory", 4096).strip()
+    if outdir:
+        out = interop.export_hf_gpt2(name, lab_store.allowed_path(outdir, "export"), store)
+        return f"Exported {name} to {out}; it loads with GPT2LMHeadModel.from_pretrained.", None
+    exports = lab_store.state_dir(store, "exports")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    folder = interop.export_hf_gpt2(name, exports / f"{name}-hf-{stamp}", store)
+    archive = shutil.make_archive(str(folder), "zip", root_dir=folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    return (f"Exported {name}: download the .zip below; unzipped, it loads with "
+            f"GPT2LMHeadModel.from_pretrained."), archive
 
 
 def delete(name, confirm, store=None):
-    need(name, "a checkpoint")
-    if (confirm or "").strip() != name:
+    checkpoints.check_name(need(name, "a checkpoint"))
+    if text(confirm, "confirmation", 200).strip() != name:
         raise ConfigError(f"to delete, type the checkpoint's name ({name}) in the confirmation box")
     checkpoints.delete(name, store)
     return f"Deleted {name}.", rows(store)
@@ -63,22 +80,26 @@ def build(ctx: Context):
     refresh = gr.Button("Refresh")
     refresh.click(lambda: rows(ctx.store), None, table, api_name="checkpoints")
     with gr.Row():
-        chosen = gr.Dropdown(ctx.checkpoint_names(), label="checkpoint", elem_id="checkpoints-chosen")
+        chosen = gr.Dropdown(ctx.checkpoint_names(), label="checkpoint", elem_id="checkpoints-chosen",
+                             allow_custom_value=True)
         ctx.checkpoint_dropdowns.append(chosen)
     info = gr.JSON(label="config, provenance and metrics")
     chosen.change(friendly(lambda n: details(n, ctx.store)), chosen, info, api_name="checkpoint_info")
     message = gr.Markdown(elem_id="checkpoints-message")
     with gr.Accordion("Import an HF GPT-2 directory", open=False):
         with gr.Row():
-            path = gr.Textbox(label="directory (config.json + model.safetensors)")
+            path = gr.Textbox(label="directory (config.json + model.safetensors)",
+                              info="a folder under LAB_ALLOWED_DIRS on the server")
             layers = gr.Textbox(label="layers (1-based, e.g. 1,6,12; blank: all)")
             new_name = gr.Textbox(label="name")
         gr.Button("Import").click(friendly(lambda *a: import_gpt2(*a, store=ctx.store)),
                                   [path, layers, new_name], [message, table], api_name="import_gpt2")
     with gr.Accordion("Export to HF GPT-2", open=False):
-        outdir = gr.Textbox(label="output directory (new or empty)")
+        outdir = gr.Textbox(label="output directory (optional)",
+                            info="blank: download a .zip; or a new folder under LAB_ALLOWED_DIRS")
+        download = gr.File(label="export", interactive=False)
         gr.Button("Export").click(friendly(lambda *a: export_hf(*a, store=ctx.store)),
-                                  [chosen, outdir], message, api_name="export_hf")
+                                  [chosen, outdir], [message, download], api_name="export_hf")
     with gr.Accordion("Delete", open=False):
         confirm = gr.Textbox(label="type the checkpoint's name to confirm", elem_id="checkpoints-confirm")
         gr.Button("Delete", variant="stop").click(friendly(lambda *a: delete(*a, store=ctx.store)),

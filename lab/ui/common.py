@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -31,24 +32,37 @@ class Context:
 
 
 class ModelCache:
-    """Loaded checkpoints, shared by all users (read-only in eval mode), least recently used out."""
+    """Loaded checkpoints, shared by all users (read-only in eval mode), least recently used out.
+    Concurrent requests for the same checkpoint wait for one load instead of each loading it."""
 
     def __init__(self, size: int = 4):
         self.size, self._items, self._lock = size, OrderedDict(), threading.Lock()
+        self._loading: dict[tuple, threading.Lock] = {}
 
     def get(self, name: str, store=None):
+        if not isinstance(name, str):
+            raise ConfigError(f"a checkpoint is chosen by its name, got {name!r}")
         path = checkpoints.resolve(name, store)
         weights = path / checkpoints.WEIGHTS_FILE
-        key = (str(path), weights.stat().st_mtime_ns if weights.exists() else 0)
+        try:
+            key = (str(path), weights.stat().st_mtime_ns)
+        except OSError:
+            key = (str(path), 0)
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
-        ck = checkpoints.load(name, store)
-        with self._lock:
-            self._items[key] = ck
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
+            loading = self._loading.setdefault(key, threading.Lock())
+        with loading:
+            with self._lock:
+                if key in self._items:
+                    return self._items[key]
+            ck = checkpoints.load(name, store)
+            with self._lock:
+                self._items[key] = ck
+                self._loading.pop(key, None)
+                while len(self._items) > self.size:
+                    self._items.popitem(last=False)
         return ck
 
 
@@ -87,8 +101,45 @@ def friendly(fn):
 
 
 def need(value, what: str):
-    if value in (None, "", []):
+    if value is None or (isinstance(value, (str, list)) and not value):
         raise ConfigError(f"choose {what} first")
+    return value
+
+
+def whole(value, name: str, lo: int, hi: int) -> int:
+    """A whole number from a form field or an API call, within [lo, hi], or one message."""
+    if isinstance(value, str):
+        value = value.strip()
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{name} must be a whole number from {lo} to {hi}, got {value!r}") from None
+    if not math.isfinite(number) or not number.is_integer() or not lo <= number <= hi:
+        raise ConfigError(f"{name} must be a whole number from {lo} to {hi}, got {value!r}")
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else int(number)
+
+
+def text(value, name: str, limit: int = 4000) -> str:
+    """Text from a form field or an API call, bounded before anything tokenizes it."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ConfigError(f"{name} must be text, got {type(value).__name__}")
+    if len(value) > limit:
+        raise ConfigError(f"{name} is {len(value)} characters; at most {limit} are accepted")
+    return value
+
+
+def names_list(value, what: str, limit: int = 8) -> list[str]:
+    """One or more checkpoint names from a multiselect or an API call."""
+    if isinstance(value, str):
+        value = [value]
+    if not value:
+        raise ConfigError(f"choose {what} first")
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{what}: expected a list of checkpoint names, got {value!r}")
+    if len(value) > limit:
+        raise ConfigError(f"{what}: at most {limit} at once, got {len(value)}")
     return value
 
 
@@ -139,6 +190,7 @@ def decoder_inputs(default: str = "top_p", label_prefix: str = "") -> DecoderInp
 
 def decode_config(decoder, temperature, top_k, top_p, num_beams, seed=0,
                   max_new_tokens: int = 35) -> DecodeConfig:
+    """The decoder settings of a form (bounded and checked by DecodeConfig)."""
     return DecodeConfig.from_dict({"decoder": decoder, "temperature": temperature, "top_k": top_k,
                                    "top_p": top_p, "num_beams": num_beams, "seed": seed,
                                    "max_new_tokens": max_new_tokens})
@@ -147,7 +199,9 @@ def decode_config(decoder, temperature, top_k, top_p, num_beams, seed=0,
 def checkpoint_dropdown(ctx: Context, label: str, multiselect: bool = False, **kw) -> gr.Dropdown:
     names = ctx.checkpoint_names()
     value = names[:2] if multiselect else (names[0] if names else None)
-    dd = gr.Dropdown(names, value=value, label=label, multiselect=multiselect, **kw)
+    # custom values: a script reaches checkpoints made after the page was built (checked on use)
+    dd = gr.Dropdown(names, value=value, label=label, multiselect=multiselect,
+                     allow_custom_value=True, **kw)
     ctx.checkpoint_dropdowns.append(dd)
     return dd
 

@@ -3,14 +3,15 @@ probability the model gave it; and the decoder matrix (decoder x temperature).""
 from __future__ import annotations
 
 import html
+import math
 
 import gradio as gr
 
-from lab.config import ConfigError
-from lab.generate import sample_captions
+from lab.config import SEED_MAX, ConfigError
+from lab.generate import MAX_PROMPT_CHARS, sample_captions
 from lab.registry import DECODERS
 from lab.ui.common import (MODELS, Context, checkpoint_dropdown, decode_config, decoder_inputs,
-                           friendly)
+                           friendly, names_list, text, whole)
 
 PER_MODEL_COLUMNS = ["checkpoint", "decoder", "temperature", "top_k", "top_p", "num_beams"]
 
@@ -45,54 +46,71 @@ def captions_table(columns: list[tuple[str, str, list[str]]]) -> str:
 
 def compare(checkpoints_chosen, decoder, temperature, top_k, top_p, num_beams, seed, prefix, n,
             per_model, per_model_rows, store=None):
-    if not checkpoints_chosen:
-        raise ConfigError("choose at least one checkpoint (two or more to compare)")
-    n = int(n)
-    if not 1 <= n <= 200:
-        raise ConfigError(f"number of captions must be between 1 and 200, got {n}")
+    chosen = names_list(checkpoints_chosen, "checkpoints to compare")
+    n = whole(n, "number of captions", 1, 200)
+    seed = whole(seed, "seed", 0, SEED_MAX)
+    prefix = text(prefix, "prefix", MAX_PROMPT_CHARS).strip()
     overrides = {}
     if per_model and per_model_rows is not None:
         for row in _rows(per_model_rows):
             overrides[row["checkpoint"]] = row
-    columns = []
-    for name in checkpoints_chosen:
+    shared = {"decoder": decoder, "temperature": temperature, "top_k": top_k, "top_p": top_p,
+              "num_beams": num_beams}
+    settings = []
+    for name in chosen:       # every setting checked before any model runs
         o = overrides.get(name, {})
-        cfg = decode_config(o.get("decoder") or decoder, o.get("temperature") or temperature,
-                            o.get("top_k") or top_k, o.get("top_p") or top_p,
-                            o.get("num_beams") or num_beams, seed=int(seed))
+        settings.append(decode_config(**{k: _cell(o.get(k), v) for k, v in shared.items()}, seed=seed))
+    columns = []
+    for name, cfg in zip(chosen, settings):
         ck = MODELS.get(name, store)
-        caps = sample_captions(ck.model, ck.tokenizer, n, cfg, prompt=(prefix or "").strip())
+        caps = sample_captions(ck.model, ck.tokenizer, n, cfg, prompt=prefix)
         columns.append((name, _settings_label(cfg), [shade(ck.tokenizer, c) for c in caps]))
     return captions_table(columns)
 
 
+def _cell(value, shared):
+    """A per-checkpoint cell: blank (None, '', or the NaN of an empty table cell) takes the
+    shared setting; anything else, 0 included, is that checkpoint's own."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return shared
+    if isinstance(value, float) and math.isnan(value):
+        return shared
+    return value
+
+
 def _rows(table) -> list[dict]:
     values = table.values.tolist() if hasattr(table, "values") else table
-    return [dict(zip(PER_MODEL_COLUMNS, r)) for r in values if r and r[0]]
+    if isinstance(values, dict):                   # gradio_client's {"headers": [...], "data": [...]}
+        values = values.get("data") or []
+    if not isinstance(values, list) or len(values) > 64:
+        raise ConfigError("the decoder-per-checkpoint table must be a list of at most 64 rows")
+    return [dict(zip(PER_MODEL_COLUMNS, r)) for r in values if isinstance(r, list) and r and r[0]]
+
+
+MATRIX_MAX_CAPTIONS, MATRIX_MAX_TEMPERATURES = 10, 6
 
 
 def decoder_matrix(checkpoints_chosen, temperatures, n, seed, prefix, store=None):
-    if not checkpoints_chosen:
-        raise ConfigError("choose at least one checkpoint")
-    try:
-        temps = [float(t) for t in str(temperatures).replace(" ", "").split(",") if t]
-    except ValueError:
-        raise ConfigError(f"temperatures must be numbers separated by commas, e.g. 0.7,1.0; "
-                          f"got {temperatures!r}") from None
-    if not temps or any(t <= 0 for t in temps):
-        raise ConfigError("temperatures must be positive numbers, e.g. 0.7,1.0")
+    chosen = names_list(checkpoints_chosen, "checkpoints", limit=4)
+    n = whole(n, "captions per cell", 1, MATRIX_MAX_CAPTIONS)
+    seed = whole(seed, "seed", 0, SEED_MAX)
+    prefix = text(prefix, "prefix", MAX_PROMPT_CHARS).strip()
+    raw = [t for t in text(temperatures, "temperatures", 200).replace(" ", "").split(",") if t]
+    if not raw or len(raw) > MATRIX_MAX_TEMPERATURES:
+        raise ConfigError(f"temperatures: give 1 to {MATRIX_MAX_TEMPERATURES} numbers separated by "
+                          f"commas, e.g. 0.7,1.0; got {temperatures!r}")
     settings = []
     for dec in DECODERS.names():
         uses = DECODERS.get(dec).meta.get("uses", ())
-        for t in (temps if "temperature" in uses else [1.0]):
-            settings.append(decode_config(dec, t, 40, 0.9, 4, seed=int(seed)))
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in checkpoints_chosen)
+        for t in (raw if "temperature" in uses else [1.0]):
+            settings.append(decode_config(dec, t, 40, 0.9, 4, seed=seed))
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in chosen)
     rows = []
     for cfg in settings:
         cells = []
-        for name in checkpoints_chosen:
+        for name in chosen:
             ck = MODELS.get(name, store)
-            caps = sample_captions(ck.model, ck.tokenizer, int(n), cfg, prompt=(prefix or "").strip())
+            caps = sample_captions(ck.model, ck.tokenizer, n, cfg, prompt=prefix)
             cells.append("<br>".join(shade(ck.tokenizer, c) for c in caps))
         rows.append(f"<tr><th>{html.escape(_settings_label(cfg))}</th>" +
                     "".join(f"<td>{c}</td>" for c in cells) + "</tr>")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import gradio as gr
 
-from lab.config import ConfigError
+from lab.config import SEED_MAX
 from lab.evaluate import evaluate_live
-from lab.ui.common import MODELS, Context, checkpoint_dropdown, decode_config, decoder_inputs, friendly
+from lab.ui.common import (MODELS, Context, checkpoint_dropdown, decode_config, decoder_inputs, friendly,
+                           names_list, whole)
 
 COLUMNS = ["checkpoint", "n", "perplexity [95% CI]", "per-word perplexity [95% CI]", "forward BLEU [95% CI]",
            "backward BLEU (N)", "harmonic BLEU (N)"]
@@ -50,10 +51,9 @@ def provenance_md(snap: dict) -> str:
 
 def run(names, decoder, temperature, top_k, top_p, num_beams, n, seed, bleu_tokens, store=None,
         data_dir=None):
-    if not names:
-        raise ConfigError("choose at least one checkpoint")
-    n = int(n)
-    cfg = decode_config(decoder, temperature, top_k, top_p, num_beams, seed=int(seed))
+    names = names_list(names, "checkpoints to evaluate")
+    n = whole(n, "subset size", 1, 5000)
+    cfg = decode_config(decoder, temperature, top_k, top_p, num_beams, seed=whole(seed, "seed", 0, SEED_MAX))
     models = {name: MODELS.get(name, store) for name in names}
     chunk = max(50, n // 10)
     for snap in evaluate_live(models, n, cfg, bleu_tokens=bleu_tokens, data_dir=data_dir, chunk=chunk):

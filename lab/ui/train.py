@@ -9,12 +9,14 @@ from pathlib import Path
 import gradio as gr
 
 from lab import checkpoints, jobs
+from lab import store as lab_store
 from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.errors import LabError
 from lab.presets import PRESETS, configs, get as get_preset
 from lab.registry import ATTENTION, MLP, MODELS, NORMS, POSITIONAL, load_plugins
 from lab.runs import run_dir_for
-from lab.ui.common import Context, friendly
+from lab.ui.common import Context, friendly, whole
+from lab.ui.common import text as bounded_text
 
 MODEL_FIELDS = ["model", "n_layer", "n_head", "n_embd", "kv_groups", "n_positions", "norm",
                 "norm_position", "attention", "positional", "mlp", "tie_embeddings", "dropout"]
@@ -66,7 +68,7 @@ def _form_values(fields, values) -> dict:
 
 
 def start(name, preset, parent, *values, store=None):
-    name = (name or "").strip()
+    name = bounded_text(name, "checkpoint name", 200).strip()
     if not name:
         raise ConfigError("give the new checkpoint a name (letters, digits, '.', '_', '-')")
     model = _form_values(MODEL_FIELDS, values[:len(MODEL_FIELDS)])
@@ -153,25 +155,40 @@ def curves(job: dict, store=None):
     return fig
 
 
-def log_tail(job: dict, store=None, lines: int = 15) -> str:
-    path = Path(checkpoints.store_dir(store)) / f"job-{job['id']}.log"
+def log_tail(job: dict, store=None, lines: int = 15, max_bytes: int = 65536) -> str:
+    path = lab_store.log_path(job["id"], store)
     if not path.exists():
         return "(no log yet: the job waits for the worker)" if job["status"] == "queued" else ""
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    with open(path, "rb") as f:           # the end of the file only: logs of long runs grow
+        f.seek(max(0, path.stat().st_size - max_bytes))
+        return "\n".join(f.read().decode(errors="replace").splitlines()[-lines:])
 
 
 def written(job: dict, store=None) -> str:
     if job["name"] not in checkpoints.names(store):
+        if (run_dir_for(job["name"], store) / "last").is_dir():
+            return ("No checkpoint yet: the run stopped before its first dev evaluation and saved "
+                    "where it stood. Resume goes on from there.")
         return "No checkpoint yet (one is written after each epoch whose dev score improves)."
-    m = checkpoints.info(job["name"], store)["metrics"]
+    try:
+        m = checkpoints.info(job["name"], store)["metrics"]
+    except checkpoints.CheckpointError as e:
+        return f"Checkpoint **{job['name']}** is damaged: {e}"
     ppl = f", dev perplexity {m['dev_perplexity']:.2f}" if "dev_perplexity" in m else ""
     return f"Checkpoint **{job['name']}**: best epoch {m.get('epoch', '?')}{ppl}. It is a choice in the other tabs."
+
+
+def job_id_of(value) -> int:
+    """A job as the dropdown or an API call gives it: its id, as a number or text."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise ConfigError("select a job first")
+    return whole(value, "job id", 1, 2 ** 63 - 1)
 
 
 def view(job_id, store=None):
     if not job_id:
         return "<div class='lab-progress-text'>No job selected.</div>", None, "", ""
-    job = jobs.get(int(job_id), store)
+    job = jobs.get(job_id_of(job_id), store)
     return progress_html(job), curves(job, store), log_tail(job, store), written(job, store)
 
 
@@ -183,17 +200,13 @@ def poll(job_id, shown_choices, store=None):
 
 
 def stop(job_id, mode, store=None):
-    if not job_id:
-        raise ConfigError("select a job first")
-    job = jobs.request_stop(int(job_id), mode, store)
+    job = jobs.request_stop(job_id_of(job_id), mode, store)
     return f"Job {job['id']}: stop requested ({mode.replace('_', ' ')})." if job["status"] == "running" \
         else f"Job {job['id']} is {job['status']}."
 
 
 def resume(job_id, store=None):
-    if not job_id:
-        raise ConfigError("select a job first")
-    new = jobs.resume(int(job_id), store)
+    new = jobs.resume(job_id_of(job_id), store)
     return gr.update(choices=job_choices(store), value=str(new)), f"Queued job {new}, resuming job {job_id}."
 
 
@@ -213,7 +226,7 @@ def build(ctx: Context):
         name = gr.Textbox("", label="checkpoint name", elem_id="train-name", placeholder="my-model")
         parent = gr.Dropdown([""] + ctx.checkpoint_names(), value="", label="fine-tune from (optional)",
                              info="a stored checkpoint; its architecture is kept",
-                             elem_id="train-parent")
+                             elem_id="train-parent", allow_custom_value=True)
     ctx.checkpoint_dropdowns.append(parent)
     m0, t0 = get_preset("tiny")
     with gr.Accordion("model", open=False):
@@ -236,7 +249,8 @@ def build(ctx: Context):
     message = gr.Markdown(elem_id="train-message")
     gr.Markdown("### Jobs")
     with gr.Row():
-        job = gr.Dropdown([], label="job", elem_id="train-job", scale=3)
+        job = gr.Dropdown([], label="job", elem_id="train-job", scale=3,
+                          allow_custom_value=True)    # a script names any job, made before or after
         stop_now = gr.Button("Stop now", elem_id="train-stop-now")
         stop_after = gr.Button("Stop after the next checkpoint")
         resume_btn = gr.Button("Resume", elem_id="train-resume")
