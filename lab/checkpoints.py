@@ -174,9 +174,10 @@ def info(name: str, store=None) -> dict:
     weights, state = path / WEIGHTS_FILE, path / TRAIN_STATE_FILE
     if not weights.is_file():
         raise CheckpointError(f"checkpoint {name!r} is damaged: {WEIGHTS_FILE} is missing")
-    if not (path / tokenizers.TOKENIZER_META).is_file():
-        raise CheckpointError(f"checkpoint {name!r} is damaged: its tokenizer "
-                              f"({tokenizers.TOKENIZER_META}) is missing")
+    try:
+        tokenizers.check_files(path)
+    except tokenizers.TokenizerError as e:
+        raise CheckpointError(str(e)) from None
     # "directory", not "path": gradio_client takes any dict with a "path" key for a file to fetch
     return {"name": path.name, "directory": str(path), "model": config.to_dict(), **meta,
             "metrics": metrics, "size_bytes": weights.stat().st_size,

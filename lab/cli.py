@@ -39,11 +39,14 @@ def cmd_plugins(args):
 
 def _read_config_file(path: str) -> dict:
     try:
-        doc = json.loads(open(path).read())
+        with open(path, encoding="utf-8") as f:
+            doc = json.loads(f.read())
     except FileNotFoundError:
         raise ConfigError(f"--config {path}: no such file") from None
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"--config {path} is not valid JSON: {e}") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--config {path} cannot be read: {getattr(e, 'strerror', None) or e}") from None
     if not isinstance(doc, dict) or not set(doc) <= {"model", "train"}:
         raise ConfigError(f"--config {path}: expected a JSON object with 'model' and/or 'train' "
                           f"objects (the keys of `python -m lab plugins`' configs)")
@@ -225,7 +228,8 @@ def cmd_worker(args):
     from lab.jobs import Worker
     worker = Worker(args.store, slots=args.slots, data_dir=args.data_dir, nproc=args.nproc,
                     exit_with_parent=args.exit_with_parent)
-    print(f"worker: serving jobs from {args.store or 'the default store'} ({args.slots} at a time"
+    from lab.checkpoints import store_dir
+    print(f"worker: serving jobs from {store_dir(args.store)} ({args.slots} at a time"
           + (f", each under torchrun with {args.nproc} processes" if args.nproc > 1 else "") + ")",
           flush=True)
     worker.serve()
@@ -273,8 +277,15 @@ def _add_decode_args(p):
     p.add_argument("--seed", type=int, default=0)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes are one line too, like every other error."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m lab", description=__doc__.splitlines()[0])
+    ap = _Parser(prog="python -m lab", description=__doc__.splitlines()[0])
     ap.add_argument("--store", help="checkpoint store (default $LAB_STORE or ./checkpoints)")
     sub = ap.add_subparsers(dest="command", required=True)
 

@@ -108,11 +108,13 @@ class _Config:
     def from_json(cls, path: str | Path):
         path = Path(path)
         try:
-            d = json.loads(path.read_text())
+            d = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"config file {path} does not exist") from None
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"config file {path} is not valid JSON: {e}") from None
+        except OSError as e:
+            raise ConfigError(f"config file {path} cannot be read: {e.strerror}") from None
         return cls.from_dict(d)
 
     def replace(self, **overrides):

@@ -171,8 +171,11 @@ def resume(job_id: int, store=None) -> int:
     if job["status"] not in ("interrupted", "stopped", "failed"):
         raise ConfigError(f"job {job_id} is {job['status']}; only interrupted, stopped or failed "
                           f"jobs resume")
-    if lab_store.is_held(lab_store.job_lock(job_id, store)):
-        raise ConfigError(f"job {job_id}'s process is still ending; resume it in a moment")
+    lock, deadline = lab_store.job_lock(job_id, store), time.time() + 10
+    while lab_store.is_held(lock):            # it wrote its status and is leaving: give it a moment
+        if time.time() > deadline:
+            raise ConfigError(f"job {job_id}'s process is still ending; resume it in a moment")
+        time.sleep(0.2)
     return submit(job["name"], None, job["spec"]["train"], preset=job["spec"].get("preset"),
                   store=store, resumed_from=job_id)
 
@@ -260,13 +263,13 @@ def run_job(job_id: int, store=None, data_dir=None) -> str:
 
     def should_stop():
         nonlocal last_poll, stop
-        if shutdown:
-            return "now"
         if time.time() - last_poll > 1.0:
             last_poll = time.time()
             with connect(store) as con:
                 stop = con.execute("SELECT stop FROM jobs WHERE id=?", (job_id,)).fetchone()["stop"]
-        return stop
+            if stop == "shutdown":                # the worker is stopping: see Worker.shutdown
+                shutdown.append(True)
+        return "now" if shutdown else stop
 
     status, error = "done", None
     try:
@@ -375,11 +378,13 @@ class Worker:
         return None
 
     def shutdown(self) -> None:
-        """Stop this worker's jobs as "stop now" does (each saves where it stands), wait for them,
-        and kill only what has not ended after the grace period."""
-        for proc in self.children.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+        """Stop this worker's jobs as "stop now" does (each saves where it stands and is left
+        interrupted), wait for them, and kill only what has not ended after the grace period.
+        The request goes through the ledger, not a signal: a job still starting up sees it when
+        its first step begins, where a signal would have killed it before it could save."""
+        with connect(self.store) as con:
+            for job_id in self.children:
+                con.execute("UPDATE jobs SET stop='shutdown' WHERE id=? AND status='running'", (job_id,))
         deadline = time.time() + SHUTDOWN_GRACE_S
         for proc in self.children.values():
             try:

@@ -115,8 +115,9 @@ def resume_point(name: str, store=None) -> tuple[dict, Path]:
     cannot go on."""
     candidates = []
     last = last_dir(name, store)
-    if not last.is_dir():
-        checkpoints.resolve(name, store)      # neither a checkpoint nor a stopped run: say so
+    if not last.is_dir() and name not in checkpoints.names(store):
+        raise ConfigError(f"run {name!r} saved nothing to go on from (no checkpoint {name!r} in "
+                          f"the store, no state kept by a stop); start it again")
     if last.is_dir():
         candidates.append((checkpoints.read_train_state(last), last))
     if name in checkpoints.names(store):

@@ -104,7 +104,9 @@ _held: dict[str, list] = {}            # lock file -> [fd, count]: locks this pr
 _held_guard = threading.Lock()
 
 
-def _try_lock(path: Path) -> int | None:
+def _try_lock(path: Path, mark: bool = True) -> int | None:
+    """The lock's descriptor, or None if another process holds it. mark: write our pid into the
+    file (for messages naming the holder); a mere probe does not."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -113,8 +115,9 @@ def _try_lock(path: Path) -> int | None:
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             return None
         raise
-    os.ftruncate(fd, 0)
-    os.write(fd, str(os.getpid()).encode())
+    if mark:
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
     return fd
 
 
@@ -158,7 +161,7 @@ def is_held(path: Path) -> bool:
     """Whether a live process (this one included) holds the lock."""
     if str(path) in _held or not path.exists():
         return str(path) in _held
-    fd = _try_lock(path)
+    fd = _try_lock(path, mark=False)
     if fd is None:
         return True
     os.close(fd)

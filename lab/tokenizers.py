@@ -130,8 +130,8 @@ def gpt2() -> HFTokenizer:
     return _GPT2
 
 
-def load(directory: Path) -> Tokenizer:
-    """The tokenizer a checkpoint directory carries; a damaged one is one message."""
+def check_files(directory: Path) -> dict:
+    """The tokenizer meta of a checkpoint directory, with its files present (no loading)."""
     directory = Path(directory)
     meta_file = directory / TOKENIZER_META
     where = f"checkpoint {directory.name!r}"
@@ -145,11 +145,21 @@ def load(directory: Path) -> Tokenizer:
     if kind == "char":
         if not isinstance(meta.get("chars"), str) or not meta["chars"]:
             raise TokenizerError(f"{where}: {TOKENIZER_META} has no character list")
-        return CharTokenizer(meta["chars"])
+        return meta
     if not isinstance(kind, str):
         raise TokenizerError(f"{where}: {TOKENIZER_META} names no tokenizer kind")
     if not (directory / "tokenizer.json").is_file():
         raise TokenizerError(f"{where} is damaged: tokenizer.json is missing")
+    return meta
+
+
+def load(directory: Path) -> Tokenizer:
+    """The tokenizer a checkpoint directory carries; a damaged one is one message."""
+    directory = Path(directory)
+    meta = check_files(directory)
+    kind, where = meta["kind"], f"checkpoint {directory.name!r}"
+    if kind == "char":
+        return CharTokenizer(meta["chars"])
     from transformers import AutoTokenizer
     try:     # local files only: nothing is ever downloaded
         hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)

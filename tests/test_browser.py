@@ -209,5 +209,5 @@ def test_named_endpoints_through_gradio_client(server):
     with pytest.raises(Exception) as refused:
         client.predict(["scratch-a"], "greedy", 1.0, 40, 0.9, 4, 0, "", 500, False, no_rows,
                        api_name="/compare")
-    assert "between 1 and 200, got 500" in str(refused.value)
+    assert "from 1 to 200, got 500" in str(refused.value)
     assert "Traceback" not in str(refused.value)

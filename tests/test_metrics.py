@@ -74,7 +74,8 @@ def test_bleu_cli(tmp_path, corpus_dir):
     got = json.loads(out.stdout)
     expect = metrics.bleu([c.split() for c in load_split("dev", corpus_dir)[:30]],
                           [c.split() for c in load_split("test", corpus_dir)[:30]])
-    assert set(got) == {"forward", "backward", "harmonic"}
+    assert set(got) == {"forward", "backward", "harmonic", "hypotheses", "empty_hypotheses", "references"}
+    assert (got["hypotheses"], got["empty_hypotheses"], got["references"]) == (30, 0, 30)
     assert abs(got["harmonic"] - expect["harmonic"]) < 1e-12
 
 

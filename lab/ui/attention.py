@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from lab.ui.fields import Checkbox, Number, Textbox
 from lab import attention
 from lab.config import SEED_MAX, ConfigError
 from lab.generate import MAX_PROMPT_CHARS, sample_captions
@@ -65,11 +66,11 @@ def build(ctx: Context):
                 "from this machine (no network needed); the grid shows every layer x head at once.")
     with gr.Row():
         name = checkpoint_dropdown(ctx, "checkpoint", elem_id="attention-checkpoint")
-        text = gr.Textbox("A man riding a wave on top of a surfboard .", label="text (or prefix)",
+        text = Textbox("A man riding a wave on top of a surfboard .", label="text (or prefix)",
                           elem_id="attention-text", scale=3)
     with gr.Row():
-        generate = gr.Checkbox(False, label="generate a caption from this prefix and show it")
-        seed = gr.Number(0, label="seed", precision=0)
+        generate = Checkbox(False, label="generate a caption from this prefix and show it")
+        seed = Number(0, label="seed", step=1)
         go = gr.Button("Show attention", variant="primary", elem_id="attention-go")
     note = gr.Markdown()
     with gr.Tabs():

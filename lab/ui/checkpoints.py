@@ -8,6 +8,7 @@ import time
 
 import gradio as gr
 
+from lab.ui.fields import Dropdown, Textbox
 from lab import checkpoints, interop
 from lab import store as lab_store
 from lab.config import ConfigError
@@ -80,7 +81,7 @@ def build(ctx: Context):
     refresh = gr.Button("Refresh")
     refresh.click(lambda: rows(ctx.store), None, table, api_name="checkpoints")
     with gr.Row():
-        chosen = gr.Dropdown(ctx.checkpoint_names(), label="checkpoint", elem_id="checkpoints-chosen",
+        chosen = Dropdown(ctx.checkpoint_names(), label="checkpoint", elem_id="checkpoints-chosen",
                              allow_custom_value=True)
         ctx.checkpoint_dropdowns.append(chosen)
     info = gr.JSON(label="config, provenance and metrics")
@@ -88,20 +89,20 @@ def build(ctx: Context):
     message = gr.Markdown(elem_id="checkpoints-message")
     with gr.Accordion("Import an HF GPT-2 directory", open=False):
         with gr.Row():
-            path = gr.Textbox(label="directory (config.json + model.safetensors)",
+            path = Textbox(label="directory (config.json + model.safetensors)",
                               info="a folder under LAB_ALLOWED_DIRS on the server")
-            layers = gr.Textbox(label="layers (1-based, e.g. 1,6,12; blank: all)")
-            new_name = gr.Textbox(label="name")
+            layers = Textbox(label="layers (1-based, e.g. 1,6,12; blank: all)")
+            new_name = Textbox(label="name")
         gr.Button("Import").click(friendly(lambda *a: import_gpt2(*a, store=ctx.store)),
                                   [path, layers, new_name], [message, table], api_name="import_gpt2")
     with gr.Accordion("Export to HF GPT-2", open=False):
-        outdir = gr.Textbox(label="output directory (optional)",
+        outdir = Textbox(label="output directory (optional)",
                             info="blank: download a .zip; or a new folder under LAB_ALLOWED_DIRS")
         download = gr.File(label="export", interactive=False)
         gr.Button("Export").click(friendly(lambda *a: export_hf(*a, store=ctx.store)),
                                   [chosen, outdir], [message, download], api_name="export_hf")
     with gr.Accordion("Delete", open=False):
-        confirm = gr.Textbox(label="type the checkpoint's name to confirm", elem_id="checkpoints-confirm")
+        confirm = Textbox(label="type the checkpoint's name to confirm", elem_id="checkpoints-confirm")
         gr.Button("Delete", variant="stop").click(friendly(lambda *a: delete(*a, store=ctx.store)),
                                                   [chosen, confirm], [message, table],
                                                   api_name="delete_checkpoint")

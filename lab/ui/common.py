@@ -12,6 +12,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from lab.ui.fields import Dropdown, Number
 from lab import checkpoints
 from lab.config import ConfigError, DecodeConfig
 from lab.errors import LabError
@@ -168,15 +169,15 @@ def decoder_inputs(default: str = "top_p", label_prefix: str = "") -> DecoderInp
     load_plugins()
     d = DecodeConfig()
     with gr.Row():
-        decoder = gr.Dropdown(DECODERS.names(), value=default, label=f"{label_prefix}decoder",
-                              info="how the next token is chosen")
+        decoder = Dropdown(DECODERS.names(), value=default, label=f"{label_prefix}decoder",
+                           info="how the next token is chosen", allow_custom_value=True)
         uses = DECODERS.get(default).meta.get("uses", ())
-        temperature = gr.Number(d.temperature, label="temperature", step=0.1,
+        temperature = Number(d.temperature, label="temperature", step=0.1,
                                 visible="temperature" in uses)
-        top_k = gr.Number(d.top_k, label="top_k", precision=0, visible="top_k" in uses)
-        top_p = gr.Number(d.top_p, label="top_p", step=0.05,
+        top_k = Number(d.top_k, label="top_k", step=1, visible="top_k" in uses)
+        top_p = Number(d.top_p, label="top_p", step=0.05,
                           visible="top_p" in uses)
-        num_beams = gr.Number(d.num_beams, label="num_beams", precision=0, minimum=1,
+        num_beams = Number(d.num_beams, label="num_beams", step=1,
                               visible="num_beams" in uses)
     fields = [temperature, top_k, top_p, num_beams]
     names = ["temperature", "top_k", "top_p", "num_beams"]
@@ -200,7 +201,7 @@ def checkpoint_dropdown(ctx: Context, label: str, multiselect: bool = False, **k
     names = ctx.checkpoint_names()
     value = names[:2] if multiselect else (names[0] if names else None)
     # custom values: a script reaches checkpoints made after the page was built (checked on use)
-    dd = gr.Dropdown(names, value=value, label=label, multiselect=multiselect,
+    dd = Dropdown(names, value=value, label=label, multiselect=multiselect,
                      allow_custom_value=True, **kw)
     ctx.checkpoint_dropdowns.append(dd)
     return dd

@@ -7,6 +7,7 @@ import math
 
 import gradio as gr
 
+from lab.ui.fields import Checkbox, Dataframe, Number, Textbox
 from lab.config import SEED_MAX, ConfigError
 from lab.generate import MAX_PROMPT_CHARS, sample_captions
 from lab.registry import DECODERS
@@ -14,6 +15,13 @@ from lab.ui.common import (MODELS, Context, checkpoint_dropdown, decode_config, 
                            friendly, names_list, text, whole)
 
 PER_MODEL_COLUMNS = ["checkpoint", "decoder", "temperature", "top_k", "top_p", "num_beams"]
+
+
+class RowsTable(Dataframe):
+    """The per-checkpoint decoder table: from a script, no table (None) means no rows."""
+
+    def preprocess(self, payload):
+        return [] if payload is None else super().preprocess(payload)
 
 
 def shade(tokenizer, caption) -> str:
@@ -125,11 +133,11 @@ def build(ctx: Context):
     chosen = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, elem_id="compare-checkpoints")
     dec = decoder_inputs("top_p")
     with gr.Row():
-        seed = gr.Number(0, label="seed", precision=0)
-        prefix = gr.Textbox("", label="prefix (optional)", placeholder="A man")
-        n = gr.Number(8, label="captions", precision=0)
-    per_model = gr.Checkbox(False, label="a different decoder for each checkpoint")
-    per_model_rows = gr.Dataframe(value=[], headers=PER_MODEL_COLUMNS, visible=False, interactive=True,
+        seed = Number(0, label="seed", step=1)
+        prefix = Textbox("", label="prefix (optional)", placeholder="A man")
+        n = Number(8, label="captions", step=1)
+    per_model = Checkbox(False, label="a different decoder for each checkpoint")
+    per_model_rows = RowsTable(value=[], headers=PER_MODEL_COLUMNS, visible=False, interactive=True,
                                   label="decoder per checkpoint (blank cells take the shared setting)")
     go = gr.Button("Generate side by side", variant="primary", elem_id="compare-go")
     out = gr.HTML(elem_id="compare-out")
@@ -143,8 +151,8 @@ def build(ctx: Context):
 
     with gr.Accordion("Decoder matrix: every decoder plugin x temperature", open=False):
         with gr.Row():
-            temps = gr.Textbox("0.7, 1.0", label="temperatures")
-            n_m = gr.Number(3, label="captions per cell", precision=0)
+            temps = Textbox("0.7, 1.0", label="temperatures")
+            n_m = Number(3, label="captions per cell", step=1)
         go_m = gr.Button("Build the matrix")
         out_m = gr.HTML()
         go_m.click(friendly(lambda *a: decoder_matrix(*a, store=ctx.store)),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from lab.ui.fields import Number, Radio
 from lab.config import SEED_MAX
 from lab.evaluate import evaluate_live
 from lab.ui.common import (MODELS, Context, checkpoint_dropdown, decode_config, decoder_inputs, friendly,
@@ -66,9 +67,9 @@ def build(ctx: Context):
     names = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, elem_id="evaluate-checkpoints")
     dec = decoder_inputs("random")
     with gr.Row():
-        n = gr.Radio([100, 500, 1000, 5000], value=500, label="subset size")
-        seed = gr.Number(0, label="seed", precision=0)
-        bleu_tokens = gr.Radio(["auto", "gpt2", "words"], value="auto", label="BLEU tokens",
+        n = Radio([100, 500, 1000, 5000], value=500, label="subset size")
+        seed = Number(0, label="seed", step=1)
+        bleu_tokens = Radio(["auto", "gpt2", "words"], value="auto", label="BLEU tokens",
                                info="auto: GPT-2 tokens when every model uses GPT-2 BPE, words otherwise")
     go = gr.Button("Evaluate", variant="primary", elem_id="evaluate-go")
     out = gr.Dataframe(headers=COLUMNS, label="results (live)", elem_id="evaluate-table")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from lab.ui.fields import Checkbox, Dropdown, Number, Radio, Textbox
 from lab import checkpoints, jobs
 from lab import store as lab_store
 from lab.config import ConfigError, ModelConfig, TrainConfig
@@ -30,21 +31,21 @@ def _field_component(cls, name, value):
     choices = {"model": MODELS, "norm": NORMS, "attention": ATTENTION, "positional": POSITIONAL,
                "mlp": MLP}
     if name in choices:
-        return gr.Dropdown(choices[name].names(), value=value, label=name)
+        return Dropdown(choices[name].names(), value=value, label=name)
     if name == "norm_position":
-        return gr.Radio(["pre", "post"], value=value, label=name)
+        return Radio(["pre", "post"], value=value, label=name)
     if name == "early_stop":
-        return gr.Radio(["perplexity", "bleu", "none"], value=value, label=name)
+        return Radio(["perplexity", "bleu", "none"], value=value, label=name)
     if name == "device":
-        return gr.Radio(["auto", "cpu", "cuda"], value=value, label=name)
+        return Radio(["auto", "cpu", "cuda"], value=value, label=name)
     if f.type in ("bool", bool):
-        return gr.Checkbox(value, label=name)
+        return Checkbox(value, label=name)
     if name in ("train_layers",):
-        return gr.Textbox(value, label=name, info="'all' or 1-based blocks, e.g. 1,3")
+        return Textbox(value, label=name, info="'all' or 1-based blocks, e.g. 1,3")
     if f.type in ("int", "int | None"):
-        return gr.Number(value, label=name, precision=0,
+        return Number(value, label=name, step=1,
                          info=ZERO_MEANS_NONE.get(name) or BLANK_MEANS_ZERO.get(name))
-    return gr.Number(value, label=name)
+    return Number(value, label=name)
 
 
 # optional numbers: the form shows them empty, and an empty Number can come back as 0
@@ -221,10 +222,10 @@ def build(ctx: Context):
     gr.Markdown("Start a training job. It runs in the background worker (on a GPU when there is one); "
                 "closing the browser never stops it, and reopening the page re-attaches.")
     with gr.Row():
-        preset = gr.Dropdown([""] + sorted(PRESETS), value="tiny", label="preset",
+        preset = Dropdown([""] + sorted(PRESETS), value="tiny", label="preset",
                              info="; ".join(f"{k}: {d}" for k, (_, d) in PRESETS.items()))
-        name = gr.Textbox("", label="checkpoint name", elem_id="train-name", placeholder="my-model")
-        parent = gr.Dropdown([""] + ctx.checkpoint_names(), value="", label="fine-tune from (optional)",
+        name = Textbox("", label="checkpoint name", elem_id="train-name", placeholder="my-model")
+        parent = Dropdown([""] + ctx.checkpoint_names(), value="", label="fine-tune from (optional)",
                              info="a stored checkpoint; its architecture is kept",
                              elem_id="train-parent", allow_custom_value=True)
     ctx.checkpoint_dropdowns.append(parent)
@@ -249,7 +250,7 @@ def build(ctx: Context):
     message = gr.Markdown(elem_id="train-message")
     gr.Markdown("### Jobs")
     with gr.Row():
-        job = gr.Dropdown([], label="job", elem_id="train-job", scale=3,
+        job = Dropdown([], label="job", elem_id="train-job", scale=3,
                           allow_custom_value=True)    # a script names any job, made before or after
         stop_now = gr.Button("Stop now", elem_id="train-stop-now")
         stop_after = gr.Button("Stop after the next checkpoint")

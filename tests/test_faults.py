@@ -1,0 +1,261 @@
+"""Fault injection: real job processes killed at every stage of training and saving, a process
+stopped far beyond any timeout, resumes racing, and the app stopped (SIGTERM) and killed (SIGKILL)
+then started again. Faults land at named points through LAB_FAULTS (lab/store.py), so the waits are
+seconds, not the minutes a real run would take."""
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from lab import checkpoints, jobs, runs
+from lab import store as lab_store
+from lab.config import ConfigError
+from lab.presets import get
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAIN = dict(get("tiny")[1].to_dict(), max_train_captions=200, max_dev_captions=50, epochs=3, patience=5)
+MODEL = get("tiny")[0].to_dict()
+
+
+def _wait(job_id, statuses, worker=None, timeout=180):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if worker:
+            worker.tick()
+        job = jobs.get(job_id)
+        if job["status"] in statuses:
+            return job
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} still {jobs.get(job_id)['status']} after {timeout}s")
+
+
+def _leftovers(store):
+    return sorted(p.name for p in store.iterdir() if p.name.startswith((".tmp-", ".old-", ".del-")))
+
+
+# where the kill lands -> (what recovery says, the epoch of the checkpoint left visible)
+KILLS = {
+    "kill@train.step#3": (None, None),                                  # before any save
+    "kill@save.written#1": ("finished the interrupted save", 1),        # new one complete, not moved
+    "kill@save.written#2": ("removed 1 leftover", 1),                   # old in place, new beside it
+    "kill@save.between_renames#1": ("finished the interrupted save", 2),  # old aside, new not in place
+    "kill@save.renamed#1": ("removed 1 leftover", 2),                   # new in place, old not removed
+    "kill@eval.batch#2": (None, 1),                                     # during epoch 2's evaluation
+}
+
+
+@pytest.mark.parametrize("fault", list(KILLS))
+def test_a_kill_at_any_stage_loses_no_checkpoint_and_resume_goes_on(fault, store, monkeypatch):
+    said, epoch = KILLS[fault]
+    monkeypatch.setenv("LAB_FAULTS", fault)
+    job_id = jobs.submit("victim", MODEL, TRAIN, preset="tiny")
+    worker = jobs.Worker(poll_s=0.2)
+    job = _wait(job_id, jobs.FINAL, worker)
+    assert job["status"] == "interrupted", job["error"]
+    assert "ended without a word" in job["error"]
+    lines = checkpoints.recover()
+    assert (said is None and lines == []) or any(said in line for line in lines), lines
+    assert _leftovers(store) == []
+    monkeypatch.delenv("LAB_FAULTS")
+    if epoch is None:
+        assert "victim" not in checkpoints.names()
+        with pytest.raises(ConfigError, match="saved nothing to go on from"):
+            jobs.resume(job_id)
+        return
+    assert checkpoints.info("victim")["metrics"]["epoch"] == epoch
+    checkpoints.load("victim")                       # whole and loadable
+    resumed = _wait(jobs.resume(job_id), jobs.FINAL, worker)
+    assert resumed["status"] == "done", resumed["error"]
+    assert checkpoints.info("victim")["metrics"]["epoch"] == 3
+    assert _leftovers(store) == []
+
+
+def test_a_stopped_process_stays_running_and_no_second_writer_starts(store, monkeypatch):
+    """SIGSTOP for as long as you like (its last word set ten minutes back, beyond the old 120-s
+    timeout): the job stays running, nothing else may write its checkpoint, and once continued it
+    stops on request, saving where it stood."""
+    job_id = jobs.submit("paused", MODEL, {**TRAIN, "epochs": 50, "max_train_captions": 2000})
+    worker = jobs.Worker(poll_s=0.2)
+    job = _wait(job_id, ("running",), worker)
+    while jobs.get(job_id)["progress"].get("event") != "step":     # training has begun
+        worker.tick()
+        time.sleep(0.2)
+    pid = jobs.get(job_id)["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with sqlite3.connect(lab_store.ledger_path()) as con:
+            con.execute("UPDATE jobs SET heartbeat=? WHERE id=?", (time.time() - 600, job_id))
+        for _ in range(5):
+            worker.tick()
+            time.sleep(0.2)
+        assert jobs.get(job_id)["status"] == "running"
+        assert [j["status"] for j in jobs.list_jobs()] == ["running"]
+        with pytest.raises(ConfigError, match="only interrupted, stopped or failed"):
+            jobs.resume(job_id)
+        with pytest.raises(ConfigError, match="'paused' is being written by another process"):
+            jobs.submit("paused", MODEL, TRAIN)
+        from lab.model import build
+        from lab.config import ModelConfig
+        from lab.tokenizers import gpt2
+        tiny = build(ModelConfig.from_dict({**MODEL, "vocab_size": 50257}))
+        with pytest.raises(lab_store.Busy, match="checkpoint 'paused' is in use by another process"):
+            checkpoints.save(tiny, gpt2(), "paused", overwrite=True)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        jobs.request_stop(job_id, "now")
+        job = _wait(job_id, jobs.FINAL, worker)
+    assert job["status"] == "stopped"
+    state, folder = runs.resume_point("paused")
+    assert folder == runs.last_dir("paused") and state["step"] > 0
+
+
+def test_two_resumes_racing_queue_one_run(store):
+    job_id = jobs.submit("twice", MODEL, {**TRAIN, "epochs": 20})
+    worker = jobs.Worker(poll_s=0.2)
+    _wait(job_id, ("running",), worker)
+    jobs.request_stop(job_id, "after_checkpoint")
+    assert _wait(job_id, jobs.FINAL, worker)["status"] == "stopped"
+    results, barrier = [], threading.Barrier(4)
+
+    def go():
+        barrier.wait()
+        try:
+            results.append(jobs.resume(job_id))
+        except ConfigError as e:
+            results.append(str(e))
+    threads = [threading.Thread(target=go) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    queued = [r for r in results if isinstance(r, int)]
+    assert len(queued) == 1, results
+    assert all("already writing checkpoint 'twice'" in r for r in results if isinstance(r, str))
+
+
+def test_a_second_process_cannot_write_a_checkpoint_being_written(store, corpus_dir):
+    """The per-name lock, across processes: the CLI refuses to train a name a job holds."""
+    with lab_store.hold(lab_store.name_lock("held"), "checkpoint 'held'"):
+        out = subprocess.run([sys.executable, "-m", "lab", "train", "--preset", "tiny", "--name", "held"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("error: checkpoint 'held' is in use by another process")
+
+
+def test_an_old_store_is_moved_over_and_names_cannot_reach_the_lab_files(tmp_path):
+    old = tmp_path / "old"
+    old.mkdir()
+    with sqlite3.connect(old / "jobs.sqlite") as con:
+        con.executescript(jobs.SCHEMA)
+        con.execute("INSERT INTO jobs (name, spec, status, created) VALUES ('x', '{}', 'done', 0)")
+    (old / "job-1.log").write_text("hello")
+    assert jobs.get(1, old)["status"] == "done"
+    assert (old / ".lab" / "jobs.sqlite").is_file() and not (old / "jobs.sqlite").exists()
+    assert (old / ".lab" / "logs" / "job-1.log").read_text() == "hello"
+    for bad in ("x\n", ".lab", "_runs", "../x", "a/b", "", ".", "x" * 101):
+        with pytest.raises(checkpoints.CheckpointError, match="is not allowed"):
+            checkpoints.check_name(bad)
+    with pytest.raises(checkpoints.CheckpointError, match="is not allowed"):
+        checkpoints.load("../elsewhere/x")
+    # a checkpoint called jobs.sqlite is just a checkpoint now
+    checkpoints.check_name("jobs.sqlite")
+
+
+# ---------------------------------------------------------------- the app stopped and killed
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_app(store, log_name):
+    port = _free_port()
+    env = {**os.environ, "LAB_STORE": str(store), "GRADIO_SERVER_PORT": str(port),
+           "LAB_SHUTDOWN_GRACE_S": "30"}
+    env.pop("LAB_FAULTS", None)
+    log = open(store / log_name, "w")
+    proc = subprocess.Popen([sys.executable, "app.py"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            cwd=ROOT)
+    for _ in range(240):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
+            return proc
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.5)
+    proc.kill()
+    pytest.fail("the app did not start: " + (store / log_name).read_text()[-2000:])
+
+
+def _running_job_processes(job_ids, store) -> list[int]:
+    """Live `run-job` processes of these jobs of this store."""
+    pids, mine = [], f"LAB_STORE={store}".encode()
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                cmd = (p / "cmdline").read_bytes().split(b"\0")
+                env = (p / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"run-job" in cmd and any(str(j).encode() in cmd for j in job_ids) and mine in env:
+                stat = (p / "stat").read_text().split()
+                if stat[2] != "Z":
+                    pids.append(int(p.name))
+    return pids
+
+
+def _wait_for(predicate, timeout=60, what="condition"):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_app_sigterm_then_sigkill_then_restart(store):
+    """SIGTERM: the app stops its worker, the worker stops the job, which saves where it stands
+    and is left interrupted. SIGKILL: the orphaned worker notices its app is gone and does the
+    same; the next app never runs a second worker or job beside it."""
+    long = {**TRAIN, "epochs": 50, "max_train_captions": 2000}
+    job_id = jobs.submit("served", MODEL, long)
+    app = _start_app(store, "app1.log")
+    _wait_for(lambda: jobs.get(job_id)["progress"].get("event") == "step", 120, "the job to train")
+    app.send_signal(signal.SIGTERM)
+    assert app.wait(timeout=60) == 0
+    job = jobs.get(job_id)
+    assert job["status"] == "interrupted" and "lab shut down" in job["error"]
+    assert _running_job_processes([job_id], store) == []
+    assert runs.resume_point("served")[0]["step"] > 0
+
+    second = jobs.resume(job_id)
+    app = _start_app(store, "app2.log")
+    _wait_for(lambda: jobs.get(second)["status"] == "running", 120, "the resumed job to run")
+    worker_pid = lab_store.holder(lab_store.lock_path("worker"))
+    app.send_signal(signal.SIGKILL)
+    app.wait()
+    third_app = _start_app(store, "app3.log")           # at once: the old worker may still be up
+    try:
+        most = 0
+
+        def settled():
+            nonlocal most
+            most = max(most, len(_running_job_processes([job_id, second], store)))
+            return not Path(f"/proc/{worker_pid}").exists() and jobs.get(second)["status"] in jobs.FINAL
+        _wait_for(settled, 90, "the orphaned worker to stop its job and end")
+        assert most <= 1
+        job = jobs.get(second)
+        assert job["status"] == "interrupted" and "lab shut down" in job["error"]
+        assert lab_store.holder(lab_store.lock_path("worker")) != worker_pid
+        assert [j["status"] for j in jobs.list_jobs()] == ["interrupted", "interrupted"]
+    finally:
+        third_app.send_signal(signal.SIGTERM)
+        third_app.wait(timeout=60)
