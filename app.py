@@ -18,6 +18,7 @@ import sys
 
 from lab import checkpoints
 from lab.errors import LabError
+from lab.jobs import shutdown_grace_s
 from lab.ui import build_app, launch_kwargs
 
 
@@ -30,13 +31,13 @@ def start_worker():
                             start_new_session=True)    # Ctrl-C reaches it through the app, once
 
 
-def stop_worker(proc) -> None:
+def stop_worker(proc, grace_s: float) -> None:
     if proc is None or proc.poll() is not None:
         return
     print("stopping the worker and its jobs (each saves where it stands) ...", flush=True)
     proc.terminate()
     try:
-        proc.wait(timeout=float(os.environ.get("LAB_SHUTDOWN_GRACE_S", "60")) + 15)
+        proc.wait(timeout=grace_s + 30)
     except subprocess.TimeoutExpired:
         proc.kill()
 
@@ -48,6 +49,7 @@ def _interrupt(*_):
 def main() -> int:
     try:
         kwargs = launch_kwargs()
+        grace_s = shutdown_grace_s()
         for line in checkpoints.recover(os.environ.get("LAB_STORE")):
             print(f"store: {line}", flush=True)
         demo = build_app(store=os.environ.get("LAB_STORE"), data_dir=os.environ.get("LAB_DATA_DIR"))
@@ -61,7 +63,7 @@ def main() -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        stop_worker(worker)
+        stop_worker(worker, grace_s)
     return 0
 
 

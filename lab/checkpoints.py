@@ -56,10 +56,16 @@ def check_name(name: str) -> str:
 
 
 def refuse_existing(name: str, store=None) -> None:
-    """A new run or import never replaces a stored checkpoint."""
-    if (store_dir(store) / check_name(name)).exists():
+    """A new run or import never replaces a stored checkpoint, one whose save a crash left
+    unfinished, or the state a stopped run kept to resume from."""
+    root = store_dir(store)
+    recover(store, only=check_name(name))
+    if (root / name).exists():
         raise CheckpointError(f"checkpoint {name!r} already exists; choose another name, delete it "
                               f"first, or resume its run")
+    if (root / store_mod.RUNS / name / "last").exists():
+        raise CheckpointError(f"a stopped run named {name!r} kept its state to resume from; resume "
+                              f"it, delete it first, or choose another name")
 
 
 @dataclass
@@ -84,11 +90,13 @@ def names(store=None) -> list[str]:
     return sorted(p.name for p in entries if p.is_dir() and NAME_RE.fullmatch(p.name))
 
 
-def recover(store=None) -> list[str]:
+def recover(store=None, only: str | None = None) -> list[str]:
     """Finish or roll back saves a crash interrupted, and remove what they left; says what it did.
     A save first writes `.tmp-NAME-x/` (marked complete last), then moves NAME aside to
-    `.old-NAME-y/`, renames the new one into place and removes the old. Whatever point a crash
-    hit, the newest complete version becomes NAME. Names a live process writes are left alone."""
+    `.old-NAME-y/`, renames the new one into place and removes the old. Where NAME is missing, the
+    newest complete new version (else the old one) becomes NAME; where NAME is there, what lies
+    beside it is a leftover. Each name is mended holding its lock, so a name a live process writes
+    is left alone. only: mend that name alone."""
     root = store_dir(store)
     done = []
     folders = [root] + [d for d in (root / store_mod.RUNS).glob("*") if d.is_dir()]
@@ -100,9 +108,13 @@ def recover(store=None) -> list[str]:
                 found.setdefault(m.group(2), []).append(p)
         for name, leftovers in found.items():
             owner = name if folder == root else folder.name
-            if not NAME_RE.fullmatch(owner) or store_mod.is_held(store_mod.name_lock(owner, store)):
+            if not NAME_RE.fullmatch(owner) or (only is not None and owner != only):
                 continue
-            done += _recover_one(folder, name, leftovers)
+            try:
+                with store_mod.hold(store_mod.name_lock(owner, store), f"checkpoint {owner!r}"):
+                    done += _recover_one(folder, name, [p for p in leftovers if p.exists()])
+            except (store_mod.Busy, OSError):     # a live writer, or another process mending it
+                continue
     for line in done:
         log.warning("store %s: %s", root, line)
     return done
@@ -193,6 +205,9 @@ def listing(store=None) -> list[dict]:
             out.append(info(name, store))
         except CheckpointError as e:
             out.append({"name": name, "damaged": str(e)})
+        except OSError as e:          # deleted while we looked, or unreadable
+            if (store_dir(store) / name).exists():
+                out.append({"name": name, "damaged": f"checkpoint {name!r} cannot be read ({e.strerror})"})
     return out
 
 
@@ -296,7 +311,7 @@ def save(model, tokenizer, name: str, store=None, provenance: dict | None = None
     other process writes it at the same time. train_state: {"optimizer": state_dict, ...}."""
     check_name(name)
     root = store_dir(store)
-    with store_mod.hold(store_mod.name_lock(name, store), f"checkpoint {name!r}"):
+    with store_mod.hold(store_mod.name_lock(name, store), f"checkpoint {name!r}", wait_s=2):
         if (root / name).exists() and not overwrite:
             raise CheckpointError(f"checkpoint {name!r} already exists in {root}; choose another name "
                                   f"or delete it first")
@@ -402,8 +417,15 @@ def read_train_state(folder: Path) -> dict | None:
 
 
 def delete(name: str, store=None) -> None:
-    path = resolve(check_name(name), store)
-    with store_mod.hold(store_mod.name_lock(name, store), f"checkpoint {name!r} (a job is writing it)"):
-        trash = path.parent / f".del-{name}-{uuid.uuid4().hex[:8]}"
-        os.replace(path, trash)
-        shutil.rmtree(trash)
+    """Delete checkpoint `name` and its run's folder (curves, and the state a stop kept)."""
+    root = store_dir(store)
+    path, run = root / check_name(name), root / store_mod.RUNS / name
+    if not path.is_dir() and not (run / "last").is_dir():
+        resolve(name, store)                  # says it does not exist, listing what does
+    with store_mod.hold(store_mod.name_lock(name, store), f"checkpoint {name!r} (a job is writing it)",
+                        wait_s=2):
+        for folder in (path, run):
+            if folder.is_dir():
+                trash = root / f".del-{name}-{uuid.uuid4().hex[:8]}"
+                os.replace(folder, trash)
+                shutil.rmtree(trash)

@@ -47,7 +47,8 @@ def _read_config_file(path: str) -> dict:
         raise ConfigError(f"--config {path} is not valid JSON: {e}") from None
     except (OSError, ValueError) as e:
         raise ConfigError(f"--config {path} cannot be read: {getattr(e, 'strerror', None) or e}") from None
-    if not isinstance(doc, dict) or not set(doc) <= {"model", "train"}:
+    if not isinstance(doc, dict) or not set(doc) <= {"model", "train"} \
+            or not all(isinstance(v, dict) for v in doc.values()):
         raise ConfigError(f"--config {path}: expected a JSON object with 'model' and/or 'train' "
                           f"objects (the keys of `python -m lab plugins`' configs)")
     return doc
@@ -172,7 +173,7 @@ def cmd_checkpoints(args):
         m = r["model"]
         ppl = r["metrics"].get("dev_perplexity")
         print(f"{r['name']:<28} {m['model']:<6} {m['n_layer']}x{m['n_embd']} h{m['n_head']} "
-              f"{r.get('source', '?'):<9} {r['size_bytes'] / 1e6:8.1f} MB"
+              f"{r.get('source') or '?':<9} {r['size_bytes'] / 1e6:8.1f} MB"
               + (f"  dev ppl {ppl:.2f}" if ppl else ""))
 
 

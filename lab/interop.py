@@ -127,6 +127,8 @@ def import_hf_gpt2(path: str | Path, name: str, layers: list[int] | None = None,
         if k.endswith((".attn.bias", ".attn.masked_bias")):
             continue                                  # HF's causal-mask buffers, not weights
         if k.startswith("transformer.h."):
+            if not k.split(".")[2].isdigit():
+                raise CheckpointError(f"{path}: weight {k!r} is not an HF GPT-2 block weight")
             i = int(k.split(".")[2])
             if i + 1 not in layers:
                 continue

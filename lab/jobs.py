@@ -39,20 +39,30 @@ CREATE TABLE IF NOT EXISTS jobs (
     name TEXT NOT NULL,            -- the checkpoint it writes
     spec TEXT NOT NULL,            -- JSON: model, train, parent, preset
     status TEXT NOT NULL,          -- queued, running, done, failed, stopped, interrupted
-    stop TEXT,                     -- NULL, 'now' or 'after_checkpoint'
-    pid INTEGER,                   -- the process running it
+    stop TEXT,                     -- NULL, 'now', 'after_checkpoint' or 'shutdown' (the worker's)
+    pid INTEGER,                   -- the process running it (its liveness is its lock, not this)
     created REAL NOT NULL,
     started REAL,
     finished REAL,
-    heartbeat REAL,
+    heartbeat REAL,                -- when it last reported (shown; liveness is its lock)
     progress TEXT,                 -- JSON: the last event
     error TEXT,
     resumed_from INTEGER
 );
 """
 FINAL = ("done", "failed", "stopped", "interrupted")
-_HELD: list = []          # the job lock of this process (run-job), kept open for its lifetime
-SHUTDOWN_GRACE_S = float(os.environ.get("LAB_SHUTDOWN_GRACE_S", "60"))   # a job's time to save
+
+
+def shutdown_grace_s() -> float:
+    """LAB_SHUTDOWN_GRACE_S: how long jobs get to save when the lab stops (default 60 s)."""
+    raw = os.environ.get("LAB_SHUTDOWN_GRACE_S", "60")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 86400:
+        raise LabError(f"LAB_SHUTDOWN_GRACE_S must be a number of seconds from 0 to 86400, got {raw!r}")
+    return value
 
 
 def ledger_path(store=None) -> Path:
@@ -153,15 +163,17 @@ def list_jobs(store=None, limit: int = 50) -> list[dict]:
 def request_stop(job_id: int, mode: str = "now", store=None) -> dict:
     if mode not in ("now", "after_checkpoint"):
         raise ConfigError(f"stop mode must be 'now' or 'after_checkpoint', got {mode!r}")
-    job = get(job_id, store)
+    get(job_id, store)
     with connect(store) as con:
-        if job["status"] == "queued":
-            con.execute("UPDATE jobs SET status='stopped', finished=? WHERE id=? AND status='queued'",
-                        (time.time(), job_id))
-        elif job["status"] == "running":
-            con.execute("UPDATE jobs SET stop=? WHERE id=? AND status='running'", (mode, job_id))
-        else:
-            raise ConfigError(f"job {job_id} is {job['status']}; only queued or running jobs stop")
+        con.execute("BEGIN IMMEDIATE")       # the status read and the change are one step
+        status = con.execute("SELECT status FROM jobs WHERE id=?", (job_id,)).fetchone()["status"]
+        if status == "queued":
+            con.execute("UPDATE jobs SET status='stopped', finished=? WHERE id=?", (time.time(), job_id))
+        elif status == "running":         # a shutdown already under way is not weakened
+            con.execute("UPDATE jobs SET stop=? WHERE id=? AND stop IS NOT 'shutdown'", (mode, job_id))
+        con.execute("COMMIT")
+    if status not in ("queued", "running"):
+        raise ConfigError(f"job {job_id} is {status}; only queued or running jobs stop")
     return get(job_id, store)
 
 
@@ -195,20 +207,23 @@ def mark_dead(store=None) -> list[int]:
     return dead
 
 
-def claim_next(pid: int, store=None) -> tuple[dict, int] | None:
+def claim_next(store=None) -> tuple[dict, int] | None:
     """The oldest queued job, now running, with its lock (a descriptor the caller hands to the
     job's process). The lock is taken before the job is marked running, so a running job's lock
     is never free while its process lives."""
     with connect(store) as con:
         con.execute("BEGIN IMMEDIATE")
         r = con.execute("SELECT id FROM jobs WHERE status='queued' ORDER BY id LIMIT 1").fetchone()
-        fd = r and lab_store._try_lock(lab_store.job_lock(r["id"], store))
+        fd = r and lab_store.try_acquire(lab_store.job_lock(r["id"], store))
         if r is None or fd is None:
             con.execute("COMMIT")
             return None
-        con.execute("UPDATE jobs SET status='running', pid=?, started=?, heartbeat=? WHERE id=?",
-                    (pid, time.time(), time.time(), r["id"]))
-        con.execute("COMMIT")
+        try:
+            con.execute("UPDATE jobs SET status='running', started=? WHERE id=?", (time.time(), r["id"]))
+            con.execute("COMMIT")
+        except BaseException:
+            os.close(fd)
+            raise
     return get(r["id"], store), fd
 
 
@@ -219,26 +234,44 @@ def _finish(job_id: int, status: str, error: str | None, store=None) -> None:
                     (status, error, time.time(), job_id))
 
 
-def _hold_job_lock(job_id: int, store=None):
-    """The job's lock for this process: handed down by the worker (LAB_JOB_LOCK_FD), held by a
-    torchrun launcher above us (LAB_JOB_LOCKED), or taken here (`run-job` started by hand)."""
+def _hold_job_lock(job_id: int, store=None) -> None:
+    """Hold the job's lock until this process exits (the descriptor is never closed): handed down
+    by the worker (LAB_JOB_LOCK_FD), held by a torchrun launcher above us (LAB_JOB_LOCKED), or
+    taken here (`run-job` started by hand)."""
     path = lab_store.job_lock(job_id, store)
     fd = os.environ.pop("LAB_JOB_LOCK_FD", None)
     if fd is not None:
         try:
             if os.fstat(int(fd)).st_ino == path.stat().st_ino:
-                return int(fd)
+                os.set_inheritable(int(fd), False)      # ours alone, not our children's
+                return
         except (OSError, ValueError):
             pass
     if os.environ.get("LAB_JOB_LOCKED") == str(job_id):
-        return None
-    return lab_store.acquire_fd(path, f"job {job_id}")
+        return
+    lab_store.acquire_fd(path, f"job {job_id} (its process)")
+
+
+class _StopPoller:
+    """The job's should_stop(): the ledger's stop request, read at most once a second. The
+    worker's 'shutdown' and a SIGTERM both mean stop now, save, and be left interrupted."""
+
+    def __init__(self, job_id: int, store=None):
+        self.job_id, self.store, self.last, self.stop, self.shutdown = job_id, store, 0.0, None, False
+        signal.signal(signal.SIGTERM, lambda *a: setattr(self, "shutdown", True))
+
+    def __call__(self):
+        if time.time() - self.last > 1.0:
+            self.last = time.time()
+            with connect(self.store) as con:
+                self.stop = con.execute("SELECT stop FROM jobs WHERE id=?", (self.job_id,)).fetchone()["stop"]
+            self.shutdown = self.shutdown or self.stop == "shutdown"
+        return "now" if self.shutdown else self.stop
 
 
 def run_job(job_id: int, store=None, data_dir=None) -> str:
     """Run one claimed job in this process; returns its final status. Under torchrun every rank
-    trains, and rank 0 alone talks to the ledger. SIGTERM stops it as "stop now" does (it saves
-    where it stands) and leaves it interrupted, to be resumed."""
+    trains, and rank 0 alone talks to the ledger."""
     from lab import distributed, runs
     job = get(job_id, store)
     spec = job["spec"]
@@ -248,50 +281,44 @@ def run_job(job_id: int, store=None, data_dir=None) -> str:
                           TrainConfig.from_dict(spec["train"]), parent=spec["parent"],
                           preset=spec.get("preset"), data_dir=data_dir, store=store,
                           should_stop=should_stop, resume=spec.get("resume", False))
-    shutdown = []
-    signal.signal(signal.SIGTERM, lambda *a: shutdown.append(True))
     if distributed.rank() != 0:
-        for _ in events():          # rank 0 polls for stops and broadcasts them
+        signal.signal(signal.SIGTERM, lambda *a: None)    # rank 0 decides, and tells every rank
+        for _ in events():
             pass
         return "done"
-    _HELD.append(_hold_job_lock(job_id, store))     # held until this process exits
+    _hold_job_lock(job_id, store)
     if job["status"] != "running":
         return job["status"]
     with connect(store) as con:
-        con.execute("UPDATE jobs SET pid=?, heartbeat=? WHERE id=?", (os.getpid(), time.time(), job_id))
-    last_poll, stop = 0.0, None
+        con.execute("UPDATE jobs SET pid=? WHERE id=?", (os.getpid(), job_id))
+    poller = _StopPoller(job_id, store)
+    status, error = _follow(job_id, job["name"], events(poller), store)
+    if poller.shutdown and status == "stopped":
+        status, error = "interrupted", "the lab shut down while it ran; it saved where it stood: resume it"
+    _finish(job_id, status, error, store)
+    return status
 
-    def should_stop():
-        nonlocal last_poll, stop
-        if time.time() - last_poll > 1.0:
-            last_poll = time.time()
-            with connect(store) as con:
-                stop = con.execute("SELECT stop FROM jobs WHERE id=?", (job_id,)).fetchone()["stop"]
-            if stop == "shutdown":                # the worker is stopping: see Worker.shutdown
-                shutdown.append(True)
-        return "now" if shutdown else stop
 
-    status, error = "done", None
+def _follow(job_id: int, name: str, events, store=None) -> tuple[str, str | None]:
+    """Print the run's events to the job's log and the latest to the ledger: (status, error)."""
+    from lab.train import format_event
+    status = "done"
     try:
-        from lab.train import format_event
-        for ev in events(should_stop):
-            print(format_event(ev, job["name"]), flush=True)
+        for ev in events:
+            print(format_event(ev, name), flush=True)
             if ev["event"] == "stopped":
                 status = "stopped"
             with connect(store) as con:
                 con.execute("UPDATE jobs SET progress=?, heartbeat=? WHERE id=?",
                             (json.dumps(ev), time.time(), job_id))
     except LabError as e:      # a value the checks before queueing could not see; said in one line
-        status, error = "failed", str(e)
         print(f"error: {e}", flush=True)
+        return "failed", str(e)
     except Exception as e:     # a bug: recorded for the UI; the traceback goes to the job's log
-        status, error = "failed", f"{type(e).__name__}: {e}"
         import traceback
         traceback.print_exc()
-    if shutdown and status in ("stopped", "done"):
-        status, error = "interrupted", "the lab shut down while it ran; it saved where it stood: resume it"
-    _finish(job_id, status, error, store)
-    return status
+        return "failed", f"{type(e).__name__}: {e}"
+    return status, None
 
 
 class Worker:
@@ -311,21 +338,21 @@ class Worker:
         self.parent = os.getppid() if exit_with_parent else None
 
     def _spawn(self, job: dict, fd: int) -> None:
-        log = open(lab_store.log_path(job["id"], self.store), "ab")
-        env = {**os.environ, "LAB_STORE": str(checkpoints.store_dir(self.store)),
-               "LAB_JOB_LOCK_FD": str(fd), "LAB_JOB_LOCKED": str(job["id"])}
+        env = {**os.environ, "LAB_STORE": str(checkpoints.store_dir(self.store)), "LAB_JOB_LOCK_FD": str(fd)}
         if self.data_dir:
-            env["LAB_DATA_DIR"] = str(self.data_dir)
-        launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(self.nproc)] \
-            if self.nproc > 1 else []
+            env["LAB_DATA_DIR"] = str(Path(self.data_dir).resolve())
+        launcher = []
+        if self.nproc > 1:        # the launcher holds the lock; its ranks know it is held
+            launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(self.nproc)]
+            env["LAB_JOB_LOCKED"] = str(job["id"])
         try:      # its own session: a Ctrl-C meant for the app reaches the job through the worker
-            proc = subprocess.Popen([sys.executable, *launcher, "-m", "lab", "run-job", str(job["id"])],
-                                    stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(fd,),
-                                    cwd=str(Path(__file__).resolve().parent.parent),
-                                    start_new_session=True)
+            with open(lab_store.log_path(job["id"], self.store), "ab") as log:
+                proc = subprocess.Popen([sys.executable, *launcher, "-m", "lab", "run-job", str(job["id"])],
+                                        stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(fd,),
+                                        cwd=str(Path(__file__).resolve().parent.parent),
+                                        start_new_session=True)
         finally:
             os.close(fd)           # the child holds the lock now (or, if it failed to start, nobody)
-            log.close()
         with connect(self.store) as con:
             con.execute("UPDATE jobs SET pid=? WHERE id=?", (proc.pid, job["id"]))
         self.children[job["id"]] = proc
@@ -338,7 +365,7 @@ class Worker:
         with connect(self.store) as con:
             busy = con.execute("SELECT COUNT(*) FROM jobs WHERE status='running'").fetchone()[0]
         while busy < self.slots and self.running:
-            claimed = claim_next(os.getpid(), self.store)
+            claimed = claim_next(self.store)
             if claimed is None:
                 break
             self._spawn(*claimed)
@@ -367,7 +394,7 @@ class Worker:
         """One worker per store: a second one waits for the first to end."""
         path, said = lab_store.lock_path("worker", self.store), False
         while self.running and not self.parent_gone():
-            fd = lab_store._try_lock(path)
+            fd = lab_store.try_acquire(path)
             if fd is not None:
                 return fd
             if not said:
@@ -385,11 +412,15 @@ class Worker:
         with connect(self.store) as con:
             for job_id in self.children:
                 con.execute("UPDATE jobs SET stop='shutdown' WHERE id=? AND status='running'", (job_id,))
-        deadline = time.time() + SHUTDOWN_GRACE_S
+        deadline = time.time() + shutdown_grace_s()
         for proc in self.children.values():
             try:
                 proc.wait(timeout=max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            except subprocess.TimeoutExpired:     # SIGTERM first: torchrun passes it to its ranks
+                proc.terminate()
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
         self.children.clear()

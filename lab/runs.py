@@ -43,6 +43,8 @@ def train(name: str, model_cfg: ModelConfig | None, train_cfg: TrainConfig, *,
 
 
 def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_stop, resume):
+    if distributed.rank() == 0:
+        checkpoints.recover(store, only=name)     # a save of this name a crash left unfinished
     state, source_dir = resume_state(name, train_cfg, store) if resume else (None, None)
     if not resume:
         checkpoints.refuse_existing(name, store)

@@ -58,7 +58,7 @@ def root(store: str | Path | None = None) -> Path:
     except OSError as e:
         raise StoreError(f"cannot create the store {path}: {e.strerror}") from None
     _migrate(path)
-    return path
+    return path.resolve()        # absolute: a job's process runs from the project folder
 
 
 def state_dir(store=None, *parts: str) -> Path:
@@ -100,24 +100,26 @@ def _migrate(path: Path) -> None:
 
 # ---------------------------------------------------------------- locks
 
-_held: dict[str, list] = {}            # lock file -> [fd, count]: locks this process holds
+# (lock file, thread) -> [fd, count]: the locks this process's threads hold. Re-entrant within a
+# thread only: another thread opens its own descriptor, which flock refuses like another process.
+_held: dict[tuple[str, int], list] = {}
 _held_guard = threading.Lock()
 
 
-def _try_lock(path: Path, mark: bool = True) -> int | None:
-    """The lock's descriptor, or None if another process holds it. mark: write our pid into the
-    file (for messages naming the holder); a mere probe does not."""
+def try_acquire(path: Path, mark: bool = True) -> int | None:
+    """The lock's descriptor, or None if someone else holds it. mark: write our pid into the file
+    (for messages naming the holder); a mere probe does not."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if mark:
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
     except OSError as e:
         os.close(fd)
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             return None
         raise
-    if mark:
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
     return fd
 
 
@@ -126,7 +128,7 @@ def acquire_fd(path: Path, what: str, wait_s: float = 0.0) -> int:
     close it to release). Raises Busy, naming the holder, if another process keeps it."""
     deadline = time.time() + wait_s
     while True:
-        fd = _try_lock(path)
+        fd = try_acquire(path)
         if fd is not None:
             return fd
         if time.time() >= deadline:
@@ -137,8 +139,8 @@ def acquire_fd(path: Path, what: str, wait_s: float = 0.0) -> int:
 
 @contextmanager
 def hold(path: Path, what: str, wait_s: float = 0.0):
-    """Hold a lock for a block; re-entrant within this process."""
-    key = str(path)
+    """Hold a lock for a block; re-entrant within a thread."""
+    key = (str(path), threading.get_ident())
     with _held_guard:
         entry = _held.get(key)
         if entry:
@@ -158,10 +160,14 @@ def hold(path: Path, what: str, wait_s: float = 0.0):
 
 
 def is_held(path: Path) -> bool:
-    """Whether a live process (this one included) holds the lock."""
-    if str(path) in _held or not path.exists():
-        return str(path) in _held
-    fd = _try_lock(path, mark=False)
+    """Whether a live process (this one included) holds the lock. A probe takes the lock for an
+    instant, so a writer that must not fail on a probe asks with a short wait_s."""
+    with _held_guard:
+        if any(p == str(path) for p, _ in _held):
+            return True
+    if not path.exists():
+        return False
+    fd = try_acquire(path, mark=False)
     if fd is None:
         return True
     os.close(fd)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import threading
 from pathlib import Path
 
 from lab.errors import LabError
@@ -22,6 +23,18 @@ TOKENIZER_META = "lab_tokenizer.json"
 
 class TokenizerError(LabError):
     pass
+
+
+_IMPORT_LOCK = threading.Lock()
+
+
+def _transformers(*names: str):
+    """Classes from transformers. Its lazy module is not safe to import from several threads at
+    once (two threads loading a first checkpoint together saw "cannot import name
+    'AutoTokenizer'"), so the first import happens under a lock."""
+    with _IMPORT_LOCK:
+        import transformers
+        return [getattr(transformers, n) for n in names]
 
 
 class Tokenizer:
@@ -114,20 +127,26 @@ def gpt2_files() -> Path:
 
 
 _GPT2 = None
+_GPT2_LOCK = threading.Lock()
 
 
 def gpt2() -> HFTokenizer:
     """GPT-2 BPE; <|endoftext|> (50256) is BOS, EOS and padding, as in the assignment."""
     global _GPT2
-    if _GPT2 is None:
-        from transformers import GPT2TokenizerFast
-        folder = gpt2_files()
-        vocab = json.loads((folder / "encoder.json").read_text(encoding="utf-8"))
-        lines = (folder / "vocab.bpe").read_text(encoding="utf-8").split("\n")[1:]
-        merges = [tuple(line.split()) for line in lines if line.strip()]
-        # transformers 5: vocab=/merges= objects; the old vocab_file= gives an empty tokenizer
-        _GPT2 = HFTokenizer(GPT2TokenizerFast(vocab=vocab, merges=merges), "gpt2")
+    with _GPT2_LOCK:
+        if _GPT2 is None:
+            _GPT2 = _build_gpt2()
     return _GPT2
+
+
+def _build_gpt2() -> HFTokenizer:
+    (GPT2TokenizerFast,) = _transformers("GPT2TokenizerFast")
+    folder = gpt2_files()
+    vocab = json.loads((folder / "encoder.json").read_text(encoding="utf-8"))
+    lines = (folder / "vocab.bpe").read_text(encoding="utf-8").split("\n")[1:]
+    merges = [tuple(line.split()) for line in lines if line.strip()]
+    # transformers 5: vocab=/merges= objects; the old vocab_file= gives an empty tokenizer
+    return HFTokenizer(GPT2TokenizerFast(vocab=vocab, merges=merges), "gpt2")
 
 
 def check_files(directory: Path) -> dict:
@@ -160,7 +179,7 @@ def load(directory: Path) -> Tokenizer:
     kind, where = meta["kind"], f"checkpoint {directory.name!r}"
     if kind == "char":
         return CharTokenizer(meta["chars"])
-    from transformers import AutoTokenizer
+    (AutoTokenizer,) = _transformers("AutoTokenizer")
     try:     # local files only: nothing is ever downloaded
         hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
     except Exception as e:     # transformers raises many kinds of error on damaged files

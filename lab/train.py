@@ -123,9 +123,9 @@ class Trainer:
                 writer.add_scalar(f"{record['event']}/{key}", value, step)
         return record
 
-    def _stop_code(self) -> int:
-        """Rank 0 asks should_stop(); every rank gets the answer."""
-        asked = self.should_stop() if self.main else None
+    def _stop_code(self, force: bool = False) -> int:
+        """Rank 0 asks should_stop() (force: rank 0 must stop now); every rank gets the answer."""
+        asked = "now" if force else self.should_stop() if self.main else None
         return distributed.broadcast(STOP_NOW if asked == "now" else STOP_AFTER if asked else GO,
                                      self.device)
 
@@ -201,7 +201,7 @@ class Trainer:
                 early = int(self.main and evaluated and cfg.early_stop != "none"
                             and self.bad_epochs >= cfg.patience)
                 yield self._log(record, writer)
-                if self._stop_code() != GO:
+                if self._stop_code(force=not evaluated) != GO:    # a cut evaluation means a stop
                     saved_best = record.get("best", False)
                     done_epochs, pending = (epoch, 0) if evaluated else (epoch - 1, self.steps_per_epoch)
                     if saved_best and self.main:      # the checkpoint just saved is where it stands

@@ -259,3 +259,71 @@ def test_app_sigterm_then_sigkill_then_restart(store):
     finally:
         third_app.send_signal(signal.SIGTERM)
         third_app.wait(timeout=60)
+
+
+# ---------------------------------------------------------------- the review's sequences
+
+def _tiny_checkpoint(name, store=None):
+    from lab.config import ModelConfig
+    from lab.model import build
+    from lab.tokenizers import gpt2
+    return checkpoints.save(build(ModelConfig.from_dict({**MODEL, "vocab_size": 50257})), gpt2(), name,
+                            store)
+
+
+def test_two_threads_of_one_process_never_write_one_name(store):
+    """The name lock is re-entrant within a thread only: a second thread is refused like a second
+    process (the web UI runs requests in threads)."""
+    inside, release, refused = threading.Event(), threading.Event(), []
+
+    def writer():
+        with lab_store.hold(lab_store.name_lock("shared"), "checkpoint 'shared'"):
+            inside.set()
+            release.wait(30)
+    t = threading.Thread(target=writer)
+    t.start()
+    inside.wait(30)
+    try:
+        _tiny_checkpoint("shared")
+    except lab_store.Busy as e:
+        refused.append(str(e))
+    release.set()
+    t.join()
+    assert refused and "in use by another process" in refused[0]
+    assert "shared" not in checkpoints.names()
+
+
+def test_a_new_run_cannot_take_the_name_of_an_unfinished_save(store, corpus_dir):
+    """A crash between a save's two renames left NAME missing; a new run of that name is refused
+    (the old save is put back first), so the leftovers never get deleted as stale."""
+    import shutil
+    path = _tiny_checkpoint("m")
+    (path / checkpoints.COMPLETE_FILE).touch()
+    shutil.copytree(path, store / ".tmp-m-0123abcd")
+    os.replace(path, store / ".old-m-4567cdef")
+    with pytest.raises(checkpoints.CheckpointError, match="'m' already exists"):
+        list(runs.train("m", jobs.ModelConfig.from_dict(MODEL), jobs.TrainConfig.from_dict(TRAIN)))
+    assert "m" in checkpoints.names() and _leftovers(store) == []
+    checkpoints.load("m")
+
+
+def test_a_stopped_runs_state_is_neither_wiped_nor_resurrected(store):
+    """A run stopped before its first checkpoint keeps `_runs/NAME/last`: a new job or import of
+    that name is refused; deleting the name deletes that state too."""
+    job_id = jobs.submit("kept", MODEL, {**TRAIN, "epochs": 20, "max_train_captions": 2000})
+    worker = jobs.Worker(poll_s=0.2)
+    _wait(job_id, ("running",), worker)
+    while jobs.get(job_id)["progress"].get("event") != "start":
+        worker.tick()
+        time.sleep(0.2)
+    jobs.request_stop(job_id, "now")
+    assert _wait(job_id, jobs.FINAL, worker)["status"] == "stopped"
+    assert "kept" not in checkpoints.names() and runs.last_dir("kept").is_dir()
+    with pytest.raises(checkpoints.CheckpointError, match="stopped run named 'kept' kept its state"):
+        jobs.submit("kept", MODEL, TRAIN)
+    with pytest.raises(checkpoints.CheckpointError, match="stopped run named 'kept'"):
+        checkpoints.refuse_existing("kept")      # what every import asks first
+    checkpoints.delete("kept")
+    assert not runs.run_dir_for("kept").exists()
+    with pytest.raises(ConfigError, match="saved nothing to go on from"):
+        jobs.resume(job_id)

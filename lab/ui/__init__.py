@@ -11,7 +11,7 @@ from lab import store as lab_store
 from lab.attention import VENDOR_DIR
 from lab.errors import LabError
 from lab.ui import attention, checkpoints, compare, evaluate, train
-from lab.ui.common import Context
+from lab.ui.common import Context, friendly
 
 CSS = """
 .lab-compare { border-collapse: collapse; width: 100%; table-layout: fixed; font-size: 14px; }
@@ -64,9 +64,9 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
             updates = [gr.update(choices=[""] + names if dd.label == "fine-tune from (optional)" else names)
                        for dd in ctx.checkpoint_dropdowns]
             return updates + [checkpoints.rows(ctx.store), names]
-        gr.Timer(3.0).tick(refresh, known, ctx.checkpoint_dropdowns + [table, known],
+        gr.Timer(3.0).tick(friendly(refresh), known, ctx.checkpoint_dropdowns + [table, known],
                            api_visibility="private", show_progress="hidden")
-        demo.load(latest, None, job, api_visibility="private")   # re-attach to the running job
+        demo.load(friendly(latest), None, job, api_visibility="private")   # re-attach to the running job
     return demo
 
 

@@ -20,7 +20,8 @@ def _capture(name, text, generate, seed, store):
     if generate:      # a caption just generated: attention over the generated tokens too
         cap = sample_captions(ck.model, ck.tokenizer, 1, cfg, prompt=text)[0]
         n_prompt = 1 + cap.n_prompt
-        return attention.capture(ck.model, ck.tokenizer, ids=cap.tokens, n_prompt=n_prompt), cap.text
+        return attention.capture(ck.model, ck.tokenizer, ids=cap.tokens, n_prompt=n_prompt,
+                                 max_tokens=64), cap.text
     if not text:
         raise ConfigError("type a text, or tick 'generate a caption' to continue from the prefix")
     return attention.capture(ck.model, ck.tokenizer, text, max_tokens=64), text

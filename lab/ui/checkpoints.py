@@ -79,7 +79,7 @@ def build(ctx: Context):
     table = gr.Dataframe(rows(ctx.store), headers=COLUMNS, label="the store", interactive=False,
                          elem_id="checkpoints-table")
     refresh = gr.Button("Refresh")
-    refresh.click(lambda: rows(ctx.store), None, table, api_name="checkpoints")
+    refresh.click(friendly(lambda: rows(ctx.store)), None, table, api_name="checkpoints")
     with gr.Row():
         chosen = Dropdown(ctx.checkpoint_names(), label="checkpoint", elem_id="checkpoints-chosen",
                              allow_custom_value=True)

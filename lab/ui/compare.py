@@ -92,7 +92,10 @@ def _rows(table) -> list[dict]:
         values = values.get("data") or []
     if not isinstance(values, list) or len(values) > 64:
         raise ConfigError("the decoder-per-checkpoint table must be a list of at most 64 rows")
-    return [dict(zip(PER_MODEL_COLUMNS, r)) for r in values if isinstance(r, list) and r and r[0]]
+    rows = [dict(zip(PER_MODEL_COLUMNS, r)) for r in values if isinstance(r, list) and r and r[0]]
+    if any(not isinstance(r["checkpoint"], str) for r in rows):
+        raise ConfigError("the decoder-per-checkpoint table's first column holds checkpoint names")
+    return rows
 
 
 MATRIX_MAX_CAPTIONS, MATRIX_MAX_TEMPERATURES = 10, 6

@@ -3,6 +3,7 @@ background worker, and a live view of any job: progress with ETA, loss curves, l
 checkpoint it keeps. Jobs live in the durable ledger, so a reload re-attaches."""
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -105,7 +106,7 @@ def progress_html(job: dict) -> str:
     if status == "done":
         frac = 1.0
     if job["error"]:
-        text += f" — {job['error']}"
+        text += f" — {html.escape(job['error'])}"
     return (f"<div class='lab-progress' data-status='{status}'><div class='bar' style='width:{100 * frac:.1f}%'>"
             f"</div></div><div class='lab-progress-text'>{text}</div>")
 

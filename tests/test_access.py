@@ -1,0 +1,131 @@
+"""What the web lab may touch beyond its store (LAB_ALLOWED_DIRS), its login (LAB_AUTH) and the
+warning when it is reachable without one; and concurrent first loads in a fresh process."""
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from lab import checkpoints, tokenizers
+from lab import store as lab_store
+from lab.model import build
+from lab.ui import checkpoints as tab
+from lab.ui import launch_kwargs
+from tests.conftest import tiny_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _hf_dir(path: Path) -> Path:
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=32, n_embd=32, n_layer=2, n_head=4)
+                    ).save_pretrained(str(path))
+    return path
+
+
+def test_the_ui_reads_and_writes_server_folders_only_where_allowed(tmp_path, monkeypatch):
+    outside = _hf_dir(tmp_path / "outside" / "gpt2")
+    monkeypatch.delenv("LAB_ALLOWED_DIRS", raising=False)
+    with pytest.raises(lab_store.StoreError, match="unless it is started with LAB_ALLOWED_DIRS") as off:
+        tab.import_gpt2(str(outside), "", "imp")
+    with pytest.raises(lab_store.StoreError) as missing:
+        tab.import_gpt2(str(tmp_path / "no-such-folder"), "", "imp")
+    assert str(off.value) == str(missing.value)        # nothing said about what exists
+    allowed = tmp_path / "allowed"
+    monkeypatch.setenv("LAB_ALLOWED_DIRS", str(allowed))
+    with pytest.raises(lab_store.StoreError, match="is outside the folders this lab may use"):
+        tab.import_gpt2(str(outside), "", "imp")
+    with pytest.raises(lab_store.StoreError, match="is outside"):
+        tab.import_gpt2(str(allowed / ".." / "outside" / "gpt2"), "", "imp")     # no escaping by ..
+    _hf_dir(allowed / "gpt2")
+    message, _ = tab.import_gpt2(str(allowed / "gpt2"), "1", "imp")
+    assert "Imported **imp**" in message and checkpoints.info("imp")["model"]["n_layer"] == 1
+    with pytest.raises(lab_store.StoreError, match="is outside"):
+        tab.export_hf("imp", str(tmp_path / "elsewhere"))
+    message, download = tab.export_hf("imp", str(allowed / "exported"))
+    assert download is None and (allowed / "exported" / "config.json").is_file()
+
+
+def test_export_without_a_folder_is_a_download_from_the_store(monkeypatch):
+    monkeypatch.delenv("LAB_ALLOWED_DIRS", raising=False)
+    checkpoints.save(build(tiny_config(vocab_size=50257)), tokenizers.gpt2(), "m")
+    message, archive = tab.export_hf("m", "")
+    assert Path(archive).parent == lab_store.state_dir(None, "exports")
+    names = zipfile.ZipFile(archive).namelist()
+    assert "config.json" in names and "model.safetensors" in names
+    assert str(lab_store.state_dir(None, "exports")) in launch_kwargs()["allowed_paths"]
+
+
+def test_login_and_the_warning_for_an_open_lab(monkeypatch, capsys):
+    monkeypatch.delenv("LAB_AUTH", raising=False)
+    monkeypatch.setenv("GRADIO_SERVER_NAME", "127.0.0.1")
+    assert "auth" not in launch_kwargs() and capsys.readouterr().err == ""
+    monkeypatch.setenv("GRADIO_SERVER_NAME", "0.0.0.0")
+    launch_kwargs()
+    assert "warning: the lab listens on 0.0.0.0" in capsys.readouterr().err
+    monkeypatch.setenv("LAB_AUTH", "ada:secret")
+    assert launch_kwargs()["auth"] == ("ada", "secret") and capsys.readouterr().err == ""
+    for bad in ("nocolon", ":pw", "user:"):
+        monkeypatch.setenv("LAB_AUTH", bad)
+        with pytest.raises(Exception, match="LAB_AUTH must be user:password"):
+            launch_kwargs()
+
+
+def test_the_app_with_a_login_refuses_api_calls_without_it(tmp_path):
+    """A real app with LAB_AUTH: the API answers nothing without the password."""
+    import os
+    import socket
+    import time
+    import urllib.error
+    import urllib.request
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "LAB_STORE": str(tmp_path / "store"), "GRADIO_SERVER_PORT": str(port),
+           "LAB_AUTH": "ada:secret", "LAB_WORKER": "0"}
+    proc = subprocess.Popen([sys.executable, "app.py"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        for _ in range(240):
+            try:
+                urllib.request.urlopen(url + "login", timeout=1)
+                break
+            except urllib.error.HTTPError:
+                break
+            except OSError:
+                time.sleep(0.5)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url + "config", timeout=5)
+        assert refused.value.code in (401, 403)
+        from gradio_client import Client
+        with pytest.raises(Exception):
+            Client(url, verbose=False)
+        assert Client(url, auth=("ada", "secret"), verbose=False).predict(api_name="/checkpoints")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def test_concurrent_first_loads_in_a_fresh_process(store):
+    """Four threads loading checkpoints at once in a process that has loaded nothing yet."""
+    checkpoints.save(build(tiny_config(vocab_size=50257)), tokenizers.gpt2(), "m", store)
+    code = (
+        "import threading, sys\n"
+        "from lab import checkpoints\n"
+        "errors = []\n"
+        "def go():\n"
+        "    try:\n"
+        "        checkpoints.load('m')\n"
+        "    except Exception as e:\n"
+        "        errors.append(repr(e))\n"
+        "ts = [threading.Thread(target=go) for _ in range(4)]\n"
+        "[t.start() for t in ts]; [t.join() for t in ts]\n"
+        "print(errors); sys.exit(1 if errors else 0)\n")
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                             timeout=180)
+        assert out.returncode == 0, out.stdout + out.stderr
