@@ -41,28 +41,26 @@ def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
                     f"(the default {DEFAULT_DATA_DIR} does not exist)")
 
 
-def read_lines(path: Path) -> list[str]:
-    """One caption per line; CRLF, trailing spaces and empty lines dropped."""
+def read_text(path: Path) -> str:
+    """A UTF-8 text file, or one message saying why it cannot be read."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise DataError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
     except (OSError, ValueError) as e:
         raise DataError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
-    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def read_lines(path: Path) -> list[str]:
+    """One caption per line; CRLF, trailing spaces and empty lines dropped."""
+    return [line.strip() for line in read_text(path).splitlines() if line.strip()]
 
 
 def read_hypotheses(path: Path) -> list[str]:
     """Generated captions, one per line, kept as they are: an empty line is an empty caption (it
     scores 0 and counts, as in nltk), not a line to skip. Only the end-of-line and trailing
     spaces go, and the empty piece after a final newline."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except (OSError, ValueError) as e:
-        raise DataError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
-    lines = text.split("\n")
+    lines = read_text(path).split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     return [line.rstrip() for line in lines]

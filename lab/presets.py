@@ -31,10 +31,10 @@ def small():
             TrainConfig(epochs=5, lr=5e-4))
 
 
-@preset("tfmr-finetune", "Fine-tune a stored (e.g. imported SmolLM2) checkpoint with the assignment's "
-                         "training defaults; give it with --parent")
+@preset("tfmr-finetune", "The assignment's fine-tuning settings (Adam 1e-4, batch 32, up to 20 epochs); "
+                         "choose the checkpoint to fine-tune; 500 dev captions an evaluation")
 def tfmr_finetune():
-    return ModelConfig(model="llama"), TrainConfig()
+    return ModelConfig(model="llama"), TrainConfig(max_dev_captions=500)
 
 
 def configs(preset: str | None = None, overrides: list[str] | None = None, doc: dict | None = None):

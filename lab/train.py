@@ -34,6 +34,7 @@ def pick_device(name: str) -> torch.device:
 
 
 GO, STOP_NOW, STOP_AFTER = 0, 1, 2       # what rank 0 tells every rank between steps
+PROGRESS_EVERY_S = 3.0                   # a progress line at least this often while training
 
 
 def shard_loss(model, batch: Batch, rank: int = 0, world: int = 1) -> torch.Tensor:
@@ -187,35 +188,19 @@ class Trainer:
         cfg = self.cfg
         self._setup()
         writer = SummaryWriter(str(self.run_dir / "tb")) if self.main else None
-        first_step, self.t_start = self.step, time.time()
+        self.t_start, self.train_s, self.steps_timed, self.eval_s = time.time(), 0.0, 0, None
         yield self._log({"event": "start", "epochs": cfg.epochs, "steps_per_epoch": self.steps_per_epoch,
                          "first_epoch": self.epoch_done + 1, "first_step": self.step,
                          "trainable_params": sum(p.numel() for p in self.params),
                          "device": str(self.device), "processes": self.world}, writer)
         try:
             for epoch in range(self.epoch_done + 1, cfg.epochs + 1):
-                stopped = yield from self._epoch(epoch, writer, first_step)
-                if stopped:
+                if (yield from self._epoch(epoch, writer)):
+                    return                                  # stopped now, and saved
+                ended = yield from self._epoch_end(epoch, writer)
+                if ended == "stopped":
                     return
-                record, evaluated = self._end_of_epoch(epoch)
-                early = int(self.main and evaluated and cfg.early_stop != "none"
-                            and self.bad_epochs >= cfg.patience)
-                yield self._log(record, writer)
-                if self._stop_code(force=not evaluated) != GO:    # a cut evaluation means a stop
-                    saved_best = record.get("best", False)
-                    done_epochs, pending = (epoch, 0) if evaluated else (epoch - 1, self.steps_per_epoch)
-                    if saved_best and self.main:      # the checkpoint just saved is where it stands
-                        yield self._log({"event": "stopped", "epoch": epoch, "step": self.step,
-                                         "saved": True, "reason": "stopped after the epoch's "
-                                         "checkpoint"}, writer)
-                    else:
-                        yield self._stop(writer, done_epochs, pending, "stopped after the epoch"
-                                         if evaluated else "stopped during the epoch's evaluation")
-                    return
-                if distributed.broadcast(early, self.device):
-                    yield self._log({"event": "early_stop", "epoch": epoch, "step": self.step,
-                                     "reason": f"dev {cfg.early_stop} did not improve for "
-                                               f"{self.bad_epochs} epoch(s)"}, writer)
+                if ended == "early":
                     break
             yield self._log({"event": "done", "step": self.step,
                              "best_epoch": self.best and self.best["epoch"],
@@ -225,14 +210,31 @@ class Trainer:
             if writer is not None:
                 writer.close()
 
-    def _epoch(self, epoch: int, writer, first_step: int):
+    def _eta(self) -> float:
+        """Seconds left: the remaining steps at the measured step time, plus the evaluations still
+        to come (end of each epoch, and every eval_every steps) at the last one's duration (before
+        the first, a forward pass over the dev captions estimated from the step time)."""
+        cfg, left = self.cfg, self.total_steps - self.step
+        per_step = self.train_s / max(self.steps_timed, 1)
+        evals = cfg.epochs - self.step // self.steps_per_epoch + (left // cfg.eval_every if cfg.eval_every else 0)
+        per_eval = self.eval_s if self.eval_s is not None else \
+            per_step * len(self.dev_seqs) / cfg.batch_size / 3
+        return per_step * left + per_eval * evals
+
+    def _progress(self, epoch: int, phase: str, **more) -> dict:
+        return {"event": "progress", "phase": phase, "epoch": epoch, "step": self.step,
+                "total_steps": self.total_steps, "elapsed_s": time.time() - self.t_start,
+                "eta_s": self._eta(), **more}
+
+    def _epoch(self, epoch: int, writer):
         """Train one epoch (the batches after `skip` of it, when resuming mid-epoch); returns True
-        when a stop-now request ended the run."""
+        when a stop-now request ended the run. Besides the loss every log_every steps, a progress
+        line at least every few seconds, whatever the step rate."""
         cfg, spe = self.cfg, self.steps_per_epoch
         self.model.train()
         g = torch.Generator().manual_seed(cfg.seed * 1000 + epoch)
         skip, self.skip = self.skip, 0
-        run_loss, run_n, tokens, t_log = 0.0, 0, 0, time.time()
+        run_loss, run_n, tokens, t_log, t_said = 0.0, 0, 0, time.time(), time.time()
         for i, batch in enumerate(batches(self.train_seqs, cfg.batch_size, self.pad_id, cfg.shuffle, g)):
             if i < skip:
                 continue
@@ -240,6 +242,7 @@ class Trainer:
                 yield self._stop(writer, epoch - 1, i, f"stopped at step {self.step}, within "
                                  f"epoch {epoch}")
                 return True
+            t0 = time.time()
             batch = batch.to(self.device)
             loss = shard_loss(self.stepper, batch, self.rank, self.world)
             self.opt.zero_grad(set_to_none=True)
@@ -251,37 +254,61 @@ class Trainer:
             store.fault("train.step")
             run_loss += distributed.mean(loss.item(), self.device); run_n += 1
             tokens += int(batch.loss_mask.sum())
+            self.train_s, self.steps_timed = self.train_s + time.time() - t0, self.steps_timed + 1
             if self.step % cfg.log_every == 0 or self.step % spe == 0:
-                elapsed = time.time() - self.t_start
                 yield self._log({
                     "event": "step", "epoch": epoch, "step": self.step, "total_steps": self.total_steps,
                     "train_loss": run_loss / run_n, "tokens_per_s": tokens / max(time.time() - t_log, 1e-9),
-                    "elapsed_s": elapsed,
-                    "eta_s": elapsed / (self.step - first_step) * (self.total_steps - self.step)}, writer)
-                run_loss, run_n, tokens, t_log = 0.0, 0, 0, time.time()
+                    "elapsed_s": time.time() - self.t_start, "eta_s": self._eta()}, writer)
+                run_loss, run_n, tokens, t_log, t_said = 0.0, 0, 0, time.time(), time.time()
+            elif time.time() - t_said >= PROGRESS_EVERY_S:
+                yield self._log(self._progress(epoch, "training"), writer)
+                t_said = time.time()
             if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step % spe and self.main:
+                yield self._log(self._progress(epoch, "evaluating", dev_captions=len(self.dev_seqs)), writer)
                 record = self._evaluate(epoch, self.step)
                 if record is not None:
                     yield self._log(record | {"total_steps": self.total_steps, "mid_epoch": True}, writer)
+                t_said = time.time()
         return False
 
-    def _end_of_epoch(self, epoch):
-        """Rank 0 scores dev and saves the checkpoint when it improved: (record, evaluated).
-        An evaluation cut short by a stop-now request is not counted (resume redoes it).
-        Other ranks return a bare record; rank 0's decisions reach them by broadcast."""
-        if not self.main:
-            return {"event": "eval", "epoch": epoch, "step": self.step}, True
-        record = self._evaluate(epoch, self.step)
-        if record is None:
-            return {"event": "eval_aborted", "epoch": epoch, "step": self.step}, False
-        record |= {"total_steps": self.total_steps}
-        if self.best is not None and not self._better(record, self.best):
-            self.bad_epochs += 1
-            return record, True
-        self.best, self.bad_epochs = record, 0
-        if self.on_best:
-            self.on_best(record, self._train_state(epoch, 0))
-        return record | {"best": True}, True
+    def _epoch_end(self, epoch: int, writer):
+        """Rank 0 scores dev and saves the checkpoint when it improved; then a stop request or
+        early stopping may end the run. Returns "stopped", "early" or None (go on). An evaluation
+        cut short by a stop-now request is not counted (resume redoes it)."""
+        cfg, evaluated, record = self.cfg, True, {"event": "eval", "epoch": epoch, "step": self.step}
+        if self.main:
+            yield self._log(self._progress(epoch, "evaluating", dev_captions=len(self.dev_seqs)), writer)
+            scored = self._evaluate(epoch, self.step)
+            if scored is None:
+                evaluated, record = False, {"event": "eval_aborted", "epoch": epoch, "step": self.step}
+            else:
+                record = scored | {"total_steps": self.total_steps}
+                if self.best is None or self._better(record, self.best):
+                    self.best, self.bad_epochs, record["best"] = record, 0, True
+                    yield self._log(self._progress(epoch, "saving"), writer)
+                    if self.on_best:
+                        self.on_best(record, self._train_state(epoch, 0))
+                else:
+                    self.bad_epochs += 1
+        early = int(self.main and evaluated and cfg.early_stop != "none" and self.bad_epochs >= cfg.patience)
+        if self.main:
+            yield self._log(record, writer)
+        if self._stop_code(force=not evaluated) != GO:       # a cut evaluation means a stop
+            if record.get("best"):                           # the checkpoint just saved is where it stands
+                yield self._log({"event": "stopped", "epoch": epoch, "step": self.step, "saved": True,
+                                 "reason": "stopped after the epoch's checkpoint"}, writer)
+            else:
+                done_epochs, pending = (epoch, 0) if evaluated else (epoch - 1, self.steps_per_epoch)
+                yield self._stop(writer, done_epochs, pending, "stopped after the epoch"
+                                 if evaluated else "stopped during the epoch's evaluation")
+            return "stopped"
+        if distributed.broadcast(early, self.device):
+            yield self._log({"event": "early_stop", "epoch": epoch, "step": self.step,
+                             "reason": f"dev {cfg.early_stop} did not improve for "
+                                       f"{self.bad_epochs} epoch(s)"}, writer)
+            return "early"
+        return None
 
     def _evaluate(self, epoch: int, step: int) -> dict | None:
         """Dev scores, or None when a stop-now request cut the evaluation short."""
@@ -299,7 +326,7 @@ class Trainer:
             self.model.train()
             return None
         self.model.train()
-        record["eval_s"] = time.time() - t0
+        record["eval_s"] = self.eval_s = time.time() - t0
         return record
 
     def _better(self, record: dict, best: dict) -> bool:
@@ -308,10 +335,18 @@ class Trainer:
         return record["dev_perplexity"] < best["dev_perplexity"]
 
 
-def _fmt_time(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
+    """1h02m, or 3m07s."""
     seconds = int(seconds)
     h, m, s = seconds // 3600, seconds // 60 % 60, seconds % 60
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def phase_text(ev: dict) -> str:
+    """What a progress event says the run is doing."""
+    if ev["phase"] == "evaluating":
+        return f"evaluating {ev['dev_captions']:,} dev captions"
+    return "saving the checkpoint" if ev["phase"] == "saving" else "training"
 
 
 def format_event(ev: dict, name: str = "") -> str:
@@ -327,7 +362,9 @@ def format_event(ev: dict, name: str = "") -> str:
         pct = 100 * ev["step"] / ev["total_steps"]
         return (f"epoch {ev['epoch']} step {ev['step']}/{ev['total_steps']} ({pct:.1f}%) "
                 f"loss {ev['train_loss']:.4f} {ev['tokens_per_s']:.0f} tok/s "
-                f"elapsed {_fmt_time(ev['elapsed_s'])} ETA {_fmt_time(ev['eta_s'])}")
+                f"elapsed {format_duration(ev['elapsed_s'])} ETA {format_duration(ev['eta_s'])}")
+    if e == "progress":
+        return f"epoch {ev['epoch']} step {ev['step']}/{ev['total_steps']}: {phase_text(ev)}, ETA {format_duration(ev['eta_s'])}"
     if e == "eval":
         return (f"{'step ' + str(ev['step']) if ev.get('mid_epoch') else 'epoch ' + str(ev['epoch'])}: "
                 f"dev perplexity {ev['dev_perplexity']:.3f} "

@@ -1,4 +1,11 @@
 import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,3 +35,55 @@ def tiny_config(**overrides) -> ModelConfig:
     base = dict(model="gpt2", vocab_size=97, n_positions=32, n_embd=32, n_layer=2, n_head=4,
                 dropout=0.0)
     return ModelConfig(**{**base, **overrides})
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_app(store: Path, log_path: Path, **env) -> tuple[subprocess.Popen, str]:
+    """app.py on a free loopback port with its own store; waits until it answers.
+    env: extra environment (None removes a variable)."""
+    port = free_port()
+    full = {**os.environ, "LAB_STORE": str(store), "GRADIO_SERVER_PORT": str(port)}
+    for key, value in env.items():
+        if value is None:
+            full.pop(key, None)
+        else:
+            full[key] = value
+    full.pop("LAB_FAULTS", None)
+    log = open(log_path, "w")
+    proc = subprocess.Popen([sys.executable, "app.py"], env=full, stdout=log, stderr=subprocess.STDOUT,
+                            cwd=ROOT)
+    url = f"http://127.0.0.1:{port}/"
+    for _ in range(240):
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return proc, url
+        except urllib.error.HTTPError:       # answering, behind a login
+            return proc, url
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.5)
+    proc.kill()
+    pytest.fail("the app did not start: " + Path(log_path).read_text()[-2000:])
+
+
+def wait_job(job_id: int, statuses, worker=None, timeout: float = 240, store=None) -> dict:
+    """Tick the worker (if any) until the job reaches one of `statuses`."""
+    from lab import jobs
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if worker:
+            worker.tick()
+        job = jobs.get(job_id, store)
+        if job["status"] in statuses:
+            return job
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} still {jobs.get(job_id, store)['status']} after {timeout}s")

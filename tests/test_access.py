@@ -14,7 +14,7 @@ from lab import store as lab_store
 from lab.model import build
 from lab.ui import checkpoints as tab
 from lab.ui import launch_kwargs
-from tests.conftest import tiny_config
+from tests.conftest import start_app, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,28 +76,10 @@ def test_login_and_the_warning_for_an_open_lab(monkeypatch, capsys):
 
 def test_the_app_with_a_login_refuses_api_calls_without_it(tmp_path):
     """A real app with LAB_AUTH: the API answers nothing without the password."""
-    import os
-    import socket
-    import time
     import urllib.error
     import urllib.request
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "LAB_STORE": str(tmp_path / "store"), "GRADIO_SERVER_PORT": str(port),
-           "LAB_AUTH": "ada:secret", "LAB_WORKER": "0"}
-    proc = subprocess.Popen([sys.executable, "app.py"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc, url = start_app(tmp_path / "store", tmp_path / "app.log", LAB_AUTH="ada:secret", LAB_WORKER="0")
     try:
-        url = f"http://127.0.0.1:{port}/"
-        for _ in range(240):
-            try:
-                urllib.request.urlopen(url + "login", timeout=1)
-                break
-            except urllib.error.HTTPError:
-                break
-            except OSError:
-                time.sleep(0.5)
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(url + "config", timeout=5)
         assert refused.value.code in (401, 403)

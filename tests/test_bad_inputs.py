@@ -5,23 +5,18 @@ four damaged ones, which must not stop the app, the lists, or anything done with
 Also: 8 concurrent clients during a training job, and checkpoints made after the app started."""
 import hashlib
 import json
-import os
-import socket
 import sqlite3
 import subprocess
 import sys
 import threading
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import torch
 
 from lab import checkpoints, cli, jobs, tokenizers
-from lab import store as lab_store
 from lab.model import build
-from tests.conftest import tiny_config
+from tests.conftest import start_app, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -274,33 +269,12 @@ def test_bleu_keeps_empty_hypotheses_and_says_so(tmp_path, capsys):
 
 # ---------------------------------------------------------------- the API
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def api(tmp_path_factory):
+    """The app on a store with four damaged checkpoints: it must start all the same."""
     store = tmp_path_factory.mktemp("api-store")
     _make_store(store)
-    port = _free_port()
-    env = {**os.environ, "LAB_STORE": str(store), "GRADIO_SERVER_PORT": str(port)}
-    env.pop("LAB_ALLOWED_DIRS", None)
-    log = open(store.parent / "app.log", "w")
-    proc = subprocess.Popen([sys.executable, "app.py"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            cwd=ROOT)
-    url = f"http://127.0.0.1:{port}/"
-    for _ in range(240):
-        try:
-            urllib.request.urlopen(url, timeout=1)
-            break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("the app did not start with damaged checkpoints in its store: "
-                    + (store.parent / "app.log").read_text()[-2000:])
+    proc, url = start_app(store, store.parent / "app.log", LAB_ALLOWED_DIRS=None)
     from gradio_client import Client
     yield Client(url, verbose=False), url, store
     proc.terminate()
@@ -450,7 +424,8 @@ API_CASES = _api_cases()
 START_JOB_FIELDS = ["model", "n_layer", "n_head", "n_embd", "kv_groups", "n_positions", "norm",
                     "norm_position", "attention", "positional", "mlp", "tie_embeddings", "dropout",
                     "epochs", "batch_size", "lr", "seed", "shuffle", "early_stop", "patience",
-                    "eval_every", "max_train_captions", "train_layers", "device"]
+                    "eval_every", "max_train_captions", "max_dev_captions", "log_every", "train_layers",
+                    "device"]
 
 
 def _start_job_cases():
@@ -474,6 +449,8 @@ def _start_job_cases():
                            ({"device": "cuda"}, "no cuda gpu"), ({"patience": 0}, "patience must be at least 1"),
                            ({"eval_every": -1}, "eval_every must be 0"),
                            ({"max_train_captions": -5}, "max_train_captions must be at least 1"),
+                           ({"max_dev_captions": 10 ** 9}, "max_dev_captions must be between"),
+                           ({"log_every": 0}, "log_every must be positive"),
                            ({"kv_groups": 3}, "kv_groups=3 must divide n_head=4"),
                            ({"model": "nope"}, "not in the list of choices")):
         name = over.pop("name", "fresh-job")

@@ -3,11 +3,6 @@
 Every request that would leave the machine is blocked and recorded; the attention views must draw
 without any. Set LAB_SCREENSHOTS=DIR to save a screenshot of each tab (the README's pictures)."""
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -16,18 +11,12 @@ import torch
 
 from lab import checkpoints, tokenizers
 from lab.model import build
-from tests.conftest import tiny_config
+from tests.conftest import start_app, tiny_config
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed "
                                 "(make test installs it)")
 SHOTS = os.environ.get("LAB_SCREENSHOTS")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -38,24 +27,10 @@ def server(tmp_path_factory):
         torch.manual_seed(seed)
         checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)).eval(), tok, name, store,
                          provenance={"source": "scratch"})
-    port = _free_port()
-    env = {**os.environ, "LAB_STORE": str(store), "GRADIO_SERVER_PORT": str(port)}
-    log = open(store / "app.log", "w")
-    proc = subprocess.Popen([sys.executable, "app.py"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            cwd=Path(__file__).resolve().parent.parent, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/"
-    for _ in range(120):
-        try:
-            urllib.request.urlopen(url, timeout=1)
-            break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("the app did not start: " + (store / "app.log").read_text()[-2000:])
+    proc, url = start_app(store, store / "app.log")
     yield url, store
-    os.killpg(proc.pid, 15)
-    proc.wait(timeout=20)
+    proc.terminate()
+    proc.wait(timeout=90)
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +124,13 @@ def test_finetune_job_from_the_form_survives_a_reload_and_stops(page, server):
     parent.click()
     parent.fill("scratch-a")
     page.get_by_role("option", name="scratch-a").click()      # fine-tune a stored checkpoint
-    for field, value in (("epochs", "50"), ("max_train_captions", "200")):
+    from playwright.sync_api import expect
+    expect(page.locator("#train-parent-note")).to_contain_text("Fine-tuning scratch-a", timeout=30_000)
+    page.get_by_text("model", exact=True).first.click()          # the model section is the parent's
+    expect(page.locator("#train-n_embd input")).to_have_value("32", timeout=30_000)
+    expect(page.locator("#train-n_embd input")).to_be_disabled()
+    expect(page.locator("#train-n_layer input")).to_have_value("2")
+    for field, value in (("epochs", "50"), ("max_train_captions", "200"), ("max_dev_captions", "50")):
         box = page.locator(f"#train-{field} input")
         box.fill(value)
         box.press("Tab")
@@ -168,6 +149,22 @@ def test_finetune_job_from_the_form_survives_a_reload_and_stops(page, server):
         "ui-job" in page.locator("#train-job input").input_value()
     page.locator("#train-stop-now").click()
     page.locator("#train-progress .lab-progress[data-status='stopped']").wait_for(timeout=60_000)
+
+
+def test_import_smollm2_from_the_checkpoints_tab(page, server):
+    """Flow 3 starts in the browser: SmolLM2 with a block selection, imported from the page."""
+    _, store = server
+    _tab(page, "Checkpoints")
+    page.locator("#checkpoints-smollm2").get_by_text("Import SmolLM2-135M").first.click()
+    page.locator("#smollm2-layers textarea, #smollm2-layers input").first.fill("1,30")
+    page.locator("#smollm2-name textarea, #smollm2-name input").first.fill("smol-1-30")
+    page.locator("#smollm2-import").click()
+    from playwright.sync_api import expect
+    expect(page.locator("#checkpoints-message")).to_contain_text("Imported smol-1-30", timeout=180_000)
+    expect(page.locator("#checkpoints-message")).to_contain_text("writes garbage until it is fine-tuned")
+    expect(page.locator("#checkpoints-table")).to_contain_text("smol-1-30", timeout=30_000)
+    info = checkpoints.info("smol-1-30", store)
+    assert info["layers"] == [1, 30] and info["model"]["model"] == "llama"
 
 
 def test_checkpoints_tab_lists_the_store(page):

@@ -4,13 +4,11 @@ then started again. Faults land at named points through LAB_FAULTS (lab/store.py
 seconds, not the minutes a real run would take."""
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from lab import checkpoints, jobs, runs
 from lab import store as lab_store
 from lab.config import ConfigError
 from lab.presets import get
+from tests.conftest import start_app, wait_job
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN = dict(get("tiny")[1].to_dict(), max_train_captions=200, max_dev_captions=50, epochs=3, patience=5)
@@ -26,15 +25,18 @@ MODEL = get("tiny")[0].to_dict()
 
 
 def _wait(job_id, statuses, worker=None, timeout=180):
+    return wait_job(job_id, statuses, worker, timeout)
+
+
+def _wait_event(job_id, event, worker, timeout=180):
+    """Tick until the job's last reported event is `event` (it fails the test if the job ends)."""
     t0 = time.time()
-    while time.time() - t0 < timeout:
-        if worker:
-            worker.tick()
+    while jobs.get(job_id)["progress"].get("event") != event:
         job = jobs.get(job_id)
-        if job["status"] in statuses:
-            return job
+        assert job["status"] in ("queued", "running"), job
+        assert time.time() - t0 < timeout, f"job {job_id} never reported {event!r}"
+        worker.tick()
         time.sleep(0.2)
-    raise AssertionError(f"job {job_id} still {jobs.get(job_id)['status']} after {timeout}s")
 
 
 def _leftovers(store):
@@ -84,10 +86,8 @@ def test_a_stopped_process_stays_running_and_no_second_writer_starts(store, monk
     stops on request, saving where it stood."""
     job_id = jobs.submit("paused", MODEL, {**TRAIN, "epochs": 50, "max_train_captions": 2000})
     worker = jobs.Worker(poll_s=0.2)
-    job = _wait(job_id, ("running",), worker)
-    while jobs.get(job_id)["progress"].get("event") != "step":     # training has begun
-        worker.tick()
-        time.sleep(0.2)
+    _wait(job_id, ("running",), worker)
+    _wait_event(job_id, "step", worker)                # training has begun
     pid = jobs.get(job_id)["pid"]
     os.kill(pid, signal.SIGSTOP)
     try:
@@ -169,30 +169,8 @@ def test_an_old_store_is_moved_over_and_names_cannot_reach_the_lab_files(tmp_pat
 
 # ---------------------------------------------------------------- the app stopped and killed
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start_app(store, log_name):
-    port = _free_port()
-    env = {**os.environ, "LAB_STORE": str(store), "GRADIO_SERVER_PORT": str(port),
-           "LAB_SHUTDOWN_GRACE_S": "30"}
-    env.pop("LAB_FAULTS", None)
-    log = open(store / log_name, "w")
-    proc = subprocess.Popen([sys.executable, "app.py"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            cwd=ROOT)
-    for _ in range(240):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
-            return proc
-        except OSError:
-            if proc.poll() is not None:
-                break
-            time.sleep(0.5)
-    proc.kill()
-    pytest.fail("the app did not start: " + (store / log_name).read_text()[-2000:])
+    return start_app(store, store / log_name, LAB_SHUTDOWN_GRACE_S="30")[0]
 
 
 def _running_job_processes(job_ids, store) -> list[int]:
@@ -313,9 +291,7 @@ def test_a_stopped_runs_state_is_neither_wiped_nor_resurrected(store):
     job_id = jobs.submit("kept", MODEL, {**TRAIN, "epochs": 20, "max_train_captions": 2000})
     worker = jobs.Worker(poll_s=0.2)
     _wait(job_id, ("running",), worker)
-    while jobs.get(job_id)["progress"].get("event") != "start":
-        worker.tick()
-        time.sleep(0.2)
+    _wait_event(job_id, "start", worker)
     jobs.request_stop(job_id, "now")
     assert _wait(job_id, jobs.FINAL, worker)["status"] == "stopped"
     assert "kept" not in checkpoints.names() and runs.last_dir("kept").is_dir()

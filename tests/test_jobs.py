@@ -10,6 +10,7 @@ from lab import checkpoints, jobs
 from lab import store as lab_store
 from lab.config import ConfigError
 from lab.presets import get
+from tests.conftest import wait_job
 
 TINY_TRAIN = dict(get("tiny")[1].to_dict(), max_train_captions=200, max_dev_captions=50, epochs=2,
                   patience=5)
@@ -20,15 +21,7 @@ def _tiny_model():
 
 
 def _wait(job_id, statuses, timeout=240, worker=None):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if worker:
-            worker.tick()
-        job = jobs.get(job_id)
-        if job["status"] in statuses:
-            return job
-        time.sleep(0.5)
-    raise AssertionError(f"job {job_id} still {jobs.get(job_id)['status']} after {timeout}s")
+    return wait_job(job_id, statuses, worker, timeout)
 
 
 def test_bad_values_are_refused_before_queueing():

@@ -171,3 +171,24 @@ def test_two_processes_under_torchrun_train_like_one(corpus_dir, tmp_path):
     a = checkpoints.load("two", store).model.state_dict()
     b = checkpoints.load("one", store).model.state_dict()
     assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+
+
+def test_progress_says_what_the_run_does_and_the_eta_counts_evaluation(corpus_dir, monkeypatch):
+    """A line at least every few seconds (here: every step), the evaluation announced with its
+    caption count before it starts, the save before it happens; the ETA includes evaluations."""
+    from lab import train
+    monkeypatch.setattr(train, "PROGRESS_EVERY_S", 0.0)
+    events = _tiny_run("talkative", 2)
+    phases = [(e["phase"], e["step"]) for e in events if e["event"] == "progress"]
+    assert ("training", 1) in phases and ("evaluating", 10) in phases and ("saving", 10) in phases
+    evaluating = [e for e in events if e["event"] == "progress" and e["phase"] == "evaluating"]
+    assert evaluating[0]["dev_captions"] == 60
+    order = [(e["event"], e.get("phase")) for e in events if e.get("step") == 10]
+    assert order.index(("progress", "evaluating")) < order.index(("eval", None))
+    assert order.index(("progress", "saving")) < order.index(("eval", None))
+    # after the first evaluation the ETA counts the one left at its measured duration
+    eval_s = next(e for e in events if e["event"] == "eval")["eval_s"]
+    later = next(e for e in events if e["event"] == "progress" and e["step"] == 11)
+    assert later["eta_s"] >= eval_s
+    assert train.format_event(evaluating[0]).endswith("evaluating 60 dev captions, ETA " +
+                                                      train.format_duration(evaluating[0]["eta_s"]))

@@ -50,6 +50,21 @@ def import_gpt2(path, layers, name, store=None):
     return f"Imported **{name}**.", rows(store)
 
 
+def import_smollm2(layers, name, store=None):
+    """SmolLM2-135M from the installed package, with a block selection (blank: all 30)."""
+    from lab import smollm2
+    name = checkpoints.check_name(need(text(name, "name", 200).strip(), "a name"))
+    layers = text(layers, "layers", 200)
+    selection = interop.parse_layers(layers, 30) if layers.strip() else None
+    smollm2.import_smollm2(name, selection, store)
+    said = f"Imported **{name}**: SmolLM2-135M, " + (
+        "all 30 blocks. It writes fluent text already; fine-tune it on the captions in the Train tab."
+        if selection is None or selection == list(range(1, 31)) else
+        f"blocks {', '.join(map(str, selection))} of 30. A cut of the model writes garbage until "
+        f"it is fine-tuned: fine-tune it in the Train tab before comparing.")
+    return said, rows(store)
+
+
 def export_hf(name, outdir, store=None):
     """Into an allowed server folder when one is given; otherwise into the store's exports,
     offered as a .zip download."""
@@ -82,15 +97,24 @@ def build(ctx: Context):
     refresh.click(friendly(lambda: rows(ctx.store)), None, table, api_name="checkpoints")
     with gr.Row():
         chosen = Dropdown(ctx.checkpoint_names(), label="checkpoint", elem_id="checkpoints-chosen",
-                             allow_custom_value=True)
+                          allow_custom_value=True)
         ctx.checkpoint_dropdowns.append(chosen)
     info = gr.JSON(label="config, provenance and metrics")
     chosen.change(friendly(lambda n: details(n, ctx.store)), chosen, info, api_name="checkpoint_info")
     message = gr.Markdown(elem_id="checkpoints-message")
+    with gr.Accordion("Import SmolLM2-135M, the lab's pretrained model (about 15 s)",
+                      open=not ctx.checkpoint_names(), elem_id="checkpoints-smollm2"):
+        with gr.Row():
+            smol_layers = Textbox("", label="blocks to keep (1-based, e.g. 1,15,30; blank: all 30)",
+                                  elem_id="smollm2-layers")
+            smol_name = Textbox("smollm2", label="name", elem_id="smollm2-name")
+        gr.Button("Import SmolLM2", variant="primary", elem_id="smollm2-import").click(
+            friendly(lambda *a: import_smollm2(*a, store=ctx.store)), [smol_layers, smol_name],
+            [message, table], api_name="import_smollm2")
     with gr.Accordion("Import an HF GPT-2 directory", open=False):
         with gr.Row():
             path = Textbox(label="directory (config.json + model.safetensors)",
-                              info="a folder under LAB_ALLOWED_DIRS on the server")
+                           info="a folder under LAB_ALLOWED_DIRS on the server")
             layers = Textbox(label="layers (1-based, e.g. 1,6,12; blank: all)")
             new_name = Textbox(label="name")
         gr.Button("Import").click(friendly(lambda *a: import_gpt2(*a, store=ctx.store)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+import time
 from pathlib import Path
 
 import gradio as gr
@@ -17,13 +18,15 @@ from lab.errors import LabError
 from lab.presets import PRESETS, configs, get as get_preset
 from lab.registry import ATTENTION, MLP, MODELS, NORMS, POSITIONAL, load_plugins
 from lab.runs import run_dir_for
+from lab.train import format_duration, phase_text
 from lab.ui.common import Context, friendly, whole
 from lab.ui.common import text as bounded_text
 
 MODEL_FIELDS = ["model", "n_layer", "n_head", "n_embd", "kv_groups", "n_positions", "norm",
                 "norm_position", "attention", "positional", "mlp", "tie_embeddings", "dropout"]
 TRAIN_FIELDS = ["epochs", "batch_size", "lr", "seed", "shuffle", "early_stop", "patience",
-                "eval_every", "max_train_captions", "train_layers", "device"]
+                "eval_every", "max_train_captions", "max_dev_captions", "log_every", "train_layers",
+                "device"]
 
 
 def _field_component(cls, name, value):
@@ -43,6 +46,8 @@ def _field_component(cls, name, value):
         return Checkbox(value, label=name)
     if name in ("train_layers",):
         return Textbox(value, label=name, info="'all' or 1-based blocks, e.g. 1,3")
+    if name == "log_every":
+        return Number(value, label=name, step=1, info="steps between progress lines (and curve points)")
     if f.type in ("int", "int | None"):
         return Number(value, label=name, step=1,
                          info=ZERO_MEANS_NONE.get(name) or BLANK_MEANS_ZERO.get(name))
@@ -51,7 +56,9 @@ def _field_component(cls, name, value):
 
 # optional numbers: the form shows them empty, and an empty Number can come back as 0
 ZERO_MEANS_NONE = {"kv_groups": "0 or blank: as many as n_head",
-                   "max_train_captions": "0 or blank: all of them"}
+                   "max_train_captions": "0 or blank: all of them",
+                   "max_dev_captions": "dev captions scored at each evaluation (the first N, the "
+                                       "same for every run); 0 or blank: all 5,000"}
 
 
 BLANK_MEANS_ZERO = {"eval_every": "steps between extra dev evaluations; 0 or blank: each epoch's end"}
@@ -82,27 +89,46 @@ def start(name, preset, parent, *values, store=None):
     return gr.update(choices=job_choices(store), value=str(job_id)), f"Queued job {job_id} ({name})."
 
 
+def parent_view(parent, preset, store=None) -> list:
+    """Choosing a parent fills the model section from it and locks it (a fine-tune keeps its
+    parent's architecture); clearing it gives the section back to the preset."""
+    parent = bounded_text(parent, "parent", 200).strip()
+    if not parent:
+        m = get_preset(preset)[0] if preset in PRESETS else ModelConfig()
+        return ([gr.update(value=getattr(m, f), interactive=True) for f in MODEL_FIELDS]
+                + [gr.update(info="'all' or 1-based blocks, e.g. 1,3"), ""])
+    m = checkpoints.info(parent, store)["model"]
+    n = m["n_layer"]
+    return ([gr.update(value=m[f], interactive=False) for f in MODEL_FIELDS]
+            + [gr.update(info=f"'all', or some of {parent}'s blocks 1 to {n}, e.g. "
+                              f"{','.join(str(i) for i in range(max(1, n - 1), n + 1))}"),
+               f"Fine-tuning **{parent}** ({m['model']}, {n} x {m['n_embd']}, {m['n_head']} heads): "
+               f"its architecture is kept, so the model section shows it and cannot be changed."])
+
+
 def job_choices(store=None) -> list[tuple[str, str]]:
     return [(f"{j['id']}: {j['name']} ({j['status']})", str(j["id"])) for j in jobs.list_jobs(store)]
 
 
-def _fmt(s: float) -> str:
-    s = int(s)
-    return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
 def progress_html(job: dict) -> str:
+    """The bar, and a line saying what the job does now (training, evaluating N dev captions,
+    saving), with its ETA (evaluations counted) and how long ago it last reported."""
     p = job["progress"] or {}
     status = job["status"]
-    frac, text = 0.0, status
-    if p.get("total_steps"):
-        frac = p["step"] / p["total_steps"]
-    if p.get("event") == "step":
-        text = (f"{status}: epoch {p['epoch']}, step {p['step']}/{p['total_steps']}, "
-                f"train loss {p['train_loss']:.3f}, elapsed {_fmt(p['elapsed_s'])}, ETA {_fmt(p['eta_s'])}")
-    elif p.get("event") == "eval":
+    frac = p["step"] / p["total_steps"] if p.get("total_steps") else 0.0
+    text = {"queued": "queued: waiting for the worker"}.get(status, status)
+    event = p.get("event")
+    if event in ("step", "progress") and status == "running":
+        doing = phase_text(p) if event == "progress" else f"training, loss {p['train_loss']:.3f}"
+        text = (f"{doing} — epoch {p['epoch']}, step {p['step']}/{p['total_steps']}, "
+                f"elapsed {format_duration(p['elapsed_s'])}, ETA {format_duration(p['eta_s'])}")
+    elif event == "eval":
         where = f"step {p['step']}" if p.get("mid_epoch") else f"epoch {p['epoch']}"
         text = f"{status}: {where} dev perplexity {p['dev_perplexity']:.2f}"
+    elif event in ("data", "start") and status == "running":
+        text = "running: loading the data and the model"
+    if status == "running" and p.get("time"):
+        text += f" (updated {format_duration(max(0, time.time() - p['time']))} ago)"
     if status == "done":
         frac = 1.0
     if job["error"]:
@@ -224,12 +250,13 @@ def build(ctx: Context):
                 "closing the browser never stops it, and reopening the page re-attaches.")
     with gr.Row():
         preset = Dropdown([""] + sorted(PRESETS), value="tiny", label="preset",
-                             info="; ".join(f"{k}: {d}" for k, (_, d) in PRESETS.items()))
+                          info=PRESETS["tiny"][1], elem_id="train-preset")
         name = Textbox("", label="checkpoint name", elem_id="train-name", placeholder="my-model")
         parent = Dropdown([""] + ctx.checkpoint_names(), value="", label="fine-tune from (optional)",
-                             info="a stored checkpoint; its architecture is kept",
-                             elem_id="train-parent", allow_custom_value=True)
+                          info="a stored checkpoint; its architecture is kept",
+                          elem_id="train-parent", allow_custom_value=True)
     ctx.checkpoint_dropdowns.append(parent)
+    parent_note = gr.Markdown(elem_id="train-parent-note")
     m0, t0 = get_preset("tiny")
     with gr.Accordion("model", open=False):
         with gr.Row():
@@ -240,12 +267,17 @@ def build(ctx: Context):
     for comp, f in zip(model_inputs + train_inputs, MODEL_FIELDS + TRAIN_FIELDS):
         comp.elem_id = f"train-{f}"
 
-    def fill(p):
-        if not p:
-            return [gr.skip()] * (len(MODEL_FIELDS) + len(TRAIN_FIELDS))
+    def fill(p, chosen_parent):
+        """A preset fills the form; with a parent chosen, the model section stays the parent's."""
+        if p not in PRESETS:
+            return [gr.skip()] * (len(MODEL_FIELDS) + len(TRAIN_FIELDS)) + [gr.update(info="")]
         m, t = get_preset(p)
-        return [getattr(m, f) for f in MODEL_FIELDS] + [getattr(t, f) for f in TRAIN_FIELDS]
-    preset.change(fill, preset, model_inputs + train_inputs, api_visibility="private")
+        model = [gr.skip()] * len(MODEL_FIELDS) if chosen_parent else [getattr(m, f) for f in MODEL_FIELDS]
+        return model + [getattr(t, f) for f in TRAIN_FIELDS] + [gr.update(info=PRESETS[p][1])]
+    preset.change(fill, [preset, parent], model_inputs + train_inputs + [preset], api_visibility="private")
+    layers_field = train_inputs[TRAIN_FIELDS.index("train_layers")]
+    parent.change(friendly(lambda p, pr: parent_view(p, pr, ctx.store)), [parent, preset],
+                  model_inputs + [layers_field, parent_note], api_visibility="private")
 
     go = gr.Button("Start training", variant="primary", elem_id="train-start")
     message = gr.Markdown(elem_id="train-message")
