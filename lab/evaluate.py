@@ -145,12 +145,17 @@ def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: 
     m = len(next(iter(state.values()))["nll"])
     idx = bootstrap_indices(m, n_boot, provenance["seed"])
     word_ppl = _word_perplexity
+    harmonic_boot = {}
     for name, s in state.items():
         nll = torch.tensor(s["nll"], dtype=torch.float64)
         fwd = torch.tensor(s["fwd"], dtype=torch.float64)
         back_refs = References(s["gen"])
-        backward = sum(back_refs.sentence_bleu(r) for r in s["refs"]) / len(s["refs"])
-        forward = fwd.mean().item()
+        # per reference, its BLEU against the captions generated so far: computed once, then
+        # resampled with the same rows as forward BLEU (the generated set held fixed)
+        bwd = torch.tensor([back_refs.sentence_bleu(r) for r in s["refs"]], dtype=torch.float64)
+        backward, forward = bwd.mean().item(), fwd.mean().item()
+        fb, bb = fwd[idx].mean(1), bwd[idx].mean(1)
+        harmonic_boot[name] = 2 * fb * bb / (fb + bb).clamp_min(1e-300)
         rows[name] = {
             "n": m,
             "perplexity": math.exp(nll.mean().item()),
@@ -158,7 +163,9 @@ def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: 
             "word_perplexity": word_ppl(s), "word_perplexity_ci": percentile_interval(word_ppl(s, idx)),
             "forward_bleu": forward, "forward_bleu_ci": percentile_interval(fwd[idx].mean(1)),
             "backward_bleu": backward, "backward_n": len(s["refs"]),
+            "backward_bleu_ci": percentile_interval(bb),
             "harmonic_bleu": 2 * forward * backward / (forward + backward) if forward + backward else 0.0,
+            "harmonic_bleu_ci": percentile_interval(harmonic_boot[name]),
         }
     names = list(state)
     diffs = []
@@ -175,6 +182,45 @@ def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: 
                       "perplexity_comparable": not per_word,
                       # the same captions, so per word pairs across tokenizers too
                       "word_perplexity_diff": rows[other]["word_perplexity"] - rows[names[0]]["word_perplexity"],
-                      "word_perplexity_diff_ci": percentile_interval(word_ppl(b, idx) - word_ppl(a, idx))})
+                      "word_perplexity_diff_ci": percentile_interval(word_ppl(b, idx) - word_ppl(a, idx)),
+                      "harmonic_bleu_diff": rows[other]["harmonic_bleu"] - rows[names[0]]["harmonic_bleu"],
+                      "harmonic_bleu_diff_ci": percentile_interval(harmonic_boot[other]
+                                                                   - harmonic_boot[names[0]])})
     return {"done": done, "total": provenance["n"], "models": rows, "differences": diffs,
             "provenance": provenance}
+
+
+# ---------------------------------------------------------------- which model is better
+
+# metric: (label, lower is better, digits); the order verdicts are said in
+VERDICT_METRICS = {"word_perplexity": ("per-word perplexity", True, 2),
+                   "perplexity": ("perplexity", True, 2),
+                   "forward_bleu": ("forward BLEU", False, 4),
+                   "harmonic_bleu": ("harmonic BLEU", False, 4)}
+
+
+def verdict(diff: dict, metric: str) -> str:
+    """One line: which of the pair is better on `metric`, by how much, and whether the paired 95%
+    interval of the difference excludes zero."""
+    label, lower_better, digits = VERDICT_METRICS[metric]
+    d, (lo, hi) = diff[f"{metric}_diff"], diff[f"{metric}_diff_ci"]
+    model, base = diff["model"], diff["baseline"]
+    if lo <= 0 <= hi:
+        return (f"no significant difference between {model} and {base} in {label} "
+                f"({model} − {base} = {d:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}] includes 0)")
+    model_better = (d < 0) == lower_better
+    better, worse = (model, base) if model_better else (base, model)
+    a, b = sorted((abs(lo), abs(hi)))
+    return (f"{better} is better than {worse} on {label} ({'lower' if lower_better else 'higher'} is "
+            f"better) by {abs(d):.{digits}f} [{a:.{digits}f}, {b:.{digits}f}]")
+
+
+def verdicts(snapshot: dict) -> list[str]:
+    """Every pair's verdicts, metric by metric (perplexity only when tokenizers match)."""
+    out = []
+    for diff in snapshot["differences"]:
+        for metric in VERDICT_METRICS:
+            if metric == "perplexity" and not diff["perplexity_comparable"]:
+                continue
+            out.append(verdict(diff, metric))
+    return out

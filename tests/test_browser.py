@@ -167,6 +167,18 @@ def test_import_smollm2_from_the_checkpoints_tab(page, server):
     assert info["layers"] == [1, 30] and info["model"]["model"] == "llama"
 
 
+def test_compare_says_which_checkpoint_is_better(page):
+    _tab(page, "Compare")
+    page.get_by_text("Which is better?").first.click()
+    page.locator("#compare-score").click()
+    from playwright.sync_api import expect
+    verdicts = page.locator("#compare-verdicts")
+    expect(verdicts).to_contain_text("100 / 100", timeout=180_000)
+    expect(verdicts).to_contain_text("Verdicts")
+    expect(verdicts).to_contain_text("harmonic BLEU")
+    expect(page.locator("#compare-scores")).to_contain_text("scratch-b")
+
+
 def test_checkpoints_tab_lists_the_store(page):
     _tab(page, "Checkpoints")
     from playwright.sync_api import expect
@@ -183,6 +195,9 @@ def test_evaluate_streams_results(page):
     page.locator("#evaluate-provenance").get_by_text("100 / 100").wait_for(timeout=120_000)
     from playwright.sync_api import expect
     expect(page.locator("#evaluate-table")).to_contain_text("scratch-b")
+    expect(page.locator("#evaluate-provenance")).to_contain_text("lower is better")
+    expect(page.locator("#evaluate-provenance")).to_contain_text("Verdicts")
+    expect(page.locator("#evaluate-provenance")).to_contain_text("per-word perplexity")
     _shot(page, "evaluate")
 
 

@@ -90,3 +90,14 @@ def test_delete(store):
     _save("m")
     checkpoints.delete("m")
     assert checkpoints.names() == []
+
+
+def test_deleting_a_parent_names_its_fine_tunes(store):
+    from lab.ui import checkpoints as tab
+    _save("base")
+    model = build(tiny_config(vocab_size=50257))
+    checkpoints.save(model, tokenizers.gpt2(), "child", provenance={"source": "finetune", "parent": "base"})
+    said, rows, details = tab.delete("base", "base")
+    assert said == ("Deleted base. Fine-tuned from it: child; they keep their own weights, and their "
+                    "provenance still names base.")
+    assert [r[0] for r in rows] == ["child"] and details is None

@@ -142,3 +142,40 @@ def test_live_evaluation_pairs_per_word_perplexity_across_tokenizers(corpus_dir)
     gap = snap["models"]["chars"]["word_perplexity"] - snap["models"]["bpe"]["word_perplexity"]
     assert d["word_perplexity_diff"] == pytest.approx(gap)
     assert d["word_perplexity_diff_ci"][0] < gap < d["word_perplexity_diff_ci"][1]
+
+
+def test_verdicts_say_which_model_is_better_by_how_much_and_whether_it_is_significant():
+    from lab.evaluate import verdict
+    base = {"model": "smol-ft", "baseline": "scratch"}
+    assert verdict(base | {"word_perplexity_diff": -12.3, "word_perplexity_diff_ci": [-14.9, -9.8]},
+                   "word_perplexity") == ("smol-ft is better than scratch on per-word perplexity (lower "
+                                          "is better) by 12.30 [9.80, 14.90]")
+    assert verdict(base | {"word_perplexity_diff": 3.0, "word_perplexity_diff_ci": [1.0, 5.0]},
+                   "word_perplexity").startswith("scratch is better than smol-ft on per-word perplexity")
+    assert verdict(base | {"forward_bleu_diff": 0.02, "forward_bleu_diff_ci": [0.01, 0.03]},
+                   "forward_bleu").startswith("smol-ft is better than scratch on forward BLEU (higher is "
+                                              "better) by 0.0200 [0.0100, 0.0300]")
+    assert verdict(base | {"harmonic_bleu_diff": 0.01, "harmonic_bleu_diff_ci": [-0.02, 0.03]},
+                   "harmonic_bleu").startswith("no significant difference between smol-ft and scratch "
+                                               "in harmonic BLEU")
+
+
+def test_live_evaluation_gives_bleu_intervals_and_verdicts(store, corpus_dir):
+    from lab import checkpoints
+    from lab.config import DecodeConfig
+    from lab.evaluate import evaluate_live, verdicts
+    tok = tokenizers.gpt2()
+    for seed, name in ((0, "a"), (1, "b")):
+        torch.manual_seed(seed)
+        checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=48)), tok, name)
+    snap = list(evaluate_live({n: checkpoints.load(n) for n in ("a", "b")}, 60,
+                              DecodeConfig(max_new_tokens=8), chunk=60))[-1]
+    for r in snap["models"].values():
+        for key in ("backward_bleu", "harmonic_bleu"):
+            lo, hi = r[f"{key}_ci"]
+            assert lo <= r[key] <= hi and lo < hi
+    d = snap["differences"][0]
+    lo, hi = d["harmonic_bleu_diff_ci"]
+    assert lo <= d["harmonic_bleu_diff"] <= hi
+    said = verdicts(snap)
+    assert len(said) == 4 and any("per-word perplexity" in v for v in said)

@@ -84,6 +84,9 @@ def build(ctx: Context):
     groups = gr.Markdown()
     go.click(friendly(lambda *a: show(*a, store=ctx.store)), [name, text, generate, seed],
              [note, head, model, grid, groups], api_name="attention")
+    # another checkpoint: the views shown belong to the last one, so they go
+    name.change(lambda _: ("Press *Show attention* for this checkpoint.", "", "", None, ""), name,
+                [note, head, model, grid, groups], api_visibility="private")
     with gr.Accordion("Heads that differ most between two checkpoints (same tokenizer)", open=False):
         with gr.Row():
             other = checkpoint_dropdown(ctx, "compare with")

@@ -86,8 +86,13 @@ def delete(name, confirm, store=None):
     checkpoints.check_name(need(name, "a checkpoint"))
     if text(confirm, "confirmation", 200).strip() != name:
         raise ConfigError(f"to delete, type the checkpoint's name ({name}) in the confirmation box")
+    children = [i["name"] for i in checkpoints.listing(store) if i.get("parent") == name]
     checkpoints.delete(name, store)
-    return f"Deleted {name}.", rows(store)
+    said = f"Deleted {name}."
+    if children:
+        said += (f" Fine-tuned from it: {', '.join(children)}; they keep their own weights, and their "
+                 f"provenance still names {name}.")
+    return said, rows(store), None
 
 
 def build(ctx: Context):
@@ -128,6 +133,6 @@ def build(ctx: Context):
     with gr.Accordion("Delete", open=False):
         confirm = Textbox(label="type the checkpoint's name to confirm", elem_id="checkpoints-confirm")
         gr.Button("Delete", variant="stop").click(friendly(lambda *a: delete(*a, store=ctx.store)),
-                                                  [chosen, confirm], [message, table],
+                                                  [chosen, confirm], [message, table, info],
                                                   api_name="delete_checkpoint")
     return table

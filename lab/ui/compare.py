@@ -7,7 +7,9 @@ import math
 
 import gradio as gr
 
-from lab.ui.fields import Checkbox, Dataframe, Number, Textbox
+from lab.ui.evaluate import COLUMNS as EVAL_COLUMNS
+from lab.ui.evaluate import run as evaluate_run
+from lab.ui.fields import Checkbox, Dataframe, Number, Radio, Textbox
 from lab.config import SEED_MAX, ConfigError
 from lab.generate import MAX_PROMPT_CHARS, sample_captions
 from lab.registry import DECODERS
@@ -148,9 +150,21 @@ def build(ctx: Context):
     def show_rows(on, names):
         return gr.update(visible=on, value=[[n, "", None, None, None, None] for n in (names or [])])
     per_model.change(show_rows, [per_model, chosen], per_model_rows, api_visibility="private")
-    go.click(friendly(lambda *a: compare(*a, store=ctx.store)),
-             [chosen, *dec.components(), seed, prefix, n, per_model, per_model_rows], out,
-             api_name="compare")
+    inputs = [chosen, *dec.components(), seed, prefix, n, per_model, per_model_rows]
+    go.click(friendly(lambda *a: compare(*a, store=ctx.store)), inputs, out, api_name="compare")
+    prefix.submit(friendly(lambda *a: compare(*a, store=ctx.store)), inputs, out,   # Enter generates
+                  api_visibility="private")
+
+    with gr.Accordion("Which is better? Score them on a seeded subset of the test split", open=False):
+        with gr.Row():
+            score_n = Radio([100, 500, 1000], value=100, label="test captions")
+            go_s = gr.Button("Score and compare", elem_id="compare-score")
+        scores = gr.Dataframe(headers=EVAL_COLUMNS, label="scores (live)", elem_id="compare-scores",
+                              wrap=True)
+        said = gr.Markdown(elem_id="compare-verdicts")
+        go_s.click(friendly(lambda names, d, t, k, p, b, n, s: (yield from evaluate_run(
+                       names, d, t, k, p, b, n, s, "auto", store=ctx.store, data_dir=ctx.data_dir))),
+                   [chosen, *dec.components(), score_n, seed], [scores, said], api_name="compare_scores")
 
     with gr.Accordion("Decoder matrix: every decoder plugin x temperature", open=False):
         with gr.Row():

@@ -6,12 +6,13 @@ import gradio as gr
 
 from lab.ui.fields import Number, Radio
 from lab.config import SEED_MAX
-from lab.evaluate import evaluate_live
+from lab.evaluate import evaluate_live, verdicts
+from lab.registry import DECODERS
 from lab.ui.common import (MODELS, Context, checkpoint_dropdown, decode_config, decoder_inputs, friendly,
                            names_list, whole)
 
-COLUMNS = ["checkpoint", "n", "perplexity [95% CI]", "per-word perplexity [95% CI]", "forward BLEU [95% CI]",
-           "backward BLEU (N)", "harmonic BLEU (N)"]
+COLUMNS = ["checkpoint", "n", "perplexity [95% CI] ↓", "per-word perplexity [95% CI] ↓",
+           "forward BLEU [95% CI] ↑", "backward BLEU (N) [95% CI] ↑", "harmonic BLEU (N) [95% CI] ↑"]
 
 
 def _ci(v, ci, digits=3):
@@ -25,28 +26,28 @@ def table(snap: dict) -> list[list]:
         ppl = "not comparable across tokenizers" if per_word else _ci(r["perplexity"], r["perplexity_ci"], 2)
         rows.append([name, r["n"], ppl, _ci(r["word_perplexity"], r["word_perplexity_ci"], 2),
                      _ci(r["forward_bleu"], r["forward_bleu_ci"], 4),
-                     f"{r['backward_bleu']:.4f} (N={r['backward_n']})",
-                     f"{r['harmonic_bleu']:.4f} (N={r['backward_n']})"])
+                     f"({r['backward_n']}) " + _ci(r["backward_bleu"], r["backward_bleu_ci"], 4),
+                     f"({r['backward_n']}) " + _ci(r["harmonic_bleu"], r["harmonic_bleu_ci"], 4)])
     return rows
 
 
 def provenance_md(snap: dict) -> str:
     p = snap["provenance"]
     d = p["decode"]
+    uses = DECODERS.get(d["decoder"]).meta.get("uses", ()) if d["decoder"] in DECODERS else ()
+    settings = ", ".join(f"{u} {d[u]}" for u in uses)
     lines = [f"**{snap['done']} / {snap['total']}** captions scored. Every model on the same subset: "
              f"{p['split']} split, n={p['n']}, seed {p['seed']}, subset hash `{p['subset_hash']}`; "
-             f"decoder {d['decoder']} (temperature {d['temperature']}, top_k {d['top_k']}, "
-             f"top_p {d['top_p']}); BLEU on **{p['bleu_tokens']}** tokens; perplexity shown: "
-             f"{p['perplexity_shown']}.",
+             f"decoder {d['decoder']}{f' ({settings})' if settings else ''}; BLEU on "
+             f"**{p['bleu_tokens']}** tokens; perplexity shown: {p['perplexity_shown']}. "
+             f"↓ lower is better, ↑ higher is better.",
              "Forward BLEU scores each generated caption against all references (unbiased for the "
-             "full figure); backward and harmonic BLEU depend on N and are labelled with it."]
-    for dff in snap["differences"]:
-        line = (f"- **{dff['model']} − {dff['baseline']}**: forward BLEU "
-                f"{_ci(dff['forward_bleu_diff'], dff['forward_bleu_diff_ci'], 4)}")
-        if dff["perplexity_comparable"]:
-            line += f"; perplexity {_ci(dff['perplexity_diff'], dff['perplexity_diff_ci'], 2)}"
-        line += f"; per-word perplexity {_ci(dff['word_perplexity_diff'], dff['word_perplexity_diff_ci'], 2)}"
-        lines.append(line + " (paired bootstrap, 95%)")
+             "full figure); backward and harmonic BLEU depend on N and are labelled with it; their "
+             "intervals resample the per-caption scores with the generated set held fixed."]
+    verdict_lines = verdicts(snap)
+    if verdict_lines:
+        lines.append("**Verdicts** (paired bootstrap by caption, 95%; the first checkpoint is the baseline):")
+        lines += [f"- {v}" for v in verdict_lines]
     return "\n".join(lines)
 
 
@@ -72,7 +73,7 @@ def build(ctx: Context):
         bleu_tokens = Radio(["auto", "gpt2", "words"], value="auto", label="BLEU tokens",
                                info="auto: GPT-2 tokens when every model uses GPT-2 BPE, words otherwise")
     go = gr.Button("Evaluate", variant="primary", elem_id="evaluate-go")
-    out = gr.Dataframe(headers=COLUMNS, label="results (live)", elem_id="evaluate-table")
+    out = gr.Dataframe(headers=COLUMNS, label="results (live)", elem_id="evaluate-table", wrap=True)
     prov = gr.Markdown(elem_id="evaluate-provenance")
     go.click(friendly(lambda *a: (yield from run(*a, store=ctx.store, data_dir=ctx.data_dir))),
              [names, *dec.components(), n, seed, bleu_tokens], [out, prov], api_name="evaluate")

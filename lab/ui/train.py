@@ -43,7 +43,7 @@ def _field_component(cls, name, value):
     if name == "device":
         return Radio(["auto", "cpu", "cuda"], value=value, label=name)
     if f.type in ("bool", bool):
-        return Checkbox(value, label=name)
+        return Checkbox(value, label=name, min_width=150)      # room for its whole label
     if name in ("train_layers",):
         return Textbox(value, label=name, info="'all' or 1-based blocks, e.g. 1,3")
     if name == "log_every":
