@@ -232,7 +232,8 @@ def test_app_sigterm_then_sigkill_then_restart(store):
         assert most <= 1
         job = jobs.get(second)
         assert job["status"] == "interrupted" and "lab shut down" in job["error"]
-        assert lab_store.holder(lab_store.lock_path("worker")) != worker_pid
+        _wait_for(lambda: lab_store.holder(lab_store.lock_path("worker")) not in (None, worker_pid),
+                  30, "the new app's worker to take over")
         assert [j["status"] for j in jobs.list_jobs()] == ["interrupted", "interrupted"]
     finally:
         third_app.send_signal(signal.SIGTERM)
