@@ -237,9 +237,8 @@ def _number(v) -> bool:
 
 def load(name: str, store=None, device: str = "cpu") -> Checkpoint:
     """Load a checkpoint: `.model` (eval mode) and `.tokenizer`."""
-    path = resolve(name, store)
-    info(name, store)                  # a damaged checkpoint: one message saying what is wrong
-    return load_dir(path, device)
+    found = info(name, store)          # a damaged checkpoint: one message saying what is wrong
+    return load_dir(Path(found["directory"]), device)
 
 
 def load_dir(path: Path, device: str = "cpu") -> Checkpoint:
@@ -267,9 +266,8 @@ def check_loadable(name: str, store=None) -> ModelConfig:
     from the file header), without reading the weights. Returns its model config."""
     from safetensors import SafetensorError, safe_open
     from lab.model import build
-    path = resolve(name, store)
-    info(name, store)
-    config, _ = read_config(path)
+    found = info(name, store)
+    path, config = Path(found["directory"]), ModelConfig.from_dict(found["model"])
     tokenizers.load(path)
     with torch.device("meta"):
         model = build(config)

@@ -216,7 +216,9 @@ class Trainer:
         the first, a forward pass over the dev captions estimated from the step time)."""
         cfg, left = self.cfg, self.total_steps - self.step
         per_step = self.train_s / max(self.steps_timed, 1)
-        evals = cfg.epochs - self.step // self.steps_per_epoch + (left // cfg.eval_every if cfg.eval_every else 0)
+        # epoch-end evaluations not yet done: the current epoch's counts until its evaluation ran
+        evals = cfg.epochs - max(self.step - 1, 0) // self.steps_per_epoch \
+            + (left // cfg.eval_every if cfg.eval_every else 0)
         per_eval = self.eval_s if self.eval_s is not None else \
             per_step * len(self.dev_seqs) / cfg.batch_size / 3
         return per_step * left + per_eval * evals
@@ -242,19 +244,8 @@ class Trainer:
                 yield self._stop(writer, epoch - 1, i, f"stopped at step {self.step}, within "
                                  f"epoch {epoch}")
                 return True
-            t0 = time.time()
-            batch = batch.to(self.device)
-            loss = shard_loss(self.stepper, batch, self.rank, self.world)
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.grad_clip:
-                torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
-            self.opt.step()
-            self.step += 1
-            store.fault("train.step")
-            run_loss += distributed.mean(loss.item(), self.device); run_n += 1
-            tokens += int(batch.loss_mask.sum())
-            self.train_s, self.steps_timed = self.train_s + time.time() - t0, self.steps_timed + 1
+            loss, n_tokens = self._train_step(batch)
+            run_loss += loss; run_n += 1; tokens += n_tokens
             if self.step % cfg.log_every == 0 or self.step % spe == 0:
                 yield self._log({
                     "event": "step", "epoch": epoch, "step": self.step, "total_steps": self.total_steps,
@@ -265,12 +256,32 @@ class Trainer:
                 yield self._log(self._progress(epoch, "training"), writer)
                 t_said = time.time()
             if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step % spe and self.main:
-                yield self._log(self._progress(epoch, "evaluating", dev_captions=len(self.dev_seqs)), writer)
-                record = self._evaluate(epoch, self.step)
-                if record is not None:
-                    yield self._log(record | {"total_steps": self.total_steps, "mid_epoch": True}, writer)
+                yield from self._mid_epoch_eval(epoch, writer)
                 t_said = time.time()
         return False
+
+    def _train_step(self, batch) -> tuple[float, int]:
+        """One optimizer step on a batch: (its loss, averaged over processes; its real tokens)."""
+        t0 = time.time()
+        batch = batch.to(self.device)
+        loss = shard_loss(self.stepper, batch, self.rank, self.world)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)
+        self.opt.step()
+        self.step += 1
+        store.fault("train.step")
+        value = distributed.mean(loss.item(), self.device)
+        self.train_s, self.steps_timed = self.train_s + time.time() - t0, self.steps_timed + 1
+        return value, int(batch.loss_mask.sum())
+
+    def _mid_epoch_eval(self, epoch: int, writer):
+        """An extra dev evaluation inside the epoch (eval_every): it draws the curve, saves nothing."""
+        yield self._log(self._progress(epoch, "evaluating", dev_captions=len(self.dev_seqs)), writer)
+        record = self._evaluate(epoch, self.step)
+        if record is not None:
+            yield self._log(record | {"total_steps": self.total_steps, "mid_epoch": True}, writer)
 
     def _epoch_end(self, epoch: int, writer):
         """Rank 0 scores dev and saves the checkpoint when it improved; then a stop request or

@@ -111,3 +111,52 @@ def test_concurrent_first_loads_in_a_fresh_process(store):
         out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                              timeout=180)
         assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_concurrent_requests_for_one_checkpoint_load_it_once(store, monkeypatch):
+    """The web UI's model cache: four requests at once for a checkpoint not yet loaded wait for a
+    single load instead of each loading it."""
+    import threading
+    import time as clock
+    from lab.ui import common
+    checkpoints.save(build(tiny_config(vocab_size=50257)), tokenizers.gpt2(), "m", store)
+    real, loads = checkpoints.load, []
+
+    def slow_load(*args, **kwargs):
+        loads.append(1)
+        clock.sleep(0.5)              # long enough for every thread to arrive while it loads
+        return real(*args, **kwargs)
+    monkeypatch.setattr(checkpoints, "load", slow_load)
+    cache, got = common.ModelCache(), []
+    threads = [threading.Thread(target=lambda: got.append(cache.get("m", store))) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert len(loads) == 1 and len(got) == 4 and all(g is got[0] for g in got)
+
+
+def test_dropdowns_built_on_an_empty_store_pick_checkpoints_once_there_are_some():
+    """A page built while the store was empty must not keep empty choices once checkpoints exist:
+    the refresh picks what a fresh page would (one, two to compare, or nothing for a parent)."""
+    import gradio as gr
+    from lab.ui.common import Context
+    ctx = Context()
+    with gr.Blocks():
+        one, two, blank = (ctx.add_dropdown(gr.Dropdown([]), fill) for fill in ("one", "two", "blank"))
+    names = ["a", "b", "c"]
+    assert ctx.refreshed(one, names, was_empty=True)["value"] == "a"
+    assert ctx.refreshed(two, names, was_empty=True)["value"] == ["a", "b"]
+    assert "value" not in ctx.refreshed(blank, names, was_empty=True)
+    assert ctx.refreshed(blank, names, was_empty=True)["choices"] == ["", "a", "b", "c"]
+    assert "value" not in ctx.refreshed(one, names, was_empty=False)     # a person's choice stays
+
+
+def test_on_an_empty_store_a_missing_choice_says_where_checkpoints_come_from(store):
+    from lab.config import ConfigError
+    from lab.ui import attention, compare
+    with pytest.raises(ConfigError, match="no checkpoints yet: import SmolLM2 in the Checkpoints tab"):
+        compare.compare([], "top_p", 1.0, 40, 0.9, 4, 0, "", 8, False, None, store=store)
+    with pytest.raises(ConfigError, match="no checkpoints yet"):
+        attention.show(None, "A dog", False, 0, store=store)
+    checkpoints.save(build(tiny_config(vocab_size=50257)), tokenizers.gpt2(), "m", store)
+    with pytest.raises(ConfigError, match="choose checkpoints to compare first"):
+        compare.compare([], "top_p", 1.0, 40, 0.9, 4, 0, "", 8, False, None, store=store)

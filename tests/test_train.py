@@ -190,5 +190,8 @@ def test_progress_says_what_the_run_does_and_the_eta_counts_evaluation(corpus_di
     eval_s = next(e for e in events if e["event"] == "eval")["eval_s"]
     later = next(e for e in events if e["event"] == "progress" and e["step"] == 11)
     assert later["eta_s"] >= eval_s
+    last_eval = next(e for e in events if e["event"] == "progress" and e["phase"] == "evaluating"
+                     and e["step"] == 20)
+    assert last_eval["eta_s"] > 0          # the last evaluation is still to come, so still counted
     assert train.format_event(evaluating[0]).endswith("evaluating 60 dev captions, ETA " +
                                                       train.format_duration(evaluating[0]["eta_s"]))

@@ -23,6 +23,7 @@ CSS = """
 .lab-progress { background: #e5e7eb; border-radius: 6px; height: 14px; overflow: hidden; }
 .lab-progress .bar { background: #2563eb; height: 100%; transition: width .5s; }
 .lab-progress-text { font-size: 14px; margin-top: 4px; }
+#train-shuffle, #train-tie_embeddings { min-width: 170px !important; }
 """
 
 
@@ -61,8 +62,7 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
             names = ctx.checkpoint_names()
             if names == previous:
                 return [gr.skip()] * (len(ctx.checkpoint_dropdowns) + 1) + [previous]
-            updates = [gr.update(choices=[""] + names if dd.label == "fine-tune from (optional)" else names)
-                       for dd in ctx.checkpoint_dropdowns]
+            updates = [ctx.refreshed(dd, names, was_empty=not previous) for dd in ctx.checkpoint_dropdowns]
             return updates + [checkpoints.rows(ctx.store), names]
         gr.Timer(3.0).tick(friendly(refresh), known, ctx.checkpoint_dropdowns + [table, known],
                            api_visibility="private", show_progress="hidden")

@@ -9,14 +9,14 @@ from lab import attention
 from lab.config import SEED_MAX, ConfigError
 from lab.generate import MAX_PROMPT_CHARS, sample_captions
 from lab.ui.common import (MODELS, Context, asset_url, checkpoint_dropdown, decode_config, friendly,
-                           need, whole)
+                           need, need_checkpoint, whole)
 from lab.ui.common import text as bounded_text
 
 
 def _capture(name, text, generate, seed, store):
     text = bounded_text(text, "text", MAX_PROMPT_CHARS).strip()
     cfg = decode_config("top_p", 0.7, 40, 0.9, 4, seed=whole(seed, "seed", 0, SEED_MAX))
-    ck = MODELS.get(need(name, "a checkpoint"), store)
+    ck = MODELS.get(need_checkpoint(name, "a checkpoint", store), store)
     if generate:      # a caption just generated: attention over the generated tokens too
         cap = sample_captions(ck.model, ck.tokenizer, 1, cfg, prompt=text)[0]
         n_prompt = 1 + cap.n_prompt
@@ -50,7 +50,7 @@ def show(name, text, generate, seed, store=None):
 
 def differences(name_a, name_b, text, store=None):
     bounded_text(text, "text", MAX_PROMPT_CHARS)
-    a = MODELS.get(need(name_a, "the first checkpoint"), store)
+    a = MODELS.get(need_checkpoint(name_a, "the first checkpoint", store), store)
     b = MODELS.get(need(name_b, "the second checkpoint"), store)
     if a.tokenizer.kind != b.tokenizer.kind or a.tokenizer.vocab_size != b.tokenizer.vocab_size:
         raise ConfigError(f"{name_a} and {name_b} use different tokenizers ({a.tokenizer.kind} vs "

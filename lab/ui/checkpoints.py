@@ -38,7 +38,10 @@ def rows(store=None) -> list[list]:
 
 
 def details(name, store=None):
-    return checkpoints.info(need(name, "a checkpoint"), store)
+    """The chosen checkpoint's config, provenance and metrics; nothing while none is chosen."""
+    if name is None or name == "":
+        return {}
+    return checkpoints.info(name, store)
 
 
 def import_gpt2(path, layers, name, store=None):
@@ -51,18 +54,22 @@ def import_gpt2(path, layers, name, store=None):
 
 
 def import_smollm2(layers, name, store=None):
-    """SmolLM2-135M from the installed package, with a block selection (blank: all 30)."""
+    """SmolLM2-135M from the installed package, with a block selection (blank: all 30). Says what
+    it does first: the import takes about 15 seconds."""
     from lab import smollm2
     name = checkpoints.check_name(need(text(name, "name", 200).strip(), "a name"))
     layers = text(layers, "layers", 200)
     selection = interop.parse_layers(layers, 30) if layers.strip() else None
+    checkpoints.refuse_existing(name, store)
+    yield (f"Importing SmolLM2-135M as **{name}**: reading and de-quantizing the weights "
+           f"(about 15 s) …"), gr.skip()
     smollm2.import_smollm2(name, selection, store)
     said = f"Imported **{name}**: SmolLM2-135M, " + (
         "all 30 blocks. It writes fluent text already; fine-tune it on the captions in the Train tab."
         if selection is None or selection == list(range(1, 31)) else
         f"blocks {', '.join(map(str, selection))} of 30. A cut of the model writes garbage until "
         f"it is fine-tuned: fine-tune it in the Train tab before comparing.")
-    return said, rows(store)
+    yield said, rows(store)
 
 
 def export_hf(name, outdir, store=None):
@@ -92,7 +99,7 @@ def delete(name, confirm, store=None):
     if children:
         said += (f" Fine-tuned from it: {', '.join(children)}; they keep their own weights, and their "
                  f"provenance still names {name}.")
-    return said, rows(store), None
+    return said, rows(store), {}, gr.update(value=None)
 
 
 def build(ctx: Context):
@@ -103,7 +110,7 @@ def build(ctx: Context):
     with gr.Row():
         chosen = Dropdown(ctx.checkpoint_names(), label="checkpoint", elem_id="checkpoints-chosen",
                           allow_custom_value=True)
-        ctx.checkpoint_dropdowns.append(chosen)
+        ctx.add_dropdown(chosen, "blank")
     info = gr.JSON(label="config, provenance and metrics")
     chosen.change(friendly(lambda n: details(n, ctx.store)), chosen, info, api_name="checkpoint_info")
     message = gr.Markdown(elem_id="checkpoints-message")
@@ -114,7 +121,7 @@ def build(ctx: Context):
                                   elem_id="smollm2-layers")
             smol_name = Textbox("smollm2", label="name", elem_id="smollm2-name")
         gr.Button("Import SmolLM2", variant="primary", elem_id="smollm2-import").click(
-            friendly(lambda *a: import_smollm2(*a, store=ctx.store)), [smol_layers, smol_name],
+            friendly(lambda *a: (yield from import_smollm2(*a, store=ctx.store))), [smol_layers, smol_name],
             [message, table], api_name="import_smollm2")
     with gr.Accordion("Import an HF GPT-2 directory", open=False):
         with gr.Row():
@@ -133,6 +140,6 @@ def build(ctx: Context):
     with gr.Accordion("Delete", open=False):
         confirm = Textbox(label="type the checkpoint's name to confirm", elem_id="checkpoints-confirm")
         gr.Button("Delete", variant="stop").click(friendly(lambda *a: delete(*a, store=ctx.store)),
-                                                  [chosen, confirm], [message, table, info],
+                                                  [chosen, confirm], [message, table, info, chosen],
                                                   api_name="delete_checkpoint")
     return table

@@ -27,9 +27,26 @@ class Context:
     store: str | None = None
     data_dir: str | None = None
     checkpoint_dropdowns: list = field(default_factory=list)
+    # how each dropdown is filled: "one" (the first name), "two" (the first two, to compare) or
+    # "blank" (nothing chosen: an optional choice such as the parent of a fine-tune)
+    fill: dict = field(default_factory=dict)
 
     def checkpoint_names(self) -> list[str]:
         return checkpoints.names(self.store)
+
+    def add_dropdown(self, dd, fill: str = "one"):
+        self.checkpoint_dropdowns.append(dd)
+        self.fill[id(dd)] = fill
+        return dd
+
+    def refreshed(self, dd, names: list[str], was_empty: bool):
+        """The update that brings a checkpoint dropdown up to date with the store; when the store
+        was empty before, it also picks what a freshly built page would have picked."""
+        fill = self.fill[id(dd)]
+        choices = [""] + names if fill == "blank" else names
+        if not was_empty or fill == "blank":
+            return gr.update(choices=choices)
+        return gr.update(choices=choices, value=names[:2] if fill == "two" else names[0] if names else None)
 
 
 class ModelCache:
@@ -107,6 +124,17 @@ def need(value, what: str):
     return value
 
 
+EMPTY_STORE = ("the store has no checkpoints yet: import SmolLM2 in the Checkpoints tab, or train "
+               "one in the Train tab")
+
+
+def need_checkpoint(value, what: str, store=None) -> str:
+    """A chosen checkpoint name; none chosen on an empty store says where to get one."""
+    if (value is None or value == "") and not checkpoints.names(store):
+        raise ConfigError(EMPTY_STORE)
+    return need(value, what)
+
+
 def whole(value, name: str, lo: int, hi: int) -> int:
     """A whole number from a form field or an API call, within [lo, hi], or one message."""
     if isinstance(value, str):
@@ -131,12 +159,12 @@ def text(value, name: str, limit: int = 4000) -> str:
     return value
 
 
-def names_list(value, what: str, limit: int = 8) -> list[str]:
+def names_list(value, what: str, limit: int = 8, store=None) -> list[str]:
     """One or more checkpoint names from a multiselect or an API call."""
     if isinstance(value, str):
         value = [value]
     if not value:
-        raise ConfigError(f"choose {what} first")
+        raise ConfigError(EMPTY_STORE if not checkpoints.names(store) else f"choose {what} first")
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{what}: expected a list of checkpoint names, got {value!r}")
     if len(value) > limit:
@@ -202,9 +230,8 @@ def checkpoint_dropdown(ctx: Context, label: str, multiselect: bool = False, **k
     value = names[:2] if multiselect else (names[0] if names else None)
     # custom values: a script reaches checkpoints made after the page was built (checked on use)
     dd = Dropdown(names, value=value, label=label, multiselect=multiselect,
-                     allow_custom_value=True, **kw)
-    ctx.checkpoint_dropdowns.append(dd)
-    return dd
+                  allow_custom_value=True, **kw)
+    return ctx.add_dropdown(dd, "two" if multiselect else "one")
 
 
 def asset_url() -> str:

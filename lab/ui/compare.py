@@ -56,7 +56,7 @@ def captions_table(columns: list[tuple[str, str, list[str]]]) -> str:
 
 def compare(checkpoints_chosen, decoder, temperature, top_k, top_p, num_beams, seed, prefix, n,
             per_model, per_model_rows, store=None):
-    chosen = names_list(checkpoints_chosen, "checkpoints to compare")
+    chosen = names_list(checkpoints_chosen, "checkpoints to compare", store=store)
     n = whole(n, "number of captions", 1, 200)
     seed = whole(seed, "seed", 0, SEED_MAX)
     prefix = text(prefix, "prefix", MAX_PROMPT_CHARS).strip()
@@ -104,7 +104,7 @@ MATRIX_MAX_CAPTIONS, MATRIX_MAX_TEMPERATURES = 10, 6
 
 
 def decoder_matrix(checkpoints_chosen, temperatures, n, seed, prefix, store=None):
-    chosen = names_list(checkpoints_chosen, "checkpoints", limit=4)
+    chosen = names_list(checkpoints_chosen, "checkpoints", limit=4, store=store)
     n = whole(n, "captions per cell", 1, MATRIX_MAX_CAPTIONS)
     seed = whole(seed, "seed", 0, SEED_MAX)
     prefix = text(prefix, "prefix", MAX_PROMPT_CHARS).strip()
@@ -159,7 +159,7 @@ def build(ctx: Context):
         with gr.Row():
             score_n = Radio([100, 500, 1000], value=100, label="test captions")
             go_s = gr.Button("Score and compare", elem_id="compare-score")
-        scores = gr.Dataframe(headers=EVAL_COLUMNS, label="scores (live)", elem_id="compare-scores",
+        scores = gr.Dataframe(headers=EVAL_COLUMNS, label="scores (live): each value with its 95% interval", elem_id="compare-scores",
                               wrap=True)
         said = gr.Markdown(elem_id="compare-verdicts")
         go_s.click(friendly(lambda names, d, t, k, p, b, n, s: (yield from evaluate_run(

@@ -11,8 +11,8 @@ from lab.registry import DECODERS
 from lab.ui.common import (MODELS, Context, checkpoint_dropdown, decode_config, decoder_inputs, friendly,
                            names_list, whole)
 
-COLUMNS = ["checkpoint", "n", "perplexity [95% CI] ↓", "per-word perplexity [95% CI] ↓",
-           "forward BLEU [95% CI] ↑", "backward BLEU (N) [95% CI] ↑", "harmonic BLEU (N) [95% CI] ↑"]
+COLUMNS = ["checkpoint", "n", "perplexity ↓", "per-word perplexity ↓", "forward BLEU ↑",
+           "backward BLEU (N) ↑", "harmonic BLEU (N) ↑"]
 
 
 def _ci(v, ci, digits=3):
@@ -23,7 +23,7 @@ def table(snap: dict) -> list[list]:
     rows = []
     per_word = snap["provenance"]["perplexity_shown"] == "per word"
     for name, r in snap["models"].items():
-        ppl = "not comparable across tokenizers" if per_word else _ci(r["perplexity"], r["perplexity_ci"], 2)
+        ppl = "— (tokenizers differ)" if per_word else _ci(r["perplexity"], r["perplexity_ci"], 2)
         rows.append([name, r["n"], ppl, _ci(r["word_perplexity"], r["word_perplexity_ci"], 2),
                      _ci(r["forward_bleu"], r["forward_bleu_ci"], 4),
                      f"({r['backward_n']}) " + _ci(r["backward_bleu"], r["backward_bleu_ci"], 4),
@@ -53,7 +53,7 @@ def provenance_md(snap: dict) -> str:
 
 def run(names, decoder, temperature, top_k, top_p, num_beams, n, seed, bleu_tokens, store=None,
         data_dir=None):
-    names = names_list(names, "checkpoints to evaluate")
+    names = names_list(names, "checkpoints to evaluate", store=store)
     n = whole(n, "subset size", 1, 5000)
     cfg = decode_config(decoder, temperature, top_k, top_p, num_beams, seed=whole(seed, "seed", 0, SEED_MAX))
     models = {name: MODELS.get(name, store) for name in names}
@@ -73,7 +73,8 @@ def build(ctx: Context):
         bleu_tokens = Radio(["auto", "gpt2", "words"], value="auto", label="BLEU tokens",
                                info="auto: GPT-2 tokens when every model uses GPT-2 BPE, words otherwise")
     go = gr.Button("Evaluate", variant="primary", elem_id="evaluate-go")
-    out = gr.Dataframe(headers=COLUMNS, label="results (live)", elem_id="evaluate-table", wrap=True)
+    out = gr.Dataframe(headers=COLUMNS, label="results (live): each value with its 95% interval",
+                       elem_id="evaluate-table", wrap=True)
     prov = gr.Markdown(elem_id="evaluate-provenance")
     go.click(friendly(lambda *a: (yield from run(*a, store=ctx.store, data_dir=ctx.data_dir))),
              [names, *dec.components(), n, seed, bleu_tokens], [out, prov], api_name="evaluate")

@@ -125,8 +125,10 @@ def progress_html(job: dict) -> str:
     elif event == "eval":
         where = f"step {p['step']}" if p.get("mid_epoch") else f"epoch {p['epoch']}"
         text = f"{status}: {where} dev perplexity {p['dev_perplexity']:.2f}"
-    elif event in ("data", "start") and status == "running":
+    elif event == "data" and status == "running":
         text = "running: loading the data and the model"
+    elif event == "start" and status == "running":
+        text = f"running: training on {p['device']}, the first step under way"
     if status == "running" and p.get("time"):
         text += f" (updated {format_duration(max(0, time.time() - p['time']))} ago)"
     if status == "done":
@@ -255,7 +257,7 @@ def build(ctx: Context):
         parent = Dropdown([""] + ctx.checkpoint_names(), value="", label="fine-tune from (optional)",
                           info="a stored checkpoint; its architecture is kept",
                           elem_id="train-parent", allow_custom_value=True)
-    ctx.checkpoint_dropdowns.append(parent)
+    ctx.add_dropdown(parent, "blank")
     parent_note = gr.Markdown(elem_id="train-parent-note")
     m0, t0 = get_preset("tiny")
     with gr.Accordion("model", open=False):
