@@ -97,7 +97,8 @@ def test_deleting_a_parent_names_its_fine_tunes(store):
     _save("base")
     model = build(tiny_config(vocab_size=50257))
     checkpoints.save(model, tokenizers.gpt2(), "child", provenance={"source": "finetune", "parent": "base"})
-    said, rows, details = tab.delete("base", "base")
+    said, rows, details, choice, confirm = tab.delete("base", "base")
     assert said == ("Deleted base. Fine-tuned from it: child; they keep their own weights, and their "
                     "provenance still names base.")
-    assert [r[0] for r in rows] == ["child"] and details is None
+    assert [r[0] for r in rows] == ["child"] and details == {}     # its details are cleared
+    assert choice["value"] is None and confirm == ""                # and so are the choice and the box

@@ -64,8 +64,10 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
                 return [gr.skip()] * (len(ctx.checkpoint_dropdowns) + 1) + [previous]
             updates = [ctx.refreshed(dd, names, was_empty=not previous) for dd in ctx.checkpoint_dropdowns]
             return updates + [checkpoints.rows(ctx.store), names]
-        gr.Timer(3.0).tick(friendly(refresh), known, ctx.checkpoint_dropdowns + [table, known],
-                           api_visibility="private", show_progress="hidden")
+        fresh = ctx.checkpoint_dropdowns + [table, known]
+        demo.load(friendly(refresh), known, fresh, api_visibility="private")   # current from the start
+        gr.Timer(3.0).tick(friendly(refresh), known, fresh, api_visibility="private",
+                           show_progress="hidden")
         demo.load(friendly(latest), None, job, api_visibility="private")   # re-attach to the running job
     return demo
 

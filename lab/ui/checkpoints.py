@@ -99,7 +99,7 @@ def delete(name, confirm, store=None):
     if children:
         said += (f" Fine-tuned from it: {', '.join(children)}; they keep their own weights, and their "
                  f"provenance still names {name}.")
-    return said, rows(store), {}, gr.update(value=None)
+    return said, rows(store), {}, gr.update(value=None), ""
 
 
 def build(ctx: Context):
@@ -140,6 +140,6 @@ def build(ctx: Context):
     with gr.Accordion("Delete", open=False):
         confirm = Textbox(label="type the checkpoint's name to confirm", elem_id="checkpoints-confirm")
         gr.Button("Delete", variant="stop").click(friendly(lambda *a: delete(*a, store=ctx.store)),
-                                                  [chosen, confirm], [message, table, info, chosen],
+                                                  [chosen, confirm], [message, table, info, chosen, confirm],
                                                   api_name="delete_checkpoint")
     return table

@@ -8,6 +8,7 @@ import math
 import gradio as gr
 
 from lab.ui.evaluate import COLUMNS as EVAL_COLUMNS
+from lab.ui.evaluate import WIDTHS as EVAL_WIDTHS
 from lab.ui.evaluate import run as evaluate_run
 from lab.ui.fields import Checkbox, Dataframe, Number, Radio, Textbox
 from lab.config import SEED_MAX, ConfigError
@@ -159,8 +160,8 @@ def build(ctx: Context):
         with gr.Row():
             score_n = Radio([100, 500, 1000], value=100, label="test captions")
             go_s = gr.Button("Score and compare", elem_id="compare-score")
-        scores = gr.Dataframe(headers=EVAL_COLUMNS, label="scores (live): each value with its 95% interval", elem_id="compare-scores",
-                              wrap=True)
+        scores = gr.Dataframe(headers=EVAL_COLUMNS, label="scores (live): each value with its 95% interval",
+                              elem_id="compare-scores", wrap=True, column_widths=EVAL_WIDTHS)
         said = gr.Markdown(elem_id="compare-verdicts")
         go_s.click(friendly(lambda names, d, t, k, p, b, n, s: (yield from evaluate_run(
                        names, d, t, k, p, b, n, s, "auto", store=ctx.store, data_dir=ctx.data_dir))),

@@ -13,6 +13,7 @@ from lab.ui.common import (MODELS, Context, checkpoint_dropdown, decode_config, 
 
 COLUMNS = ["checkpoint", "n", "perplexity ↓", "per-word perplexity ↓", "forward BLEU ↑",
            "backward BLEU (N) ↑", "harmonic BLEU (N) ↑"]
+WIDTHS = ["11%", "5%", "14%", "16%", "16%", "19%", "19%"]      # every column in view at 1400 px
 
 
 def _ci(v, ci, digits=3):
@@ -74,7 +75,7 @@ def build(ctx: Context):
                                info="auto: GPT-2 tokens when every model uses GPT-2 BPE, words otherwise")
     go = gr.Button("Evaluate", variant="primary", elem_id="evaluate-go")
     out = gr.Dataframe(headers=COLUMNS, label="results (live): each value with its 95% interval",
-                       elem_id="evaluate-table", wrap=True)
+                       elem_id="evaluate-table", wrap=True, column_widths=WIDTHS)
     prov = gr.Markdown(elem_id="evaluate-provenance")
     go.click(friendly(lambda *a: (yield from run(*a, store=ctx.store, data_dir=ctx.data_dir))),
              [names, *dec.components(), n, seed, bleu_tokens], [out, prov], api_name="evaluate")

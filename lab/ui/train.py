@@ -178,7 +178,8 @@ def curves(job: dict, store=None):
     c = _CURVES.setdefault(path, _Curve()).update(path)
     steps, train, dev_steps, dev = c.steps, c.train, c.dev_steps, c.dev
     fig = go.Figure()
-    fig.add_scatter(x=steps, y=train, name="train loss", mode="lines")
+    fig.add_scatter(x=steps, y=train, name="train loss", mode="lines+markers",   # a first point shows
+                    marker=dict(size=4))
     fig.add_scatter(x=dev_steps, y=dev, name="dev loss", mode="lines+markers")
     fig.update_layout(height=300, margin=dict(l=40, r=10, t=30, b=30), xaxis_title="step",
                       yaxis_title="loss", title=f"job {job['id']}: {job['name']}")
