@@ -120,7 +120,7 @@ def cmd_evaluate(args):
     from lab.evaluate import evaluate
     result = evaluate(args.checkpoint, split=args.split, n=args.n, decode=_decode_cfg(args),
                       bleu_tokens=args.bleu_tokens, data_dir=args.data_dir, store=args.store,
-                      skip_bleu=args.no_bleu)
+                      skip_bleu=args.no_bleu, **({"device": args.device} if args.device else {}))
     if args.json:
         _print_json(result)
         return
@@ -321,6 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bleu-tokens", dest="bleu_tokens", default="auto", choices=["auto", "gpt2", "words"],
                    help="auto: GPT-2 tokens for GPT-2-tokenized models, words otherwise")
     p.add_argument("--no-bleu", dest="no_bleu", action="store_true", help="perplexity only")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"],
+                   help="where the model runs, in float32 (default cpu; auto: CUDA when present)")
     p.add_argument("--data-dir")
     _add_decode_args(p)
     p.add_argument("--json", action="store_true")

@@ -258,6 +258,10 @@ class TrainConfig(_Config):
     eval_every: int = 0               # steps between extra dev evaluations inside an epoch (0: none);
                                       # they draw the curve, only the epoch's end saves or stops
     device: str = "auto"              # "auto" (CUDA when present), "cpu" or "cuda"
+    precision: str = "auto"           # "auto" (bf16 autocast on CUDA, fp32 on the CPU), "bf16" or
+                                      # "fp32"; weights and optimizer state stay float32 either way
+    compile: bool = False             # torch.compile the model for training steps (CUDA; the first
+                                      # steps of each new batch length compile)
 
     BOUNDS: ClassVar[dict] = {"epochs": (1, 100_000), "batch_size": (1, 65536), "lr": (0.0, 10.0),
                               "weight_decay": (0.0, 10.0), "grad_clip": (0.0, 1e6),
@@ -282,6 +286,8 @@ class TrainConfig(_Config):
             raise ConfigError(f"patience must be at least 1, got {self.patience}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
+        if self.precision not in ("auto", "bf16", "fp32"):
+            raise ConfigError(f"precision must be 'auto', 'bf16' or 'fp32', got {self.precision!r}")
 
 
 @dataclass

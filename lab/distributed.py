@@ -17,8 +17,10 @@ import torch.distributed as dist
 
 
 def launched() -> bool:
-    """True in a process started by torchrun with more than one process."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    """True in a process started by torchrun, or by another launcher with more than one process.
+    torchrun with one process joins a group of one: the same NCCL (or gloo) group and DDP wrapper
+    as with several, which is what one GPU allows (NCCL refuses two ranks on one GPU)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 or "TORCHELASTIC_RUN_ID" in os.environ
 
 
 def setup(device: torch.device) -> tuple[int, int, torch.device]:
@@ -56,6 +58,12 @@ def mean(value: float, device: torch.device) -> float:
     t = torch.tensor([value], device=device, dtype=torch.float64)
     dist.all_reduce(t)
     return t.item() / dist.get_world_size()
+
+
+def teardown() -> None:
+    """Leave the process group (the end of a run under torchrun)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def barrier() -> None:

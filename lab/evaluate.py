@@ -24,18 +24,22 @@ def bleu_tokens_of(texts_or_ids, tokenizer, kind: str):
 
 def evaluate(checkpoint: str, split: str = "test", n: int = 5000, decode: DecodeConfig | None = None,
              bleu_tokens: str = "gpt2", data_dir=None, store=None, skip_bleu: bool = False,
-             ck=None, skip_perplexity: bool = False) -> dict:
+             ck=None, skip_perplexity: bool = False, device: str = "cpu") -> dict:
+    """device: where the model runs ('cpu', 'cuda' or 'auto'); always float32. Sampling on CUDA
+    draws from CUDA's generator, so its captions differ from the CPU's for the same seed."""
+    from lab.train import pick_device
     decode = decode or DecodeConfig()
     if not 1 <= n <= 100_000:
         raise ConfigError(f"n must be between 1 and 100000, got {n}")
-    ck = ck or checkpoints.load(checkpoint, store)
+    ck = ck or checkpoints.load(checkpoint, store, device=str(pick_device(device)))
     model, tok = ck.model, ck.tokenizer
     if not skip_bleu:
         bleu_tokens = choose_bleu_tokens([tok.kind], bleu_tokens)
     caps = data.load_split(split, data_dir)
     result = {"checkpoint": ck.name, "split": split}
     provenance = {"checkpoint": ck.name, "split": split, "tokenizer": tok.kind,
-                  "data_dir": str(data.resolve_data_dir(data_dir))}
+                  "data_dir": str(data.resolve_data_dir(data_dir)),
+                  "device": str(next(model.parameters()).device)}
     if not skip_perplexity:
         t0 = time.time()
         seqs = data.encode_captions(caps, tok, ck.config.n_positions)

@@ -11,6 +11,8 @@ any other true value) after the current epoch's evaluation and checkpoint.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import math
 import time
@@ -19,7 +21,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from lab import distributed, store
+from lab import distributed, flops, store
 from lab.config import ConfigError, TrainConfig
 from lab.data import Batch, assignment_loss, batches
 from lab.metrics import Aborted, perplexity
@@ -31,6 +33,28 @@ def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def resolve_precision(name: str, device: torch.device) -> str:
+    """'bf16' or 'fp32': auto is bf16 on a CUDA GPU that has it, fp32 elsewhere."""
+    if name == "auto":
+        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    return name
+
+
+def autocast(device: torch.device, precision: str):
+    """bf16 autocast (matrix products in bf16, weights and reductions in float32), or nothing."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def make_optimizer(params, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
+    """Adam (the assignment's), AdamW when weight_decay is set; one fused kernel on CUDA."""
+    fused = {"fused": True} if device.type == "cuda" else {}
+    if cfg.weight_decay:
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **fused)
+    return torch.optim.Adam(params, lr=cfg.lr, **fused)
 
 
 GO, STOP_NOW, STOP_AFTER = 0, 1, 2       # what rank 0 tells every rank between steps
@@ -150,12 +174,19 @@ class Trainer:
         layers = parse_train_layers(cfg.train_layers, len(model.transformer.h))
         self.params = trainable_parameters(model, layers)
         self.stepper = model
-        if world > 1:
+        if distributed.launched():
             from torch.nn.parallel import DistributedDataParallel
             self.stepper = DistributedDataParallel(
                 model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-        self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay) \
-            if cfg.weight_decay else torch.optim.Adam(self.params, lr=cfg.lr)
+        if cfg.compile:
+            self.stepper = torch.compile(self.stepper)
+        self.opt = make_optimizer(self.params, cfg, self.device)
+        self.precision = resolve_precision(cfg.precision, self.device)
+        self.device_name = flops.device_name(self.device)
+        self.peak = flops.peak_flops(self.device_name, self.precision)
+        c = model.config        # training FLOPs per real token, given the batch's length
+        self.flops_per_token = functools.partial(flops.per_token, flops.matmul_params(model),
+                                                 c.n_layer, c.n_embd)
         self.steps_per_epoch = math.ceil(len(self.train_seqs) / cfg.batch_size)
         self.total_steps = self.steps_per_epoch * cfg.epochs
         self.epoch_done, self.step, self.skip, self.best, self.bad_epochs = 0, 0, 0, None, 0
@@ -192,7 +223,9 @@ class Trainer:
         yield self._log({"event": "start", "epochs": cfg.epochs, "steps_per_epoch": self.steps_per_epoch,
                          "first_epoch": self.epoch_done + 1, "first_step": self.step,
                          "trainable_params": sum(p.numel() for p in self.params),
-                         "device": str(self.device), "processes": self.world}, writer)
+                         "device": str(self.device), "device_name": self.device_name,
+                         "precision": self.precision, "compiled": cfg.compile,
+                         "peak_flops": self.peak, "processes": self.world}, writer)
         try:
             for epoch in range(self.epoch_done + 1, cfg.epochs + 1):
                 if (yield from self._epoch(epoch, writer)):
@@ -209,6 +242,7 @@ class Trainer:
         finally:
             if writer is not None:
                 writer.close()
+            distributed.teardown()
 
     def _eta(self) -> float:
         """Seconds left: the remaining steps at the measured step time, plus the evaluations still
@@ -223,6 +257,15 @@ class Trainer:
             per_step * len(self.dev_seqs) / cfg.batch_size / 3
         return per_step * left + per_eval * evals
 
+    def _rates(self, tokens: int, flop: float, seconds: float) -> dict:
+        """Real tokens per second and MFU over a stretch of training (all processes together);
+        nothing before its first step."""
+        if not tokens:
+            return {}
+        seconds = max(seconds, 1e-9)
+        return {"tokens_per_s": tokens / seconds,
+                "mfu": flops.mfu(flop, seconds, self.peak, self.world)}
+
     def _progress(self, epoch: int, phase: str, **more) -> dict:
         return {"event": "progress", "phase": phase, "epoch": epoch, "step": self.step,
                 "total_steps": self.total_steps, "elapsed_s": time.time() - self.t_start,
@@ -236,7 +279,7 @@ class Trainer:
         self.model.train()
         g = torch.Generator().manual_seed(cfg.seed * 1000 + epoch)
         skip, self.skip = self.skip, 0
-        run_loss, run_n, tokens, t_log, t_said = 0.0, 0, 0, time.time(), time.time()
+        run_loss, run_n, tokens, flop, t_log, t_said = 0.0, 0, 0, 0.0, time.time(), time.time()
         for i, batch in enumerate(batches(self.train_seqs, cfg.batch_size, self.pad_id, cfg.shuffle, g)):
             if i < skip:
                 continue
@@ -246,14 +289,16 @@ class Trainer:
                 return True
             loss, n_tokens = self._train_step(batch)
             run_loss += loss; run_n += 1; tokens += n_tokens
+            flop += n_tokens * self.flops_per_token(batch.input_ids.size(1))
             if self.step % cfg.log_every == 0 or self.step % spe == 0:
                 yield self._log({
                     "event": "step", "epoch": epoch, "step": self.step, "total_steps": self.total_steps,
-                    "train_loss": run_loss / run_n, "tokens_per_s": tokens / max(time.time() - t_log, 1e-9),
+                    "train_loss": run_loss / run_n, **self._rates(tokens, flop, time.time() - t_log),
                     "elapsed_s": time.time() - self.t_start, "eta_s": self._eta()}, writer)
-                run_loss, run_n, tokens, t_log, t_said = 0.0, 0, 0, time.time(), time.time()
+                run_loss, run_n, tokens, flop, t_log, t_said = 0.0, 0, 0, 0.0, time.time(), time.time()
             elif time.time() - t_said >= PROGRESS_EVERY_S:
-                yield self._log(self._progress(epoch, "training"), writer)
+                yield self._log(self._progress(epoch, "training",
+                                               **self._rates(tokens, flop, time.time() - t_log)), writer)
                 t_said = time.time()
             if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step % spe and self.main:
                 yield from self._mid_epoch_eval(epoch, writer)
@@ -264,7 +309,8 @@ class Trainer:
         """One optimizer step on a batch: (its loss, averaged over processes; its real tokens)."""
         t0 = time.time()
         batch = batch.to(self.device)
-        loss = shard_loss(self.stepper, batch, self.rank, self.world)
+        with autocast(self.device, self.precision):
+            loss = shard_loss(self.stepper, batch, self.rank, self.world)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         if self.cfg.grad_clip:
@@ -325,8 +371,9 @@ class Trainer:
         """Dev scores, or None when a stop-now request cut the evaluation short."""
         t0 = time.time()
         try:
-            ppl = perplexity(self.model, self.dev_seqs, self.pad_id, self.cfg.eval_batch_size,
-                             self.device, n_words=self.dev_words, abort=self._abort_eval)
+            with autocast(self.device, self.precision):
+                ppl = perplexity(self.model, self.dev_seqs, self.pad_id, self.cfg.eval_batch_size,
+                                 self.device, n_words=self.dev_words, abort=self._abort_eval)
             record = {"event": "eval", "epoch": epoch, "step": step, "dev_loss": ppl["loss"],
                       "dev_perplexity": ppl["perplexity"], "dev_token_perplexity": ppl["token_perplexity"]}
             if "word_perplexity" in ppl:
@@ -360,6 +407,11 @@ def phase_text(ev: dict) -> str:
     return "saving the checkpoint" if ev["phase"] == "saving" else "training"
 
 
+def rate_text(ev: dict) -> str:
+    """'12,345 tok/s, MFU 3.1%' (MFU unknown on a device without a known peak)."""
+    return f"{ev['tokens_per_s']:,.0f} tok/s, {flops.format_mfu(ev.get('mfu'))}"
+
+
 def format_event(ev: dict, name: str = "") -> str:
     """One human line per trainer event: progress with ETA, dev scores, the end."""
     e = ev["event"]
@@ -368,14 +420,19 @@ def format_event(ev: dict, name: str = "") -> str:
                 f"{ev['params'] / 1e6:.1f}M parameters; run dir {ev['run_dir']}")
     if e == "start":
         procs = f" x {ev['processes']} processes (torchrun)" if ev.get("processes", 1) > 1 else ""
-        return f"training on {ev['device']}{procs}: {ev['epochs']} epochs x {ev['steps_per_epoch']} steps"
+        how = f" ({ev['device_name']}, {ev['precision']}{', compiled' if ev.get('compiled') else ''})" \
+            if "precision" in ev else ""
+        return (f"training on {ev['device']}{how}{procs}: {ev['epochs']} epochs x "
+                f"{ev['steps_per_epoch']} steps")
     if e == "step":
         pct = 100 * ev["step"] / ev["total_steps"]
         return (f"epoch {ev['epoch']} step {ev['step']}/{ev['total_steps']} ({pct:.1f}%) "
-                f"loss {ev['train_loss']:.4f} {ev['tokens_per_s']:.0f} tok/s "
+                f"loss {ev['train_loss']:.4f} {rate_text(ev)} "
                 f"elapsed {format_duration(ev['elapsed_s'])} ETA {format_duration(ev['eta_s'])}")
     if e == "progress":
-        return f"epoch {ev['epoch']} step {ev['step']}/{ev['total_steps']}: {phase_text(ev)}, ETA {format_duration(ev['eta_s'])}"
+        rate = f", {rate_text(ev)}" if "tokens_per_s" in ev else ""
+        return (f"epoch {ev['epoch']} step {ev['step']}/{ev['total_steps']}: {phase_text(ev)}{rate}, "
+                f"ETA {format_duration(ev['eta_s'])}")
     if e == "eval":
         return (f"{'step ' + str(ev['step']) if ev.get('mid_epoch') else 'epoch ' + str(ev['epoch'])}: "
                 f"dev perplexity {ev['dev_perplexity']:.3f} "

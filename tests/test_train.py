@@ -195,3 +195,15 @@ def test_progress_says_what_the_run_does_and_the_eta_counts_evaluation(corpus_di
     assert last_eval["eta_s"] > 0          # the last evaluation is still to come, so still counted
     assert train.format_event(evaluating[0]).endswith("evaluating 60 dev captions, ETA " +
                                                       train.format_duration(evaluating[0]["eta_s"]))
+
+
+def test_a_cpu_run_is_float32_and_reports_tokens_per_second_with_mfu_unknown(corpus_dir):
+    """The CPU path: no autocast, plain Adam; every step line carries real tokens per second and
+    an MFU the CPU cannot have (no peak in the table)."""
+    events = _tiny_run("rates", 1)
+    start = next(e for e in events if e["event"] == "start")
+    assert (start["precision"], start["device_name"], start["peak_flops"]) == ("fp32", "cpu", None)
+    steps = [e for e in events if e["event"] == "step"]
+    assert steps and all(e["tokens_per_s"] > 0 and e["mfu"] is None for e in steps)
+    from lab.train import format_event
+    assert "tok/s, MFU unknown" in format_event(steps[0])
