@@ -9,7 +9,7 @@ PIP_FIND := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 VENDOR := lab/ui/static/vendor
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install run test bench clean
+.PHONY: install run test newcomer bench clean
 
 $(STAMP): requirements.txt requirements-nodeps.txt requirements-test.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -41,6 +41,10 @@ run: install
 
 test: install $(CHROMIUM)
 	$(BIN)/python -m pytest -q tests
+
+# the newcomer's path through the getting-started panel, timed (trains for minutes; not in `test`)
+newcomer: install $(CHROMIUM)
+	$(BIN)/python -m pytest -q -s -m newcomer tests/test_newcomer.py
 
 bench: install
 	$(BIN)/python benchmarks/bleu_vs_nltk.py

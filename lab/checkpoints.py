@@ -211,6 +211,16 @@ def listing(store=None) -> list[dict]:
     return out
 
 
+def add_metrics(name: str, extra: dict, store=None) -> None:
+    """Add figures to a stored checkpoint's metrics (the writer holds the name's lock); the file is
+    replaced whole, so a crash leaves the old or the new one."""
+    path = resolve(name, store)
+    metrics = {**_read_metrics(path), **extra}
+    tmp = path / f".{METRICS_FILE}.tmp"
+    tmp.write_text(json.dumps(metrics, indent=2))
+    os.replace(tmp, path / METRICS_FILE)
+
+
 def _read_metrics(path: Path) -> dict:
     try:
         metrics = json.loads((path / METRICS_FILE).read_text())

@@ -253,6 +253,8 @@ class TrainConfig(_Config):
     eval_batch_size: int = 128        # captions per forward pass in evaluation
     max_train_captions: int | None = None  # use only the first N training captions (quick runs)
     max_dev_captions: int | None = None    # use only the first N dev captions
+    final_dev: bool = False           # at the end, score the kept checkpoint on every dev caption
+                                      # (when max_dev_captions scored only some during training)
     train_layers: str = "all"         # "all", or comma-separated 1-based blocks that train
     log_every: int = 20               # steps between logged training losses
     eval_every: int = 0               # steps between extra dev evaluations inside an epoch (0: none);

@@ -146,6 +146,61 @@ def import_hf_gpt2(path: str | Path, name: str, layers: list[int] | None = None,
         "format": "hf-gpt2"})
 
 
+UPLOAD_FILES = ("config.json", "model.safetensors", "vocab.json", "merges.txt", "tokenizer.json",
+                "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+MAX_UPLOAD_BYTES = 8 * 2 ** 30      # 8 GiB unpacked: GPT-2 XL in float32 is 6.4 GB
+
+
+def import_hf_gpt2_upload(files: list[str | Path], name: str, layers: list[int] | None = None,
+                          store=None) -> Path:
+    """An HF GPT-2 checkpoint uploaded from the browser: its files (config.json, model.safetensors
+    and, if any, the tokenizer's), or one .zip holding them. Only those file names are taken, from
+    any folder inside the .zip; nothing is written outside a scratch folder of the store's, which
+    goes when the import ends."""
+    from lab import store as lab_store
+    paths = [Path(f) for f in files or []]
+    if not paths:
+        raise CheckpointError("upload the checkpoint's files (config.json and model.safetensors) or "
+                              "one .zip holding them")
+    scratch = lab_store.state_dir(store, "uploads") / uuid.uuid4().hex
+    scratch.mkdir()
+    try:
+        if len(paths) == 1 and paths[0].suffix.lower() == ".zip":
+            _unzip_checkpoint(paths[0], scratch)
+        else:
+            for p in paths:
+                if p.name not in UPLOAD_FILES:
+                    raise CheckpointError(f"{p.name}: not a file of an HF GPT-2 checkpoint; upload "
+                                          f"{', '.join(UPLOAD_FILES[:2])} (and the tokenizer's files)")
+                shutil.copyfile(p, scratch / p.name)
+        return import_hf_gpt2(scratch, name, layers, store)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _unzip_checkpoint(archive: Path, dest: Path) -> None:
+    """The checkpoint's files from a .zip, by their base names; bounded in size, no other paths."""
+    import zipfile
+    try:
+        with zipfile.ZipFile(archive) as z:
+            members = [m for m in z.infolist() if not m.is_dir() and Path(m.filename).name in UPLOAD_FILES]
+            if sum(m.file_size for m in members) > MAX_UPLOAD_BYTES:
+                raise CheckpointError(f"{archive.name} unpacks to more than "
+                                      f"{MAX_UPLOAD_BYTES // 2 ** 30} GiB; too large a GPT-2")
+            for m in members:
+                target = dest / Path(m.filename).name
+                if target.exists():
+                    raise CheckpointError(f"{archive.name} holds two {target.name} files; zip one "
+                                          f"checkpoint folder")
+                with z.open(m) as src, open(target, "wb") as out:
+                    shutil.copyfileobj(src, out, 2 ** 20)
+    except (zipfile.BadZipFile, OSError) as e:
+        raise CheckpointError(f"{archive.name} is not a readable .zip ({e})") from None
+    if not (dest / "config.json").exists():
+        raise CheckpointError(f"{archive.name} holds no config.json; zip the folder that "
+                              f"save_pretrained wrote")
+
+
 def _tokenizer_for(path: Path, vocab_size: int):
     if any((path / f).is_file() for f in ("tokenizer.json", "vocab.json")):
         from transformers import AutoTokenizer

@@ -99,7 +99,34 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
         yield {"event": "data", "train_captions": len(train_seqs), "dev_captions": len(dev_seqs),
                "params": sum(p.numel() for p in model.parameters()), "run_dir": str(run_dir),
                "time": time.time()}
-    yield from trainer.run()
+    ended = None
+    for ended in trainer.run():
+        yield ended
+    if train_cfg.final_dev and distributed.rank() == 0 and ended and ended["event"] == "done" \
+            and name in checkpoints.names(store):
+        yield from _final_dev(name, tok, root, trainer, store)
+
+
+def _final_dev(name: str, tok, root, trainer: Trainer, store=None) -> Iterator[dict]:
+    """The kept checkpoint scored on every dev caption; the figures join its metrics."""
+    from lab.metrics import Aborted, perplexity
+    dev_caps = data.load_split("dev", root)
+    ck = checkpoints.load(name, store)
+    yield {"event": "progress", "phase": "evaluating", "dev_captions": len(dev_caps), "final": True,
+           "epoch": ck.metrics.get("epoch", 1), "step": trainer.step, "total_steps": trainer.total_steps,
+           "elapsed_s": time.time() - trainer.t_start, "eta_s": 0.0, "time": time.time()}
+    seqs = data.encode_captions(dev_caps, tok, ck.config.n_positions)
+    try:
+        ppl = perplexity(ck.model.to(trainer.device), seqs, tok.eos_id, trainer.cfg.eval_batch_size,
+                         trainer.device, n_words=[len(c.split()) for c in dev_caps],
+                         abort=trainer._abort_eval)
+    except Aborted:
+        return
+    extra = {"full_dev_captions": len(dev_caps), "full_dev_perplexity": ppl["perplexity"],
+             "full_dev_token_perplexity": ppl["token_perplexity"],
+             "full_dev_word_perplexity": ppl["word_perplexity"]}
+    checkpoints.add_metrics(name, extra, store)
+    yield {"event": "final_eval", "time": time.time(), **extra}
 
 
 def resume_state(name: str, train_cfg: TrainConfig, store) -> tuple[dict, Path]:

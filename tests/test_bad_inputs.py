@@ -421,17 +421,17 @@ def _api_cases():
 
 
 API_CASES = _api_cases()
-START_JOB_FIELDS = ["model", "n_layer", "n_head", "n_embd", "kv_groups", "n_positions", "norm",
-                    "norm_position", "attention", "positional", "mlp", "tie_embeddings", "dropout",
-                    "epochs", "batch_size", "lr", "seed", "shuffle", "early_stop", "patience",
-                    "eval_every", "max_train_captions", "max_dev_captions", "log_every", "train_layers",
-                    "device"]
+def _start_job_fields():
+    """/start_job's arguments after name, preset and parent: the form's model and training fields."""
+    from lab.ui.train import MODEL_FIELDS, TRAIN_FIELDS
+    return MODEL_FIELDS, TRAIN_FIELDS
 
 
 def _start_job_cases():
     from lab.presets import get
     m, t = get("tiny")
-    base = {**{k: getattr(m, k) for k in START_JOB_FIELDS[:13]}, **{k: getattr(t, k) for k in START_JOB_FIELDS[13:]}}
+    model_fields, train_fields = _start_job_fields()
+    base = {**{k: getattr(m, k) for k in model_fields}, **{k: getattr(t, k) for k in train_fields}}
     out = []
     for over, expected in (({"name": ""}, "give the new checkpoint a name"),
                            ({"name": "../x"}, "is not allowed"), ({"name": ".lab"}, "is not allowed"),
@@ -458,7 +458,7 @@ def _start_job_cases():
         parent = over.pop("parent", "")
         values = {**base, **over}
         out.append((over or {"name": name, "preset": preset, "parent": parent},
-                    [name, preset, parent] + [values[k] for k in START_JOB_FIELDS], expected))
+                    [name, preset, parent] + [values[k] for k in model_fields + train_fields], expected))
     return out
 
 

@@ -147,6 +147,12 @@ def test_finetune_job_from_the_form_survives_a_reload_and_stops(page, server):
     page.locator("#train-progress .lab-progress[data-status='running']").wait_for(timeout=30_000)
     assert "ui-job" in page.locator("#train-job").inner_text() or \
         "ui-job" in page.locator("#train-job input").input_value()
+    # the form shows the running job's own settings, not the defaults
+    expect(page.locator("#train-message")).to_contain_text("settings of job", timeout=30_000)
+    expect(page.locator("#train-name textarea, #train-name input").first).to_have_value("ui-job")
+    expect(page.locator("#train-parent input")).to_have_value("scratch-a")
+    expect(page.locator("#train-max_train_captions input")).to_have_value("200")
+    expect(page.locator("#train-epochs input")).to_have_value("50")
     page.locator("#train-stop-now").click()
     page.locator("#train-progress .lab-progress[data-status='stopped']").wait_for(timeout=60_000)
 
@@ -223,3 +229,90 @@ def test_named_endpoints_through_gradio_client(server):
                        api_name="/compare")
     assert "from 1 to 200, got 500" in str(refused.value)
     assert "Traceback" not in str(refused.value)
+
+
+def test_compare_downloads_and_a_report_that_opens_offline(page, server, browser):
+    """The captions as CSV and JSON, then the whole comparison as one HTML file: opened from disk
+    with every request blocked, its attention views draw."""
+    _, store = server
+    _tab(page, "Compare")
+    page.locator("#compare-go").click()
+    files = page.locator("#compare-files")
+    files.get_by_text(".csv").first.wait_for(timeout=120_000)
+    assert files.get_by_text(".json").count() >= 1
+    page.get_by_text("Save the comparison as one HTML file").first.click()
+    page.locator("#compare-report").click()
+    page.locator("#compare-report-file").get_by_text(".html").first.wait_for(timeout=120_000)
+    report = max((store / ".lab" / "exports").glob("comparison-*.html"), key=lambda p: p.stat().st_mtime)
+    offline = browser.new_context(viewport={"width": 1400, "height": 1000}, offline=True)
+    tried = []
+    offline.route("**/*", lambda r: r.continue_() if r.request.url.startswith(("file:", "data:", "about:"))
+                  else (tried.append(r.request.url), r.abort()))
+    view = offline.new_page()
+    view.goto(report.as_uri())
+    assert view.locator("table.lab-compare td").count() >= 16                # 8 rows x 2 checkpoints
+    frames = [f for f in view.frames if f != view.main_frame]
+    assert len(frames) == 2
+    for frame in frames:
+        frame.locator("svg").first.wait_for(timeout=30_000)
+        assert frame.locator("text").count() > 4                              # tokens drawn
+    if SHOTS:
+        view.screenshot(path=str(Path(SHOTS) / "report.png"), full_page=True)
+    offline.close()
+    assert tried == [], f"the report reached for: {tried}"
+
+
+def test_decoder_matrix_shows_progress_and_labels_stay_in_their_column(page):
+    _tab(page, "Compare")
+    page.get_by_text("Decoder matrix").first.click()
+    page.locator("#compare-matrix").click()
+    out = page.locator("#compare-matrix-out")
+    out.get_by_text("row ", exact=False).first.wait_for(timeout=60_000)       # which row is under way
+    from playwright.sync_api import expect
+    expect(out.locator(".lab-progress")).to_have_count(0, timeout=180_000)     # done
+    labels = out.locator("table.lab-matrix tbody th")
+    assert labels.count() >= 8
+    for i in range(labels.count()):
+        fits = labels.nth(i).evaluate("e => e.scrollWidth <= e.clientWidth + 1")
+        assert fits, f"label {labels.nth(i).inner_text()!r} overflows into the captions"
+
+
+@pytest.fixture(scope="module")
+def empty_server(tmp_path_factory):
+    store = tmp_path_factory.mktemp("empty-store")
+    proc, url = start_app(store, store / "app.log")
+    yield url, store
+    proc.terminate()
+    proc.wait(timeout=90)
+
+
+def test_an_empty_lab_guides_the_first_visit(browser, empty_server):
+    """Every tab says what to do on an empty store; the getting-started panel queues the quick
+    scratch model once, shows its progress, and a reload shows the job's own settings."""
+    url, store = empty_server
+    from playwright.sync_api import expect
+    from lab import jobs
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(url)
+    expect(page.locator("#start")).to_contain_text("New here?", timeout=60_000)
+    for tab in ("Compare", "Evaluate", "Train", "Checkpoints"):
+        _tab(page, tab)
+        expect(page.get_by_text("The store has no checkpoints yet.").locator("visible=true")).to_have_count(1)
+    _shot(page, "getting-started")
+    page.locator("#start-step-2").click()
+    expect(page.locator("#start-message")).to_contain_text("Queued job 1", timeout=60_000)
+    expect(page.locator("#start-status-2 .lab-progress")).to_be_visible(timeout=30_000)
+    page.locator("#start-step-2").click()
+    expect(page.locator("#start-message")).to_contain_text("already making", timeout=60_000)
+    page.locator("#start-step-4").click()                          # too early: it says what is missing
+    expect(page.get_by_text("not in the store yet").first).to_be_visible(timeout=30_000)
+    page.get_by_text("running", exact=False).first.wait_for(timeout=120_000)
+    page.reload()
+    _tab(page, "Train")
+    expect(page.locator("#train-message")).to_contain_text("settings of job 1", timeout=30_000)
+    expect(page.locator("#train-name textarea, #train-name input").first).to_have_value("quick-scratch")
+    expect(page.locator("#train-preset input")).to_have_value("quick")
+    jobs.request_stop(1, "now", store)
+    expect(page.locator("#start-status-2")).to_contain_text("Press the button again", timeout=120_000)
+    assert len(jobs.list_jobs(store)) == 1
+    page.close()

@@ -92,3 +92,41 @@ def test_export_refuses_non_standard_parts(tmp_path):
     checkpoints.save(build(tiny_config(vocab_size=50257, norm="rmsnorm")), tokenizers.gpt2(), "odd")
     with pytest.raises(CheckpointError, match="cannot be exported as HF GPT-2.*rmsnorm"):
         interop.export_hf_gpt2("odd", tmp_path / "o")
+
+
+def test_an_uploaded_folder_or_zip_imports_like_the_folder(hf_dir, tmp_path, store):
+    """The browser's upload: the files themselves, or one .zip of the folder save_pretrained wrote
+    (here nested one folder down, as zipping a folder does)."""
+    import zipfile
+    archive = tmp_path / "gpt2.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in hf_dir.iterdir():
+            z.write(f, f"my-gpt2/{f.name}")
+    interop.import_hf_gpt2_upload([archive], "from-zip", [1, 3])
+    interop.import_hf_gpt2_upload([hf_dir / "config.json", hf_dir / "model.safetensors"], "from-files")
+    with torch.no_grad():
+        assert (checkpoints.load("from-zip").model(IDS).logits - _hf(hf_dir, [1, 3])(IDS).logits).abs().max() < 1e-5
+        assert (checkpoints.load("from-files").model(IDS).logits - _hf(hf_dir)(IDS).logits).abs().max() < 1e-5
+    assert not any((store / ".lab" / "uploads").iterdir())              # the scratch folder went
+
+
+def test_a_hostile_or_wrong_upload_gets_one_message_and_writes_nothing_outside(hf_dir, tmp_path, store):
+    import zipfile
+    evil = tmp_path / "evil.zip"
+    with zipfile.ZipFile(evil, "w") as z:
+        z.write(hf_dir / "config.json", "../../outside/config.json")
+        z.write(hf_dir / "model.safetensors", "/abs/model.safetensors")
+        z.writestr("../../outside/run.sh", "echo owned")
+    interop.import_hf_gpt2_upload([evil], "evil")                         # only the base names count
+    assert not (tmp_path / "outside").exists() and not list(tmp_path.parent.glob("outside"))
+    not_zip = tmp_path / "x.zip"
+    not_zip.write_bytes(b"PK no zip")
+    empty = tmp_path / "empty.zip"
+    zipfile.ZipFile(empty, "w").close()
+    other = tmp_path / "pytorch_model.bin"
+    other.write_bytes(b"pickle")
+    for files, expected in (([not_zip], "not a readable .zip"), ([empty], "holds no config.json"),
+                            ([other], "not a file of an HF GPT-2 checkpoint"), ([], "upload the")):
+        with pytest.raises(CheckpointError, match=expected):
+            interop.import_hf_gpt2_upload(files, "bad")
+    assert "bad" not in checkpoints.names()

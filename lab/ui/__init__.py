@@ -10,7 +10,7 @@ import gradio as gr
 from lab import store as lab_store
 from lab.attention import VENDOR_DIR
 from lab.errors import LabError
-from lab.ui import attention, checkpoints, compare, evaluate, train
+from lab.ui import attention, checkpoints, compare, evaluate, start, train
 from lab.ui.common import Context, friendly
 
 CSS = """
@@ -18,6 +18,7 @@ CSS = """
 .lab-compare td { overflow-wrap: anywhere; }
 .lab-compare td, .lab-compare th { border: 1px solid #ddd; padding: 6px 8px; vertical-align: top; text-align: left; }
 .lab-compare .row-no, .lab-compare th:first-child { color: #888; width: 2.5em; }
+.lab-matrix th:first-child { width: 15em; overflow-wrap: anywhere; }
 .tok { border-radius: 3px; padding: 0 1px; white-space: pre-wrap; }
 .tok-prompt { color: #666; white-space: pre-wrap; }
 .lab-progress { background: #e5e7eb; border-radius: 6px; height: 14px; overflow: hidden; }
@@ -43,32 +44,37 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
     ctx = Context(store=store, data_dir=data_dir)
     with gr.Blocks(title="tfmr-lab") as demo:
         gr.Markdown("# tfmr-lab\nTrain, compare and understand small Transformer language models.")
-        with gr.Tabs():
+        compare_them, _, _ = start.build(ctx)
+        with gr.Tabs() as tabs:
             with gr.Tab("Compare", id="compare"):
-                compare.build(ctx)
+                side_by_side = compare.build(ctx)
             with gr.Tab("Attention", id="attention"):
                 attention.build(ctx)
             with gr.Tab("Evaluate", id="evaluate"):
                 evaluate.build(ctx)
             with gr.Tab("Train", id="train"):
-                job, latest = train.build(ctx)
+                attached, latest = train.build(ctx)
             with gr.Tab("Checkpoints", id="checkpoints"):
                 table = checkpoints.build(ctx)
 
+        side_by_side.then(compare_them.click(
+            friendly(lambda: (gr.Tabs(selected="compare"), start.ready_to_compare(ctx.store))),
+            None, [tabs, side_by_side.chosen], api_visibility="private"))
         known = gr.State(ctx.checkpoint_names())
 
         def refresh(previous):
             """New checkpoints (a job just wrote one) become choices in every tab at once."""
             names = ctx.checkpoint_names()
             if names == previous:
-                return [gr.skip()] * (len(ctx.checkpoint_dropdowns) + 1) + [previous]
+                return [gr.skip()] * (len(ctx.checkpoint_dropdowns) + len(ctx.empty_notes) + 1) + [previous]
             updates = [ctx.refreshed(dd, names, was_empty=not previous) for dd in ctx.checkpoint_dropdowns]
-            return updates + [checkpoints.rows(ctx.store), names]
-        fresh = ctx.checkpoint_dropdowns + [table, known]
+            notes = [gr.update(visible=not names) for _ in ctx.empty_notes]
+            return updates + notes + [checkpoints.rows(ctx.store), names]
+        fresh = ctx.checkpoint_dropdowns + ctx.empty_notes + [table, known]
         demo.load(friendly(refresh), known, fresh, api_visibility="private")   # current from the start
         gr.Timer(3.0).tick(friendly(refresh), known, fresh, api_visibility="private",
                            show_progress="hidden")
-        demo.load(friendly(latest), None, job, api_visibility="private")   # re-attach to the running job
+        demo.load(friendly(latest), None, attached, api_visibility="private")   # re-attach to the running job
     return demo
 
 

@@ -72,6 +72,18 @@ def import_smollm2(layers, name, store=None):
     yield said, rows(store)
 
 
+def import_gpt2_upload(files, layers, name, store=None):
+    name = checkpoints.check_name(need(text(name, "name", 200).strip(), "a name"))
+    layers = text(layers, "layers", 2000)
+    if isinstance(files, str):
+        files = [files]
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files) or len(files) > 10:
+        raise ConfigError("upload the checkpoint's files (config.json, model.safetensors) or one .zip")
+    selection = interop.parse_layers(layers) if layers.strip() else None
+    interop.import_hf_gpt2_upload(files, name, selection, store)
+    return f"Imported **{name}**.", rows(store)
+
+
 def export_hf(name, outdir, store=None):
     """Into an allowed server folder when one is given; otherwise into the store's exports,
     offered as a .zip download."""
@@ -103,6 +115,7 @@ def delete(name, confirm, store=None):
 
 
 def build(ctx: Context):
+    ctx.empty_note("Import SmolLM2 below (about 15 s), or train a model in the Train tab.")
     table = gr.Dataframe(rows(ctx.store), headers=COLUMNS, label="the store", interactive=False,
                          elem_id="checkpoints-table")
     refresh = gr.Button("Refresh")
@@ -123,14 +136,22 @@ def build(ctx: Context):
         gr.Button("Import SmolLM2", variant="primary", elem_id="smollm2-import").click(
             friendly(lambda *a: (yield from import_smollm2(*a, store=ctx.store))), [smol_layers, smol_name],
             [message, table], api_name="import_smollm2")
-    with gr.Accordion("Import an HF GPT-2 directory", open=False):
+    with gr.Accordion("Import an HF GPT-2 checkpoint (upload, or a server folder)", open=False):
         with gr.Row():
-            path = Textbox(label="directory (config.json + model.safetensors)",
-                           info="a folder under LAB_ALLOWED_DIRS on the server")
             layers = Textbox(label="layers (1-based, e.g. 1,6,12; blank: all)")
-            new_name = Textbox(label="name")
-        gr.Button("Import").click(friendly(lambda *a: import_gpt2(*a, store=ctx.store)),
-                                  [path, layers, new_name], [message, table], api_name="import_gpt2")
+            new_name = Textbox(label="name", elem_id="gpt2-name")
+        upload = gr.File(label="upload config.json + model.safetensors (and the tokenizer's files), or "
+                               "one .zip of the folder save_pretrained wrote", file_count="multiple",
+                         file_types=[".json", ".safetensors", ".txt", ".zip"], elem_id="gpt2-upload")
+        gr.Button("Import the upload", elem_id="gpt2-import-upload").click(
+            friendly(lambda *a: import_gpt2_upload(*a, store=ctx.store)), [upload, layers, new_name],
+            [message, table], api_name="import_gpt2_upload")
+        with gr.Row():
+            path = Textbox(label="or a directory on the server (config.json + model.safetensors)",
+                           info="a folder under LAB_ALLOWED_DIRS", scale=3)
+            gr.Button("Import the folder").click(friendly(lambda *a: import_gpt2(*a, store=ctx.store)),
+                                                 [path, layers, new_name], [message, table],
+                                                 api_name="import_gpt2")
     with gr.Accordion("Export to HF GPT-2", open=False):
         outdir = Textbox(label="output directory (optional)",
                             info="blank: download a .zip; or a new folder under LAB_ALLOWED_DIRS")

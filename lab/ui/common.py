@@ -30,6 +30,14 @@ class Context:
     # how each dropdown is filled: "one" (the first name), "two" (the first two, to compare) or
     # "blank" (nothing chosen: an optional choice such as the parent of a fine-tune)
     fill: dict = field(default_factory=dict)
+    empty_notes: list = field(default_factory=list)     # shown while the store is empty
+
+    def empty_note(self, what_to_do: str) -> gr.Markdown:
+        """A line at the top of a tab saying what to do first, shown only on an empty store."""
+        note = gr.Markdown(f"**The store has no checkpoints yet.** {what_to_do}",
+                           visible=not self.checkpoint_names(), elem_classes=["lab-empty-note"])
+        self.empty_notes.append(note)
+        return note
 
     def checkpoint_names(self) -> list[str]:
         return checkpoints.names(self.store)

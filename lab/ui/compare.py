@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import html
 import math
+from dataclasses import dataclass
 
 import gradio as gr
 
 from lab.ui.evaluate import COLUMNS as EVAL_COLUMNS
 from lab.ui.evaluate import WIDTHS as EVAL_WIDTHS
-from lab.ui.evaluate import run as evaluate_run
+from lab.ui.evaluate import wire as wire_scores
+from lab import exports
 from lab.ui.fields import Checkbox, Dataframe, Number, Radio, Textbox
-from lab.config import SEED_MAX, ConfigError
+from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.generate import MAX_PROMPT_CHARS, sample_captions
 from lab.registry import DECODERS
 from lab.ui.common import (MODELS, Context, checkpoint_dropdown, decode_config, decoder_inputs,
@@ -71,12 +73,56 @@ def compare(checkpoints_chosen, decoder, temperature, top_k, top_p, num_beams, s
     for name in chosen:       # every setting checked before any model runs
         o = overrides.get(name, {})
         settings.append(decode_config(**{k: _cell(o.get(k), v) for k, v in shared.items()}, seed=seed))
-    columns = []
+    columns, texts = [], {}
     for name, cfg in zip(chosen, settings):
         ck = MODELS.get(name, store)
         caps = sample_captions(ck.model, ck.tokenizer, n, cfg, prompt=prefix)
         columns.append((name, _settings_label(cfg), [shade(ck.tokenizer, c) for c in caps]))
-    return captions_table(columns)
+        texts[name] = [c.text for c in caps]
+    table = captions_table(columns)
+    record = {"html": table, "captions": texts, "seed": seed, "prefix": prefix, "n": n,
+              "decoders": {name: cfg.to_dict() for name, cfg in zip(chosen, settings)}}
+    return table, record
+
+
+def caption_files(record, store=None):
+    """The last comparison's captions as CSV and JSON (one row per position, one column each)."""
+    if not record:
+        return None
+    names = list(record["captions"])
+    rows = [[i + 1] + [record["captions"][n][i] for n in names] for i in range(record["n"])]
+    about = {k: record[k] for k in ("seed", "prefix", "decoders")}
+    return exports.write_table(["row"] + names, rows, "captions-" + "-vs-".join(names), store, about)
+
+
+def save_report(record, scores, row, store=None) -> str:
+    """The last comparison as one self-contained HTML file; scores only when they are of the same
+    checkpoints."""
+    from lab import attention, checkpoints, report
+    if not record:
+        raise ConfigError("generate captions side by side first; the report holds that comparison")
+    names = list(record["captions"])
+    k = whole(row, "caption row", 1, record["n"]) - 1
+    views = []
+    for name in names:
+        ck = MODELS.get(name, store)
+        caption = record["captions"][name][k]
+        cap = attention.capture(ck.model, ck.tokenizer, caption, max_tokens=ck.config.n_positions)
+        doc = attention.bertviz_html(cap, "head", REPORT_ASSETS)
+        views.append((name, f"row {k + 1}: {caption}", report.self_contained(doc, REPORT_ASSETS),
+                      120 + 26 * len(cap.tokens)))          # tall enough for every token
+    same = scores and scores["provenance"]["checkpoints"] == names
+    settings = {"seed": record["seed"], "prefix": record["prefix"] or "(none)",
+                "captions per checkpoint": record["n"],
+                **{f"decoder of {n}": _settings_label(DecodeConfig.from_dict(d))
+                   for n, d in record["decoders"].items()}}
+    document = report.comparison(record["html"], settings,
+                                 {n: checkpoints.info(n, store) for n in names},
+                                 scores if same else None, views)
+    return exports.write_html(document, "comparison-" + "-vs-".join(names), store)
+
+
+REPORT_ASSETS = "/lab-report-assets"     # a placeholder the report replaces by the scripts themselves
 
 
 def _cell(value, shared):
@@ -118,21 +164,51 @@ def decoder_matrix(checkpoints_chosen, temperatures, n, seed, prefix, store=None
         uses = DECODERS.get(dec).meta.get("uses", ())
         for t in (raw if "temperature" in uses else [1.0]):
             settings.append(decode_config(dec, t, 40, 0.9, 4, seed=seed))
+    texts = []                   # (settings label, checkpoint, caption) for the downloads
+    for i, cfg in enumerate(settings):
+        yield matrix_table(chosen, settings, texts, doing=i), None
+        for name in chosen:
+            ck = MODELS.get(name, store)
+            for c in sample_captions(ck.model, ck.tokenizer, n, cfg, prompt=prefix):
+                texts.append((_settings_label(cfg), name, c.text, shade(ck.tokenizer, c)))
+    yield matrix_table(chosen, settings, texts), texts
+
+
+def matrix_table(chosen, settings, texts, doing: int | None = None) -> str:
+    """The matrix so far: a row per decoder setting, a column per checkpoint; while it is being
+    built, a line saying which row is under way."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in chosen)
     rows = []
     for cfg in settings:
-        cells = []
-        for name in chosen:
-            ck = MODELS.get(name, store)
-            caps = sample_captions(ck.model, ck.tokenizer, n, cfg, prompt=prefix)
-            cells.append("<br>".join(shade(ck.tokenizer, c) for c in caps))
-        rows.append(f"<tr><th>{html.escape(_settings_label(cfg))}</th>" +
-                    "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return (f"<table class='lab-compare'><thead><tr><th>decoder</th>{head}</tr></thead>"
+        label = _settings_label(cfg)
+        cells = ["<br>".join(t[3] for t in texts if t[0] == label and t[1] == name) for name in chosen]
+        rows.append(f"<tr><th>{html.escape(label)}</th>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    note = "" if doing is None else (
+        f"<div class='lab-progress'><div class='bar' style='width:{100 * doing / len(settings):.0f}%'>"
+        f"</div></div><p class='lab-progress-text'>row {doing + 1} of {len(settings)}: "
+        f"{html.escape(_settings_label(settings[doing]))} …</p>")
+    return (f"{note}<table class='lab-compare lab-matrix'><thead><tr><th>decoder</th>{head}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>")
 
 
-def build(ctx: Context):
+def matrix_files(texts, store=None):
+    if not texts:
+        return None
+    return exports.write_table(["decoder", "checkpoint", "caption"], [list(t[:3]) for t in texts],
+                               "decoder-matrix", store)
+
+
+@dataclass
+class SideBySide:
+    """What the getting-started panel drives: the chosen checkpoints, and `then(event)`, which
+    generates side by side (with the downloads) once `event` succeeded."""
+    chosen: gr.Dropdown
+    then: object
+
+
+def build(ctx: Context) -> SideBySide:
+    ctx.empty_note("Use *Getting started* above, import SmolLM2 in the Checkpoints tab, or train a "
+                   "model in the Train tab; then choose two checkpoints here.")
     gr.Markdown("Captions from each checkpoint side by side. Row *i* of every column comes from the "
                 "same seed and position; each generated token is shaded by the probability the model "
                 "gave it (hover for the number).")
@@ -152,9 +228,17 @@ def build(ctx: Context):
         return gr.update(visible=on, value=[[n, "", None, None, None, None] for n in (names or [])])
     per_model.change(show_rows, [per_model, chosen], per_model_rows, api_visibility="private")
     inputs = [chosen, *dec.components(), seed, prefix, n, per_model, per_model_rows]
-    go.click(friendly(lambda *a: compare(*a, store=ctx.store)), inputs, out, api_name="compare")
-    prefix.submit(friendly(lambda *a: compare(*a, store=ctx.store)), inputs, out,   # Enter generates
-                  api_visibility="private")
+    last = gr.State(None)            # the last comparison, for its downloads and the report
+    files = gr.File(label="download the captions (CSV, JSON)", file_count="multiple",
+                    interactive=False, elem_id="compare-files")
+    run = friendly(lambda *a: compare(*a, store=ctx.store))
+    save = friendly(lambda r: caption_files(r, ctx.store))
+    go.click(run, inputs, [out, last], api_name="compare").success(save, last, files, api_visibility="private")
+
+    def then(event):
+        return event.success(run, inputs, [out, last], api_visibility="private").success(
+            save, last, files, api_visibility="private")
+    then(prefix.submit(lambda: None, None, None, api_visibility="private"))     # Enter generates
 
     with gr.Accordion("Which is better? Score them on a seeded subset of the test split", open=False):
         with gr.Row():
@@ -163,15 +247,30 @@ def build(ctx: Context):
         scores = gr.Dataframe(headers=EVAL_COLUMNS, label="scores (live): each value with its 95% interval",
                               elem_id="compare-scores", wrap=True, column_widths=EVAL_WIDTHS)
         said = gr.Markdown(elem_id="compare-verdicts")
-        go_s.click(friendly(lambda names, d, t, k, p, b, n, s: (yield from evaluate_run(
-                       names, d, t, k, p, b, n, s, "auto", store=ctx.store, data_dir=ctx.data_dir))),
-                   [chosen, *dec.components(), score_n, seed], [scores, said], api_name="compare_scores")
+        bleu_auto = gr.State("auto")
+        scored = wire_scores(go_s, [chosen, *dec.components(), score_n, seed, bleu_auto], [scores, said],
+                             ctx, "compare_scores")
+
+    with gr.Accordion("Save the comparison as one HTML file (opens offline, shareable)", open=False):
+        gr.Markdown("The captions above, the scores of *Which is better?* if you ran it, the "
+                    "attention of one caption row of each checkpoint, every setting and provenance.")
+        with gr.Row():
+            row = Number(1, label="caption row for the attention view", step=1)
+            go_r = gr.Button("Save the report", elem_id="compare-report")
+        report_file = gr.File(label="report (HTML)", interactive=False, elem_id="compare-report-file")
+        go_r.click(friendly(lambda r, sc, k: save_report(r, sc, k, ctx.store)), [last, scored, row],
+                   report_file, api_visibility="private")
 
     with gr.Accordion("Decoder matrix: every decoder plugin x temperature", open=False):
         with gr.Row():
             temps = Textbox("0.7, 1.0", label="temperatures")
             n_m = Number(3, label="captions per cell", step=1)
-        go_m = gr.Button("Build the matrix")
-        out_m = gr.HTML()
-        go_m.click(friendly(lambda *a: decoder_matrix(*a, store=ctx.store)),
-                   [chosen, temps, n_m, seed, prefix], out_m, api_name="decoder_matrix")
+        go_m = gr.Button("Build the matrix", elem_id="compare-matrix")
+        out_m = gr.HTML(elem_id="compare-matrix-out")
+        matrix = gr.State(None)
+        files_m = gr.File(label="download the matrix (CSV, JSON)", file_count="multiple", interactive=False)
+        go_m.click(friendly(lambda *a: (yield from decoder_matrix(*a, store=ctx.store))),
+                   [chosen, temps, n_m, seed, prefix], [out_m, matrix], api_name="decoder_matrix",
+                   show_progress="minimal").success(
+            friendly(lambda t: matrix_files(t, ctx.store)), matrix, files_m, api_visibility="private")
+    return SideBySide(chosen, then)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from lab import exports
 from lab.ui.fields import Number, Radio
 from lab.config import SEED_MAX
 from lab.evaluate import evaluate_live, verdicts
@@ -60,10 +61,36 @@ def run(names, decoder, temperature, top_k, top_p, num_beams, n, seed, bleu_toke
     models = {name: MODELS.get(name, store) for name in names}
     chunk = max(50, n // 10)
     for snap in evaluate_live(models, n, cfg, bleu_tokens=bleu_tokens, data_dir=data_dir, chunk=chunk):
-        yield table(snap), provenance_md(snap)
+        rows = table(snap)
+        yield rows, provenance_md(snap), {"headers": COLUMNS, "rows": rows, "verdicts": verdicts(snap),
+                                          "provenance": snap["provenance"], "done": snap["done"],
+                                          "snapshot": snap}
+
+
+def score_files(scores, store=None):
+    """The last scores as CSV and JSON (the JSON also holds the raw figures and provenance)."""
+    if not scores:
+        return None
+    about = {"verdicts": scores["verdicts"], "provenance": scores["provenance"],
+             "figures": scores["snapshot"]["models"], "differences": scores["snapshot"]["differences"]}
+    return exports.write_table(scores["headers"], scores["rows"],
+                               "scores-" + "-vs-".join(scores["provenance"]["checkpoints"]), store, about)
+
+
+def wire(button, inputs, shown: list, ctx: Context, api_name: str) -> gr.State:
+    """Scores stream into `shown` (table, notes); at the end the CSV/JSON downloads appear.
+    Returns the state holding the last scores."""
+    last = gr.State(None)
+    files = gr.File(label="download the scores (CSV, JSON)", file_count="multiple", interactive=False,
+                    elem_id=f"{api_name}-files")
+    button.click(friendly(lambda *a: (yield from run(*a, store=ctx.store, data_dir=ctx.data_dir))),
+                 inputs, shown + [last], api_name=api_name).success(
+        friendly(lambda s: score_files(s, ctx.store)), last, files, api_visibility="private")
+    return last
 
 
 def build(ctx: Context):
+    ctx.empty_note("Use *Getting started* above, or import or train a checkpoint; then evaluate it here.")
     gr.Markdown("Perplexity and BLEU-4 on a seeded subset of the test split, updating as samples "
                 "accumulate. Every model is scored on the same subset with the same seeds.")
     names = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, elem_id="evaluate-checkpoints")
@@ -77,5 +104,4 @@ def build(ctx: Context):
     out = gr.Dataframe(headers=COLUMNS, label="results (live): each value with its 95% interval",
                        elem_id="evaluate-table", wrap=True, column_widths=WIDTHS)
     prov = gr.Markdown(elem_id="evaluate-provenance")
-    go.click(friendly(lambda *a: (yield from run(*a, store=ctx.store, data_dir=ctx.data_dir))),
-             [names, *dec.components(), n, seed, bleu_tokens], [out, prov], api_name="evaluate")
+    wire(go, [names, *dec.components(), n, seed, bleu_tokens], [out, prov], ctx, "evaluate")

@@ -25,7 +25,7 @@ from lab.ui.common import text as bounded_text
 MODEL_FIELDS = ["model", "n_layer", "n_head", "n_embd", "kv_groups", "n_positions", "norm",
                 "norm_position", "attention", "positional", "mlp", "tie_embeddings", "dropout"]
 TRAIN_FIELDS = ["epochs", "batch_size", "lr", "seed", "shuffle", "early_stop", "patience",
-                "eval_every", "max_train_captions", "max_dev_captions", "log_every", "train_layers",
+                "eval_every", "max_train_captions", "max_dev_captions", "final_dev", "log_every", "train_layers",
                 "device"]
 
 
@@ -43,7 +43,9 @@ def _field_component(cls, name, value):
     if name == "device":
         return Radio(["auto", "cpu", "cuda"], value=value, label=name)
     if f.type in ("bool", bool):
-        return Checkbox(value, label=name, min_width=150)      # room for its whole label
+        return Checkbox(value, label=name, min_width=150,      # room for its whole label
+                        info="at the end, score the kept checkpoint on all dev captions"
+                        if name == "final_dev" else None)
     if name in ("train_layers",):
         return Textbox(value, label=name, info="'all' or 1-based blocks, e.g. 1,3")
     if name == "log_every":
@@ -122,6 +124,8 @@ def progress_html(job: dict) -> str:
         doing = phase_text(p) if event == "progress" else f"training, loss {p['train_loss']:.3f}"
         text = (f"{doing} — epoch {p['epoch']}, step {p['step']}/{p['total_steps']}, "
                 f"elapsed {format_duration(p['elapsed_s'])}, ETA {format_duration(p['eta_s'])}")
+    elif event == "final_eval":
+        text = f"{status}: all {p['full_dev_captions']:,} dev captions, perplexity {p['full_dev_perplexity']:.2f}"
     elif event == "eval":
         where = f"step {p['step']}" if p.get("mid_epoch") else f"epoch {p['epoch']}"
         text = f"{status}: {where} dev perplexity {p['dev_perplexity']:.2f}"
@@ -182,7 +186,12 @@ def curves(job: dict, store=None):
                     marker=dict(size=4))
     fig.add_scatter(x=dev_steps, y=dev, name="dev loss", mode="lines+markers")
     fig.update_layout(height=300, margin=dict(l=40, r=10, t=30, b=30), xaxis_title="step",
-                      yaxis_title="loss", title=f"job {job['id']}: {job['name']}")
+                      yaxis_title="loss", title=f"job {job['id']}: {job['name']}",
+                      # transparent, mid-grey text and grid: readable in the light and dark themes
+                      paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
+                      font=dict(color="#8a8f98"))
+    fig.update_xaxes(gridcolor="rgba(128,128,128,0.25)")
+    fig.update_yaxes(gridcolor="rgba(128,128,128,0.25)")
     return fig
 
 
@@ -206,6 +215,8 @@ def written(job: dict, store=None) -> str:
     except checkpoints.CheckpointError as e:
         return f"Checkpoint **{job['name']}** is damaged: {e}"
     ppl = f", dev perplexity {m['dev_perplexity']:.2f}" if "dev_perplexity" in m else ""
+    if "full_dev_perplexity" in m:
+        ppl += f" ({m['full_dev_perplexity']:.2f} on all {m['full_dev_captions']:,} dev captions)"
     return f"Checkpoint **{job['name']}**: best epoch {m.get('epoch', '?')}{ppl}. It is a choice in the other tabs."
 
 
@@ -241,14 +252,45 @@ def resume(job_id, store=None):
     return gr.update(choices=job_choices(store), value=str(new)), f"Queued job {new}, resuming job {job_id}."
 
 
-def latest_active(store=None):
+def latest_active(store=None) -> list:
+    """On page load: the job list, the running (or newest) job chosen; while that job runs or waits,
+    the form shows its own settings, as it was filled when the job started."""
     rows = jobs.list_jobs(store)
     active = [j for j in rows if j["status"] in ("running", "queued")]
     pick = (active or rows or [None])[0]
-    return gr.update(choices=job_choices(store), value=str(pick["id"]) if pick else None)
+    chosen = gr.update(choices=job_choices(store), value=str(pick["id"]) if pick else None)
+    n_form = 3 + len(MODEL_FIELDS) + len(TRAIN_FIELDS) + 1
+    if not active:
+        return [chosen] + [gr.skip()] * n_form
+    return [chosen] + job_form(active[0], store)
+
+
+def job_form(job: dict, store=None) -> list:
+    """A job's own settings as the form's values: name, preset, parent, the model section (the
+    parent's, locked, for a fine-tune), the training section, train_layers' hint and the note."""
+    spec = job["spec"]
+    parent = spec.get("parent") or ""
+    train_values = [spec["train"].get(f) for f in TRAIN_FIELDS]
+    if parent:
+        model = parent_view(parent, spec.get("preset"), store)
+        model_values, hint, note = model[:len(MODEL_FIELDS)], model[-2], model[-1]
+    elif spec.get("model"):
+        model_values = [gr.update(value=spec["model"].get(f), interactive=True) for f in MODEL_FIELDS]
+        hint, note = None, ""
+    else:                           # a resumed run: its model is the checkpoint's
+        model_values, hint, note = [gr.skip()] * len(MODEL_FIELDS), None, ""
+    if isinstance(hint, dict) and hint.get("__type__") == "update":    # the parent's blocks
+        i = TRAIN_FIELDS.index("train_layers")
+        train_values[i] = {**hint, "value": train_values[i]}
+    preset = spec.get("preset") or ""
+    preset_shown = gr.update(value=preset, info=PRESETS[preset][1] if preset in PRESETS else "")
+    return ([job["name"], preset_shown, parent] + model_values + train_values
+            + [f"The form shows the settings of job {job['id']} ({job['status']}). {note}".strip()])
 
 
 def build(ctx: Context):
+    ctx.empty_note("Train one from scratch with a preset below (`quick` writes readable captions in "
+                   "about 6 minutes), or import SmolLM2 in the Checkpoints tab to fine-tune it here.")
     gr.Markdown("Start a training job. It runs in the background worker (on a GPU when there is one); "
                 "closing the browser never stops it, and reopening the page re-attaches.")
     with gr.Row():
@@ -277,9 +319,9 @@ def build(ctx: Context):
         m, t = get_preset(p)
         model = [gr.skip()] * len(MODEL_FIELDS) if chosen_parent else [getattr(m, f) for f in MODEL_FIELDS]
         return model + [getattr(t, f) for f in TRAIN_FIELDS] + [gr.update(info=PRESETS[p][1])]
-    preset.change(fill, [preset, parent], model_inputs + train_inputs + [preset], api_visibility="private")
+    preset.input(fill, [preset, parent], model_inputs + train_inputs + [preset], api_visibility="private")
     layers_field = train_inputs[TRAIN_FIELDS.index("train_layers")]
-    parent.change(friendly(lambda p, pr: parent_view(p, pr, ctx.store)), [parent, preset],
+    parent.input(friendly(lambda p, pr: parent_view(p, pr, ctx.store)), [parent, preset],
                   model_inputs + [layers_field, parent_note], api_visibility="private")
 
     go = gr.Button("Start training", variant="primary", elem_id="train-start")
@@ -314,4 +356,5 @@ def build(ctx: Context):
     stop_after.click(friendly(lambda j: stop(j, "after_checkpoint", ctx.store)), job, message,
                      api_name="stop_job_after_checkpoint")
     resume_btn.click(friendly(lambda j: resume(j, ctx.store)), job, [job, message], api_name="resume_job")
-    return job, lambda: latest_active(ctx.store)
+    on_load = [job, name, preset, parent, *model_inputs, *train_inputs, parent_note]
+    return on_load, lambda: latest_active(ctx.store)

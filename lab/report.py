@@ -1,0 +1,98 @@
+"""A comparison as one self-contained HTML file that opens offline: the captions side by side,
+the scores with their intervals and verdicts, attention of a chosen caption (bertviz's head view
+with d3, jQuery and require.js written into the file), every setting and the provenance.
+"""
+from __future__ import annotations
+
+import html
+import json
+import time
+
+from lab.attention import CDN, VENDOR_DIR
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1300px; color: #111; }
+h1 { font-size: 1.6em; } h2 { font-size: 1.25em; margin-top: 1.6em; }
+table { border-collapse: collapse; width: 100%; font-size: 14px; }
+td, th { border: 1px solid #ddd; padding: 5px 8px; vertical-align: top; text-align: left; }
+.lab-compare td { overflow-wrap: anywhere; } .row-no { color: #888; width: 2.5em; }
+.tok { border-radius: 3px; padding: 0 1px; white-space: pre-wrap; }
+.tok-prompt { color: #666; }
+pre { background: #f6f8fa; padding: 8px; overflow-x: auto; font-size: 12px; }
+.attention { display: flex; flex-wrap: wrap; gap: 16px; }
+.attention > div { flex: 1 1 560px; }
+iframe { width: 100%; border: 1px solid #ddd; }
+"""
+
+
+def _inline(js: str) -> str:
+    """Script text safe inside <script> ... </script>."""
+    return js.replace("</script", "<\\/script")
+
+
+def self_contained(document: str, asset_url: str) -> str:
+    """A bertviz document made with `asset_url` for its scripts, with those scripts written in:
+    d3 and jQuery first (they set window globals while no AMD loader exists), then require.js and
+    two named modules, so bertviz's require(['jquery', 'd3']) loads nothing."""
+    vendor = {name: _inline((VENDOR_DIR / f"{name}.js").read_text(encoding="utf-8"))
+              for name in ("d3.min", "jquery.min", "require.min")}
+    loader = (f"<script>{vendor['d3.min']}</script><script>{vendor['jquery.min']}</script>"
+              f"<script>{vendor['require.min']}</script>"
+              "<script>define('d3', [], function () { return window.d3; });"
+              "define('jquery', [], function () { return window.jQuery; });</script>")
+    require_tag = f'<script src="{asset_url}/require.min.js"></script>'
+    if require_tag not in document:
+        raise ValueError("the attention view does not load require.js where expected")
+    document = document.replace(require_tag, loader)
+    for local in CDN.values():                    # nothing may point outside the file
+        document = document.replace(f"{asset_url}/{local}", f"inline:{local}")
+    return document
+
+
+def _frame(document: str, height: int) -> str:
+    return f'<iframe style="height:{height}px" srcdoc="{html.escape(document, quote=True)}"></iframe>'
+
+
+def _settings_table(settings: dict) -> str:
+    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
+                   for k, v in settings.items())
+    return f"<table>{rows}</table>"
+
+
+def comparison(captions_html: str, settings: dict, checkpoints: dict, scores: dict | None = None,
+               attention: list[tuple[str, str, str, int]] | None = None) -> str:
+    """The report. captions_html: the Compare tab's table; settings: what produced it (decoder,
+    seed, prefix, n); checkpoints: {name: its config, provenance and metrics}; scores: the last
+    'Which is better?' (a rows/provenance/verdicts dict); attention: (checkpoint, caption, self-
+    contained bertviz document, its height in pixels) for each view."""
+    parts = [f"<h1>tfmr-lab comparison: {html.escape(' vs '.join(checkpoints))}</h1>",
+             f"<p>Saved {time.strftime('%Y-%m-%d %H:%M:%S')}. This file needs no network.</p>",
+             "<h2>Captions side by side</h2>",
+             "<p>Row <i>i</i> of every column comes from the same seed and position; each generated "
+             "token is shaded by the probability the model gave it (hover for the number).</p>",
+             captions_html, "<h2>Settings</h2>", _settings_table(settings)]
+    if scores:
+        parts += ["<h2>Scores</h2>", _scores_table(scores)]
+    if attention:
+        parts.append("<h2>Attention</h2><div class='attention'>")
+        for name, caption, document, height in attention:
+            parts.append(f"<div><h3>{html.escape(name)}</h3><p>{html.escape(caption)}</p>"
+                         f"{_frame(document, height)}</div>")
+        parts.append("</div>")
+    parts.append("<h2>Checkpoints: config, provenance and metrics</h2>")
+    for name, info in checkpoints.items():
+        parts.append(f"<h3>{html.escape(name)}</h3><pre>{html.escape(json.dumps(info, indent=2, default=str))}</pre>")
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>tfmr-lab comparison</title>"
+            f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>")
+
+
+def _scores_table(scores: dict) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in scores["headers"])
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
+                   for row in scores["rows"])
+    verdicts = "".join(f"<li>{html.escape(v)}</li>" for v in scores.get("verdicts", []))
+    prov = html.escape(json.dumps(scores.get("provenance", {}), indent=2, default=str))
+    return (f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            + (f"<p><b>Verdicts</b> (paired bootstrap by caption, 95%; the first checkpoint is the "
+               f"baseline):</p><ul>{verdicts}</ul>" if verdicts else "")
+            + f"<p>Provenance:</p><pre>{prov}</pre>")

@@ -1,0 +1,150 @@
+"""Getting started: the lab's three flows for a first visit, as buttons over an empty store.
+
+Import SmolLM2, train a quick model from scratch, fine-tune SmolLM2 on the captions, then compare
+the two side by side. Each step says where it stands (done, queued, running with its progress,
+failed and why), read from the store and the job ledger, so a reload or a second tab sees the same.
+"""
+from __future__ import annotations
+
+import gradio as gr
+
+from lab import checkpoints, jobs
+from lab.config import ConfigError
+from lab.presets import configs
+from lab.ui.common import Context
+from lab.ui.train import progress_html
+
+SMOLLM2, SCRATCH, FINETUNE = "smollm2", "quick-scratch", "smollm2-captions"
+SCRATCH_PRESET, FINETUNE_PRESET = "quick", "smollm2-quick"
+
+INTRO = ("**New here?** These steps take you from an empty lab to a model trained from scratch and "
+         "a fine-tuned SmolLM2 side by side, in about 10 minutes on 2 CPU cores. Training jobs queue "
+         "and run one after another in the background: start steps 1 to 3 now (or press *Do steps "
+         "1-3*), then watch them here or in the Train tab. Closing the page stops nothing.")
+
+
+def _job_for(name: str, store=None) -> dict | None:
+    """The newest job writing checkpoint `name`, if any."""
+    return next((j for j in jobs.list_jobs(store) if j["name"] == name), None)
+
+
+def step_status(name: str, store=None) -> str:
+    """Where the step that makes checkpoint `name` stands, as a short HTML line."""
+    if name in checkpoints.names(store):
+        return f"<span class='lab-step-done'>✓ done: checkpoint <b>{name}</b> is in the store</span>"
+    job = _job_for(name, store)
+    if job is None:
+        return "<span class='lab-step-todo'>not started</span>"
+    if job["status"] in ("queued", "running"):
+        return progress_html(job)
+    return progress_html(job) + ("<div class='lab-progress-text'>Press the button again: it goes on "
+                                 "where it stopped, or starts anew if it kept nothing.</div>"
+                                 if job["status"] != "done" else "")
+
+
+def statuses(store=None) -> list[str]:
+    return [step_status(n, store) for n in (SMOLLM2, SCRATCH, FINETUNE)] + [compare_status(store)]
+
+
+def compare_status(store=None) -> str:
+    have = checkpoints.names(store)
+    missing = [n for n in (SCRATCH, FINETUNE) if n not in have]
+    if missing:
+        return f"<span class='lab-step-todo'>waits for {' and '.join(missing)}</span>"
+    return "<span class='lab-step-done'>ready: press the button</span>"
+
+
+def import_smollm2(store=None) -> str:
+    """Step 1 (about 15 s); nothing to do when it is already in the store."""
+    from lab import smollm2
+    if SMOLLM2 not in checkpoints.names(store):
+        smollm2.import_smollm2(SMOLLM2, None, store)
+    return f"SmolLM2-135M is in the store as **{SMOLLM2}**."
+
+
+def _queue(name: str, preset: str, parent: str | None, store=None) -> str:
+    if name in checkpoints.names(store):
+        return f"**{name}** is already in the store."
+    job = _job_for(name, store)
+    if job is not None and job["status"] in ("queued", "running"):
+        return f"Job {job['id']} is already making **{name}**."
+    if job is not None and job["status"] in ("stopped", "interrupted"):
+        try:
+            return f"Queued job {jobs.resume(job['id'], store)}: {name} goes on where job {job['id']} stopped."
+        except ConfigError:
+            pass                    # it kept nothing to go on from: start it anew
+    if job is not None:
+        _clear_leftovers(name, store)
+    model_cfg, train_cfg, _ = configs(preset)
+    job_id = jobs.submit(name, None if parent else model_cfg.to_dict(), train_cfg.to_dict(),
+                         parent=parent, preset=preset, store=store)
+    return f"Queued job {job_id}: **{name}** (preset `{preset}`)."
+
+
+def _clear_leftovers(name: str, store=None) -> None:
+    """A getting-started run that failed, or stopped keeping nothing to resume from, starts anew."""
+    from lab.runs import last_dir
+    if last_dir(name, store).is_dir():
+        checkpoints.delete(name, store)
+
+
+def train_scratch(store=None) -> str:
+    return _queue(SCRATCH, SCRATCH_PRESET, None, store)
+
+
+def finetune(store=None) -> str:
+    """Step 3 needs SmolLM2 in the store: it imports it first when it is not there yet."""
+    said = [] if SMOLLM2 in checkpoints.names(store) else [import_smollm2(store)]
+    return " ".join(said + [_queue(FINETUNE, FINETUNE_PRESET, SMOLLM2, store)])
+
+
+def all_steps(store=None) -> str:
+    """Steps 1-3: the scratch job first, so the worker trains while SmolLM2 is imported."""
+    return " ".join([train_scratch(store), finetune(store)])
+
+
+def ready_to_compare(store=None) -> list[str]:
+    have = checkpoints.names(store)
+    missing = [n for n in (SCRATCH, FINETUNE) if n not in have]
+    if missing:
+        raise ConfigError(f"{' and '.join(missing)} not in the store yet: run steps 2 and 3 first "
+                          f"and wait until they are done")
+    return [SCRATCH, FINETUNE]
+
+
+STEPS = [
+    ("1. **Import SmolLM2-135M**, the lab's pretrained model (about 15 s)", "Import SmolLM2"),
+    (f"2. **Train a small model from scratch** (preset `{SCRATCH_PRESET}`: 2 layers, width 128, one "
+     f"epoch over the 15,000 training captions; about 6 minutes)", "Train from scratch"),
+    (f"3. **Fine-tune SmolLM2 on the captions** (preset `{FINETUNE_PRESET}`: all 30 blocks, one pass "
+     f"over 1,000 captions; about 3 minutes once step 2 is done)", "Fine-tune SmolLM2"),
+    ("4. **Compare the two side by side** in the Compare tab", "Compare them")]
+
+
+def build(ctx: Context):
+    """The panel; returns its compare button (app wiring switches to the Compare tab with it)."""
+    from lab.ui.common import friendly
+    with gr.Accordion("Getting started", open=not ctx.checkpoint_names(), elem_id="start"):
+        gr.Markdown(INTRO)
+        every = gr.Button("Do steps 1-3", elem_id="start-all", variant="primary", size="md")
+        said = gr.Markdown(elem_id="start-message")
+        buttons, shown = [], []
+        for i, (what, button) in enumerate(STEPS):
+            with gr.Row():
+                with gr.Column(scale=5, min_width=300):
+                    gr.Markdown(what)
+                    shown.append(gr.HTML(elem_id=f"start-status-{i + 1}"))
+                buttons.append(gr.Button(button, elem_id=f"start-step-{i + 1}", scale=1, size="md",
+                                         min_width=180, variant="primary" if i == 3 else "secondary"))
+    actions = [import_smollm2, train_scratch, finetune]
+    for button, action, api in zip(buttons, actions, ["start_import", "start_scratch", "start_finetune"]):
+        button.click(lambda: "Working on it …", None, said, api_visibility="private").then(
+            friendly(lambda a=action: a(ctx.store)), None, said, api_name=api).then(
+            friendly(lambda: statuses(ctx.store)), None, shown, api_visibility="private")
+    every.click(lambda: "Queuing the scratch job, importing SmolLM2 (about 15 s), then queuing the "
+                        "fine-tune …", None, said, api_visibility="private").then(
+        friendly(lambda: all_steps(ctx.store)), None, said, api_name="start_all").then(
+        friendly(lambda: statuses(ctx.store)), None, shown, api_visibility="private")
+    gr.Timer(2.0).tick(friendly(lambda: statuses(ctx.store)), None, shown, api_visibility="private",
+                       show_progress="hidden")
+    return buttons[3], said, shown

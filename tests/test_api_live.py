@@ -1,0 +1,90 @@
+"""The API is live: a script starts the app, trains a checkpoint through /start_job, then a new
+gradio_client calls every named endpoint with it. An endpoint added to the app and not called here
+fails the test, so the list stays whole."""
+import time
+import zipfile
+
+import pytest
+
+from tests.conftest import start_app
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    store = tmp_path_factory.mktemp("live-store")
+    proc, url = start_app(store, store / "app.log")
+    yield url, store
+    proc.terminate()
+    proc.wait(timeout=90)
+
+
+def _start_args(name):
+    from lab.presets import get
+    from lab.ui.train import MODEL_FIELDS, TRAIN_FIELDS
+    m, t = get("tiny")
+    t = t.replace(epochs=1, max_train_captions=200, max_dev_captions=50)
+    return [name, "tiny", ""] + [getattr(m, f) for f in MODEL_FIELDS] + [getattr(t, f) for f in TRAIN_FIELDS]
+
+
+def _refused(call, expected):
+    with pytest.raises(Exception) as e:
+        call()
+    assert expected in str(e.value) and "Traceback" not in str(e.value), str(e.value)
+
+
+def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(live, tmp_path):
+    from gradio_client import Client, handle_file
+    url, store = live
+    first = Client(url, verbose=False)
+    job, said = first.predict(*_start_args("made-later"), api_name="/start_job")
+    assert "Queued job" in said
+    deadline = time.time() + 300
+    while "data-status='done'" not in first.predict(job, api_name="/job_status")[0]:
+        assert time.time() < deadline, first.predict(job, api_name="/job_status")[0]
+        time.sleep(2)
+
+    c, called = Client(url, verbose=False), set()       # a client made after the checkpoint
+
+    def call(api, *args):
+        called.add(api)
+        return c.predict(*args, api_name=api)
+    no_rows = {"headers": ["checkpoint"], "data": []}
+    dec = ["greedy", 1.0, 40, 0.9, 4]
+    assert "made-later" in str(call("/checkpoints")["data"])
+    assert call("/checkpoint_info", "made-later")["source"] == "scratch"
+    assert "lab-compare" in call("/compare", ["made-later"], *dec, 0, "A man", 2, False, no_rows)
+    assert "lab-matrix" in call("/decoder_matrix", ["made-later"], "1.0", 1, 0, "")
+    note = call("/attention", "made-later", "A dog on a couch .", False, 0)[0]
+    assert "tokens" in note
+    assert call("/head_differences", "made-later", "made-later", "A dog .")["data"]
+    scores = call("/evaluate", ["made-later"], *dec, 100, 0, "auto")
+    assert "100 / 100" in scores[1]
+    assert "100 / 100" in call("/compare_scores", ["made-later"], *dec, 100, 0)[1]
+    assert "done" in call("/job_status", job)[0]
+    _refused(lambda: call("/stop_job", job), "only queued or running jobs stop")
+    _refused(lambda: call("/stop_job_after_checkpoint", job), "only queued or running jobs stop")
+    _refused(lambda: call("/resume_job", job), "only interrupted, stopped or failed jobs resume")
+    said, archive = call("/export_hf", "made-later", "")
+    assert "download the .zip" in said and zipfile.is_zipfile(archive)
+    said, _ = call("/import_gpt2_upload", [handle_file(archive)], "1", "re-imported")
+    assert "Imported" in said and "re-imported" in str(call("/checkpoints")["data"])
+    _refused(lambda: call("/import_gpt2", str(tmp_path), "", "nope"), "LAB_ALLOWED_DIRS")
+    _refused(lambda: call("/import_smollm2", "0", "smol"), "1 to 30")
+    said = call("/delete_checkpoint", "re-imported", "re-imported")[0]
+    assert "Deleted re-imported" in said
+    # the getting-started steps: a queued scratch job is stopped at once; the fine-tune needs its
+    # parent, imported for real (about 15 s)
+    assert "Queued job" in call("/start_scratch")
+    from lab import jobs
+    scratch = next(j for j in jobs.list_jobs(store) if j["name"] == "quick-scratch")
+    jobs.request_stop(scratch["id"], "now", store)
+    assert "smollm2" in call("/start_import")
+    assert "Queued job" in call("/start_finetune")
+    fine = next(j for j in jobs.list_jobs(store) if j["name"] == "smollm2-captions")
+    jobs.request_stop(fine["id"], "now", store)
+    assert call("/start_all").count("Queued job") == 2           # both start anew (or go on)
+    for j in jobs.list_jobs(store):
+        if j["status"] in ("queued", "running"):
+            jobs.request_stop(j["id"], "now", store)
+    named = set(c.view_api(return_format="dict", print_info=False)["named_endpoints"])
+    assert named - called == set(), f"endpoints no test called: {named - called}"

@@ -1,0 +1,100 @@
+"""What a person takes away and what a first visit does: tables as CSV/JSON, the comparison report
+(opened offline), the full dev set scored at the end of a run, the getting-started steps."""
+import csv
+import io
+import json
+import math
+
+import pytest
+import torch
+
+from lab import checkpoints, exports, jobs, report, runs, tokenizers
+from lab.config import ModelConfig, TrainConfig
+from lab.model import build
+from tests.conftest import tiny_config
+
+
+def _save(name, seed=0, store=None):
+    torch.manual_seed(seed)
+    checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)).eval(), tokenizers.gpt2(),
+                     name, store, provenance={"source": "scratch"})
+
+
+def test_a_table_downloads_as_csv_and_json_with_its_provenance(store):
+    headers = ["checkpoint", "perplexity ↓", "note"]
+    rows = [["a", 12.5, 'says "hi", twice'], ["b", float("nan"), "é\nnew line"]]
+    csv_path, json_path = exports.write_table(headers, rows, "scores a/b", store, {"seed": 3})
+    assert csv_path.endswith(".csv") and "/" not in csv_path.rsplit("/", 1)[1].replace("scores-a-b", "")
+    back = list(csv.reader(io.StringIO(open(csv_path, encoding="utf-8").read())))
+    assert back[0] == headers and back[1] == ["a", "12.5", 'says "hi", twice'] and back[2][2] == "é\nnew line"
+    doc = json.load(open(json_path, encoding="utf-8"))
+    assert doc["seed"] == 3 and doc["columns"] == headers
+    assert doc["rows"][0] == {"checkpoint": "a", "perplexity ↓": 12.5, "note": 'says "hi", twice'}
+    assert doc["rows"][1]["perplexity ↓"] is None          # NaN is no JSON number
+
+
+def test_downloads_never_pile_up(store, tmp_path):
+    folder = tmp_path / "exports"
+    folder.mkdir()
+    for i in range(30):
+        (folder / f"f{i}.csv").write_text("x")
+    exports.prune(folder, keep=10)
+    assert len(list(folder.iterdir())) == 9                 # room for the one being written
+
+
+def test_the_report_is_one_file_with_no_address_outside_it(store):
+    from lab import attention
+    _save("a", store=store)
+    ck = checkpoints.load("a", store)
+    cap = attention.capture(ck.model, ck.tokenizer, "A dog on a couch .")
+    doc = report.self_contained(attention.bertviz_html(cap, "head", "/assets"), "/assets")
+    assert "/assets/" not in doc and "cdnjs" not in doc and "src=" not in doc.split("<body", 1)[1][:2000]
+    assert "define('d3'" in doc and doc.count("<script") >= 5
+    page = report.comparison("<table class='lab-compare'></table>", {"seed": 0}, {"a": {"model": {}}},
+                             {"headers": ["checkpoint"], "rows": [["a"]], "verdicts": ["a is better"],
+                              "provenance": {"n": 100}}, [("a", "row 1: A dog", doc, 400)])
+    assert "a is better" in page and "srcdoc=" in page and "http" not in page.replace(
+        "https://", "").split("<iframe", 1)[0].lower().replace("http-equiv", "")
+
+
+def test_final_dev_scores_the_kept_checkpoint_on_every_dev_caption(corpus_dir):
+    cfg = TrainConfig(epochs=1, lr=1e-3, max_train_captions=64, max_dev_captions=40, final_dev=True)
+    model_cfg = ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48)
+    events = list(runs.train("fd", model_cfg, cfg))
+    final = [e for e in events if e["event"] == "final_eval"]
+    assert len(final) == 1 and final[0]["full_dev_captions"] == 5000
+    metrics = checkpoints.info("fd")["metrics"]
+    assert metrics["full_dev_captions"] == 5000 and metrics["dev_perplexity"] != metrics["full_dev_perplexity"]
+    assert math.isfinite(metrics["full_dev_word_perplexity"])
+    assert [e for e in events if e["event"] == "progress" and e.get("final")][0]["dev_captions"] == 5000
+
+
+def test_without_final_dev_only_the_chosen_dev_captions_are_scored(corpus_dir):
+    cfg = TrainConfig(epochs=1, lr=1e-3, max_train_captions=64, max_dev_captions=40)
+    list(runs.train("nofd", ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48), cfg))
+    assert "full_dev_captions" not in checkpoints.info("nofd")["metrics"]
+
+
+def test_getting_started_steps_queue_once_and_say_where_they_stand(store):
+    from lab.ui import start
+    assert "not started" in start.step_status(start.SCRATCH, store)
+    said = start.train_scratch(store)
+    assert "Queued job 1" in said and start.SCRATCH in said
+    assert "already making" in start.train_scratch(store)          # a second press queues nothing
+    job = jobs.get(1, store)
+    assert job["spec"]["preset"] == "quick" and job["spec"]["train"]["epochs"] == 1
+    assert "queued" in start.step_status(start.SCRATCH, store)
+    _save(start.SMOLLM2, store=store)             # stands in for the import (tested in test_smollm2)
+    assert "Queued job 2" in start.finetune(store)
+    spec = jobs.get(2, store)["spec"]
+    assert spec["parent"] == start.SMOLLM2 and spec["preset"] == "smollm2-quick"
+    assert spec["train"]["max_train_captions"] == 1000 and spec["train"]["max_dev_captions"] == 200
+    with pytest.raises(Exception, match="not in the store yet"):
+        start.ready_to_compare(store)
+    jobs.request_stop(1, "now", store)             # a queued job stops at once
+    assert "Press the button again" in start.step_status(start.SCRATCH, store)
+    assert "Queued job 3" in start.train_scratch(store)            # and starts anew
+    _save(start.SCRATCH, store=store)
+    _save(start.FINETUNE, seed=1, store=store)
+    assert "done" in start.step_status(start.FINETUNE, store)
+    assert start.ready_to_compare(store) == [start.SCRATCH, start.FINETUNE]
