@@ -2,15 +2,23 @@
 
 bertviz's views load d3, jQuery and require.js from a CDN; here they load local copies that the
 app serves (vendored from the npm registry by the Makefile), so the views work with no network.
+Layers and heads are numbered from 1 in every view.
+
+Two models with different tokenizers are compared word by word: each model's tokens are matched
+to the whitespace words of the text, and each head's token x token attention becomes word x word
+attention (a word's row is the mean of its sub-tokens' rows, summed over the key word's sub-tokens).
 """
 from __future__ import annotations
 
 import html
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from lab.errors import LabError
 
 VENDOR_DIR = Path(__file__).resolve().parent / "ui" / "static" / "vendor"
 CDN = {
@@ -18,6 +26,10 @@ CDN = {
     "https://cdnjs.cloudflare.com/ajax/libs/d3/5.7.0/d3.min": "d3.min",
     "https://cdnjs.cloudflare.com/ajax/libs/jquery/2.0.0/jquery.min": "jquery.min",
 }
+
+
+class AttentionError(LabError):
+    pass
 
 
 @dataclass
@@ -65,35 +77,59 @@ def head_groups(n_head: int, kv_heads: int) -> list[list[int]]:
     return [list(range(g * size, (g + 1) * size)) for g in range(kv_heads)]
 
 
-def head_differences(a: Capture, b: Capture, top: int = 10) -> list[dict]:
-    """Heads whose attention differs most between two models on the same tokens: mean total
-    variation distance between their attention rows (0 = identical, 1 = disjoint)."""
-    if a.ids != b.ids:
-        raise ValueError("the two captures must be over the same tokens (same tokenizer and text)")
-    rows = []
-    for layer in range(min(a.n_layer, b.n_layer)):
-        for head in range(min(a.n_head, b.n_head)):
-            tv = 0.5 * (a.attentions[layer][head] - b.attentions[layer][head]).abs().sum(-1).mean()
-            rows.append({"layer": layer + 1, "head": head + 1, "distance": round(tv.item(), 4)})
-    return sorted(rows, key=lambda r: -r["distance"])[:top]
-
-
 def vendor_files_present() -> bool:
     return all((VENDOR_DIR / f).is_file() for f in ("require.min.js", "d3.min.js", "jquery.min.js"))
 
 
-def bertviz_html(cap: Capture, view: str = "head", asset_url: str = "/lab-static") -> str:
-    """A complete HTML document with bertviz's head or model view, assets loaded from asset_url."""
+# Edits of bertviz's scripts: layers and heads numbered from 1, as in the grid; model-view
+# thumbnails about as tall as wide at most (bertviz gives a token 84 / n_head px: 1,850 px a layer
+# for 2 heads and 44 tokens). Each must match once: a bertviz that changed fails loudly, in the tests.
+EDITS = {
+    "head": [(".val(layer).text(layer)", ".val(layer).text(layer + 1)")],
+    "model": [(".text(config.layers[i])", ".text(config.layers[i] + 1)"),
+              (".text(config.heads[i])", ".text(config.heads[i] + 1)"),
+              ("'Layer ' + config.layers[layerIndex] + \", Head \" + config.heads[headIndex]",
+               "'Layer ' + (config.layers[layerIndex] + 1) + \", Head \" + (config.heads[headIndex] + 1)"),
+              ("config.thumbnailBoxHeight = 7 * (12 / config.totalHeads);",
+               "config.thumbnailBoxHeight = Math.min(7 * (12 / config.totalHeads), "
+               "900 / config.totalHeads / Math.max(config.leftText.length, config.rightText.length));")],
+}
+
+
+def _edited(body: str, view: str) -> str:
+    for old, new in EDITS[view]:
+        if body.count(old) != 1:
+            raise RuntimeError(f"bertviz's {view} view changed: {old!r} found {body.count(old)} times")
+        body = body.replace(old, new)
+    return body
+
+
+def bertviz_html(cap: Capture, view: str = "head", asset_url: str = "/lab-static",
+                 title: str = "") -> str:
+    """A complete HTML document with bertviz's head or model view, assets loaded from asset_url,
+    layers and heads numbered from 1; `title` (a checkpoint name) heads the page."""
     from bertviz import head_view, model_view
     attention = [a[None] for a in cap.attentions]          # bertviz wants (1, heads, T, T) per layer
     fn = {"head": head_view, "model": model_view}.get(view)
     if fn is None:
         raise ValueError(f"view must be 'head' or 'model', got {view!r}")
-    body = fn(attention, cap.tokens, html_action="return").data
+    body = _edited(fn(attention, cap.tokens, html_action="return").data, view)
     for cdn, local in CDN.items():
         body = body.replace(cdn, f"{asset_url}/{local}")
+    heading = (f"<div style='font:bold 15px sans-serif;margin-bottom:6px'>{html.escape(title)}</div>"
+               if title else "")
     return ("<!doctype html><html><head><meta charset='utf-8'></head>"
-            "<body style='background:white;color:black'>" + body + "</body></html>")
+            "<body style='background:white;color:black;margin:8px'>" + heading + body + "</body></html>")
+
+
+def view_height(cap: Capture, view: str) -> int:
+    """The iframe height (px) that shows a whole bertviz view, from bertviz's layout constants."""
+    T = len(cap.tokens)
+    if view == "head":          # title, layer menu, margins; head_view.js: TEXT_TOP + BOXHEIGHT a token
+        return 70 + 30 + round(22.5 * T)
+    thumbnails = T * min(84 / cap.n_head, 900 / cap.n_head / T) + 10   # one layer's row (EDITS)
+    detail = T * 18 + 55                       # the detail panel a click on a thumbnail opens
+    return 50 + round(max(cap.n_layer * thumbnails + 38, detail))      # title, margins, the drawing
 
 
 def iframe(document: str, height: int = 620) -> str:
@@ -102,7 +138,7 @@ def iframe(document: str, height: int = 620) -> str:
             f'srcdoc="{html.escape(document, quote=True)}"></iframe>')
 
 
-def heatmap_grid(cap: Capture, max_heads: int = 16):
+def heatmap_grid(cap: Capture, max_heads: int = 16, title: str = ""):
     """A Plotly grid of heatmaps, layer by head; axes labelled with the tokens."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -114,8 +150,9 @@ def heatmap_grid(cap: Capture, max_heads: int = 16):
         for h in range(heads):
             kv = f" kv{group_of[h] + 1}" if cap.kv_heads != cap.n_head else ""
             titles.append(f"L{layer + 1} H{h + 1}{kv}")
+    height = max(260, 150 * cap.n_layer)
     fig = make_subplots(rows=cap.n_layer, cols=heads, subplot_titles=titles,
-                        horizontal_spacing=0.01, vertical_spacing=0.04)
+                        horizontal_spacing=0.01, vertical_spacing=min(0.3, 24 / height))
     labels = [f"{i}:{t}" for i, t in enumerate(cap.tokens)]
     for layer in range(cap.n_layer):
         for h in range(heads):
@@ -125,9 +162,11 @@ def heatmap_grid(cap: Capture, max_heads: int = 16):
                           row=layer + 1, col=h + 1)
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False, autorange="reversed")
-    fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=1),
-                      height=max(260, 150 * cap.n_layer), margin=dict(l=10, r=10, t=30, b=10),
-                      font=dict(size=9))
+    above = 30 if title else 0
+    fig.update_annotations(font_size=10)                 # the subplot titles
+    fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=1), height=height + above,
+                      margin=dict(l=10, r=10, t=30 + above, b=10), font=dict(size=9),
+                      title=dict(text=f"<b>{html.escape(title)}</b>", font=dict(size=14)) if title else None)
     return fig
 
 
@@ -138,3 +177,98 @@ def summary(cap: Capture) -> dict:
 
 def to_json(cap: Capture) -> str:
     return json.dumps({**summary(cap), "attentions": [a.tolist() for a in cap.attentions]})
+
+
+# ---------------------------------------------------------------- word alignment across tokenizers
+
+def word_spans(text: str) -> list[tuple[int, int]]:
+    """Where each whitespace word of the text starts and ends."""
+    return [m.span() for m in re.finditer(r"\S+", text)]
+
+
+def token_words(tokenizer, ids: list[int], text: str) -> list[int]:
+    """For each token of `ids` (the tokens of `text`, no BOS), the index of the word it belongs to.
+    A token starts where decoding the tokens before it ends; its word is the one holding its first
+    non-space character (a token of spaces only, or of part of a UTF-8 character, goes with the
+    next word)."""
+    spans = word_spans(text)
+    if not spans:
+        raise AttentionError("the text has no words to align")
+    if tokenizer.decode(ids) != text:
+        raise AttentionError(f"the {tokenizer.kind} tokenizer does not decode the text back as it "
+                             f"was written, so its tokens cannot be matched to words")
+    owner, w = [], 0                           # owner[p]: the word at or after character p
+    for p in range(len(text)):
+        while w < len(spans) - 1 and spans[w][1] <= p:
+            w += 1
+        owner.append(w)
+    result, end = [], 0
+    for k in range(len(ids)):
+        start = end
+        result.append(owner[start] if start < len(text) else len(spans) - 1)
+        end = max(end, _common_prefix(tokenizer.decode(ids[:k + 1]), text))
+    lost = sorted(set(range(len(spans))) - set(result))
+    if lost:
+        raise AttentionError(f"the {tokenizer.kind} tokenizer joins the word "
+                             f"{text[slice(*spans[lost[0]])]!r} to the one before it, so its tokens "
+                             f"cannot be matched to words")
+    return result
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def word_attention(att: torch.Tensor, token_word: list[int], n_words: int) -> torch.Tensor:
+    """(H, T, T) token attention, BOS first -> (H, W, W) word attention with W = 1 + n_words,
+    word 0 being <bos>. A word's row is the mean of its sub-tokens' rows (as queries), each column
+    the sum over the key word's sub-tokens, so every row still sums to 1."""
+    group = torch.tensor([0] + [1 + w for w in token_word])
+    member = torch.nn.functional.one_hot(group, 1 + n_words).to(att.dtype)   # (T, W)
+    mean = member.T / member.sum(0)[:, None]                                   # (W, T)
+    return mean @ att @ member
+
+
+@dataclass
+class WordAttention:
+    words: list[str]            # "<bos>", then the text's whitespace words
+    attentions: torch.Tensor    # (n_layer, n_head, W, W); each row sums to 1 over the words
+
+
+def by_words(cap: Capture, tokenizer, text: str) -> WordAttention:
+    """A capture of `text` (BOS + its tokens) seen word by word."""
+    token_word = token_words(tokenizer, cap.ids[1:], text)
+    words = ["<bos>"] + [text[s:e] for s, e in word_spans(text)]
+    return WordAttention(words, torch.stack([word_attention(a, token_word, len(words) - 1)
+                                             for a in cap.attentions]))
+
+
+def head_distances(a: WordAttention, b: WordAttention) -> torch.Tensor:
+    """(heads of a, heads of b), heads counted layer by layer: the mean over the text's words of
+    the total-variation distance between two heads' rows (0 = identical, 1 = disjoint). The <bos>
+    row is left out: it attends to itself alone in every causal head."""
+    if a.words != b.words:
+        raise ValueError("the two word attentions must be over the same text")
+    A = a.attentions[:, :, 1:].flatten(0, 1)          # (La * Ha, W - 1, W)
+    B = b.attentions[:, :, 1:].flatten(0, 1)          # (Lb * Hb, W - 1, W)
+    return torch.stack([0.5 * (x - B).abs().sum(-1).mean(-1) for x in A])
+
+
+def head_differences(a: WordAttention, b: WordAttention, top: int = 12) -> list[dict]:
+    """For each head of a: its distance to the head of b with the same layer and number (None if b
+    has no such head) and to b's closest head. The heads of a that b matches least come first."""
+    d = head_distances(a, b)
+    (La, Ha), (Lb, Hb) = a.attentions.shape[:2], b.attentions.shape[:2]
+    rows = []
+    for i in range(La * Ha):
+        layer, head = divmod(i, Ha)
+        j = int(d[i].argmin())
+        same = d[i, layer * Hb + head].item() if layer < Lb and head < Hb else None
+        rows.append({"layer": layer + 1, "head": head + 1,
+                     "distance": None if same is None else round(same, 4),
+                     "closest": f"L{j // Hb + 1} H{j % Hb + 1}",
+                     "closest_distance": round(d[i, j].item(), 4)})
+    return sorted(rows, key=lambda r: -r["closest_distance"])[:top]

@@ -1,30 +1,61 @@
 """Attention tab: per-head and model views (bertviz, served offline), a Plotly layer x head grid,
-grouped-query head sharing, and the heads that differ most between two checkpoints."""
+grouped-query head sharing, for one checkpoint or two side by side, and the heads that differ
+most between the two (any tokenizers: compared word by word)."""
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import gradio as gr
 
-from lab.ui.fields import Checkbox, Number, Textbox
+from lab.ui.fields import Checkbox, Dropdown, Number, Textbox
 from lab import attention
 from lab.config import SEED_MAX, ConfigError
+from lab.errors import LabError
 from lab.generate import MAX_PROMPT_CHARS, sample_captions
 from lab.ui.common import (MODELS, Context, asset_url, checkpoint_dropdown, decode_config, friendly,
                            need, need_checkpoint, whole)
 from lab.ui.common import text as bounded_text
 
+MAX_TOKENS = 64
+ALIGNMENT = """\
+- **Words**: each checkpoint reads the text with its own tokenizer; its tokens are matched to the
+  text's words (split at spaces), and BOS is a word of its own, `<bos>`.
+- **A word's attention is the mean of its sub-tokens' rows, summed over the key word's
+  sub-tokens**, so each row still sums to 1 over the words.
+- **Distance** between two heads: the mean, over the text's words, of the total-variation distance
+  between their rows (0 same, 1 disjoint).
+- For each head of the first checkpoint: the distance to the head with the same layer and number in
+  the second (blank if it has none), and the second's closest head; the least matched first."""
+
+
+def diff_headers(other: str) -> list[str]:
+    return ["layer", "head", f"distance to the same head of {other}", f"closest head of {other}",
+            "distance to the closest"]
+
+
+@contextmanager
+def reading(ck):
+    """An error while a checkpoint reads the text (too long, a character its tokenizer lacks)
+    names the checkpoint: with two of them, the message must say which."""
+    try:
+        yield
+    except LabError as e:
+        raise ConfigError(f"{ck.name}: {e}") from None
+
 
 def _capture(name, text, generate, seed, store):
+    """The checkpoint, its capture, and the text shown (a generated caption, if asked)."""
     text = bounded_text(text, "text", MAX_PROMPT_CHARS).strip()
     cfg = decode_config("top_p", 0.7, 40, 0.9, 4, seed=whole(seed, "seed", 0, SEED_MAX))
     ck = MODELS.get(need_checkpoint(name, "a checkpoint", store), store)
     if generate:      # a caption just generated: attention over the generated tokens too
         cap = sample_captions(ck.model, ck.tokenizer, 1, cfg, prompt=text)[0]
         n_prompt = 1 + cap.n_prompt
-        return attention.capture(ck.model, ck.tokenizer, ids=cap.tokens, n_prompt=n_prompt,
-                                 max_tokens=64), cap.text
+        return ck, attention.capture(ck.model, ck.tokenizer, ids=cap.tokens, n_prompt=n_prompt,
+                                     max_tokens=MAX_TOKENS), cap.text
     if not text:
         raise ConfigError("type a text, or tick 'generate a caption' to continue from the prefix")
-    return attention.capture(ck.model, ck.tokenizer, text, max_tokens=64), text
+    return ck, attention.capture(ck.model, ck.tokenizer, text, max_tokens=MAX_TOKENS), text
 
 
 def groups_markdown(cap) -> str:
@@ -37,61 +68,126 @@ def groups_markdown(cap) -> str:
     return f"{kind} attention: {cap.n_head} query heads share {cap.kv_heads} key/value head(s).\n" + "\n".join(lines)
 
 
+def blocks(ck) -> str:
+    """Which blocks of the imported model a selection's layers are ("" when they are all, in order)."""
+    layers = ck.meta.get("layers")
+    if not isinstance(layers, list) or layers == list(range(1, len(layers) + 1)):
+        return ""
+    return (f"; its layers {', '.join(map(str, range(1, len(layers) + 1)))} are blocks "
+            f"{', '.join(map(str, layers))} of {ck.meta.get('pretrained', 'the imported model')}")
+
+
+def views(cap, ck, note: str) -> tuple:
+    """note, head view, model view, grid and head groups of one checkpoint's capture."""
+    head = attention.iframe(attention.bertviz_html(cap, "head", asset_url(), title=ck.name),
+                            height=attention.view_height(cap, "head"))
+    model = attention.iframe(attention.bertviz_html(cap, "model", asset_url(), title=ck.name),
+                             height=min(3000, attention.view_height(cap, "model")))
+    return (f"**{ck.name}**: {note}{blocks(ck)}", head, model,
+            attention.heatmap_grid(cap, title=ck.name), groups_markdown(cap))
+
+
 def show(name, text, generate, seed, store=None):
-    cap, shown = _capture(name, text, generate, seed, store)
-    head = attention.iframe(attention.bertviz_html(cap, "head", asset_url()), height=560)
-    model = attention.iframe(attention.bertviz_html(cap, "model", asset_url()),
-                             height=min(2400, 160 * cap.n_layer + 120))
-    note = f"**{shown}** — {len(cap.tokens)} tokens"
+    """The views of the first checkpoint, and the text shown (a generated caption, if asked)."""
+    ck, cap, shown = _capture(name, text, generate, seed, store)
+    note = f"*{shown}* — {len(cap.tokens)} tokens"
     if cap.n_prompt < len(cap.tokens):
         note += f" (generated from token {cap.n_prompt + 1} on)"
-    return note, head, model, attention.heatmap_grid(cap), groups_markdown(cap)
+    return *views(cap, ck, note), shown
+
+
+def show_beside(other, shown, generated, store=None):
+    """The views of the checkpoint side by side with the first, on the text the first showed."""
+    if not other:
+        return NO_VIEWS
+    ck = MODELS.get(other, store)
+    with reading(ck):
+        cap = attention.capture(ck.model, ck.tokenizer, shown, max_tokens=MAX_TOKENS)
+    whose = "the caption the first checkpoint wrote" if generated else "the same text"
+    return views(cap, ck, f"{whose}, its own tokenizer — {len(cap.tokens)} tokens")
+
+
+def by_words(ck, text: str):
+    with reading(ck):
+        cap = attention.capture(ck.model, ck.tokenizer, text, max_tokens=MAX_TOKENS)
+        return attention.by_words(cap, ck.tokenizer, text)
 
 
 def differences(name_a, name_b, text, store=None):
-    bounded_text(text, "text", MAX_PROMPT_CHARS)
+    text = bounded_text(text, "text", MAX_PROMPT_CHARS).strip()
     a = MODELS.get(need_checkpoint(name_a, "the first checkpoint", store), store)
-    b = MODELS.get(need(name_b, "the second checkpoint"), store)
-    if a.tokenizer.kind != b.tokenizer.kind or a.tokenizer.vocab_size != b.tokenizer.vocab_size:
-        raise ConfigError(f"{name_a} and {name_b} use different tokenizers ({a.tokenizer.kind} vs "
-                          f"{b.tokenizer.kind}); head differences need the same tokens")
-    text = need(bounded_text(text, "text", MAX_PROMPT_CHARS).strip(), "a text")
-    ca = attention.capture(a.model, a.tokenizer, text, max_tokens=64)
-    cb = attention.capture(b.model, b.tokenizer, text, max_tokens=64)
-    rows = attention.head_differences(ca, cb, top=12)
-    return [[r["layer"], r["head"], r["distance"]] for r in rows]
+    b = MODELS.get(need(name_b, "a checkpoint to show side by side"), store)
+    rows = attention.head_differences(by_words(a, need(text, "a text")), by_words(b, text), top=12)
+    data = [[r["layer"], r["head"], r["distance"], r["closest"], r["closest_distance"]] for r in rows]
+    return {"headers": diff_headers(name_b), "data": data}
+
+
+NO_VIEWS = ("", "", "", None, "")
+
+
+def cleared(other):
+    """Another pair: the views shown belong to the last one, so they go; the second column is
+    there only while a second checkpoint is chosen."""
+    press = f"Press *Show attention* for {'these checkpoints' if other else 'this checkpoint'}."
+    beside = [gr.update(value=v, visible=bool(other)) for v in NO_VIEWS]
+    return (press, *NO_VIEWS[1:], *beside, [])
+
+
+def view_columns() -> tuple[list, list]:
+    """The views of the first checkpoint and, beside them (shown only while there is a second
+    checkpoint), those of the second: note, head view, model view, grid, head groups."""
+    a, b = {}, {}
+    with gr.Row():
+        a["note"], b["note"] = gr.Markdown(), gr.Markdown(elem_id="attention-other-note", visible=False)
+    with gr.Tabs():
+        with gr.Tab("Head view"):
+            with gr.Row():
+                a["head"] = gr.HTML(elem_id="attention-head-view")
+                b["head"] = gr.HTML(elem_id="attention-other-head-view", visible=False)
+        with gr.Tab("Model view"):      # 970 px wide each: one above the other
+            a["model"] = gr.HTML(elem_id="attention-model-view")
+            b["model"] = gr.HTML(elem_id="attention-other-model-view", visible=False)
+        with gr.Tab("Layer x head grid"):
+            with gr.Row():
+                a["grid"] = gr.Plot(elem_id="attention-grid", show_label=False)
+                b["grid"] = gr.Plot(elem_id="attention-other-grid", show_label=False, visible=False)
+    with gr.Row():
+        a["groups"], b["groups"] = gr.Markdown(), gr.Markdown(visible=False)
+    return list(a.values()), list(b.values())
 
 
 def build(ctx: Context):
-    gr.Markdown("Attention of every layer and head. The head and model views are bertviz's, served "
-                "from this machine (no network needed); the grid shows every layer x head at once.")
+    ctx.empty_note("Import SmolLM2 in the Checkpoints tab (about 15 s), or train a model in the "
+                   "Train tab; then show its attention here.")
+    gr.Markdown("Attention of every layer and head, for one checkpoint or two side by side on the "
+                "same text. The head and model views are bertviz's, served from this machine (no "
+                "network needed); the grid shows every layer x head at once. Layers and heads are "
+                "numbered from 1.")
     with gr.Row():
         name = checkpoint_dropdown(ctx, "checkpoint", elem_id="attention-checkpoint")
+        other = ctx.add_dropdown(Dropdown([""] + ctx.checkpoint_names(), value="",
+                                          label="side by side with (optional)",
+                                          allow_custom_value=True, elem_id="attention-other"), "blank")
         text = Textbox("A man riding a wave on top of a surfboard .", label="text (or prefix)",
-                          elem_id="attention-text", scale=3)
+                       elem_id="attention-text", scale=2)
     with gr.Row():
         generate = Checkbox(False, label="generate a caption from this prefix and show it")
         seed = Number(0, label="seed", step=1)
         go = gr.Button("Show attention", variant="primary", elem_id="attention-go")
-    note = gr.Markdown()
-    with gr.Tabs():
-        with gr.Tab("Head view"):
-            head = gr.HTML(elem_id="attention-head-view")
-        with gr.Tab("Model view"):
-            model = gr.HTML(elem_id="attention-model-view")
-        with gr.Tab("Layer x head grid"):
-            grid = gr.Plot(elem_id="attention-grid")
-    groups = gr.Markdown()
-    go.click(friendly(lambda *a: show(*a, store=ctx.store)), [name, text, generate, seed],
-             [note, head, model, grid, groups], api_name="attention")
-    # another checkpoint: the views shown belong to the last one, so they go
-    name.change(lambda _: ("Press *Show attention* for this checkpoint.", "", "", None, ""), name,
-                [note, head, model, grid, groups], api_visibility="private")
-    with gr.Accordion("Heads that differ most between two checkpoints (same tokenizer)", open=False):
-        with gr.Row():
-            other = checkpoint_dropdown(ctx, "compare with")
-            go_d = gr.Button("Find the differing heads")
-        table = gr.Dataframe(headers=["layer", "head", "distance"], label="mean total-variation "
-                             "distance between the heads' attention rows (0 same, 1 disjoint)")
-        go_d.click(friendly(lambda *a: differences(*a, store=ctx.store)), [name, other, text], table,
+    shown = gr.State("")      # the text the first checkpoint showed: the second shows the same
+    outs_a, outs_b = view_columns()
+    go.click(lambda: NO_VIEWS, None, outs_b, api_visibility="private", queue=False).then(
+        friendly(lambda *v: show(*v, store=ctx.store)), [name, text, generate, seed],
+        outs_a + [shown], api_name="attention").success(
+        friendly(lambda o, s, g: show_beside(o, s, g, store=ctx.store)), [other, shown, generate],
+        outs_b, api_visibility="private")
+    with gr.Accordion("Heads that differ most between the two checkpoints (any tokenizers: "
+                      "compared word by word)", open=False):
+        gr.Markdown(ALIGNMENT)
+        go_d = gr.Button("Find the differing heads", elem_id="attention-differences-go")
+        table = gr.Dataframe(headers=diff_headers("the second"), elem_id="attention-differences",
+                             label="heads of the first checkpoint, the least matched first")
+        go_d.click(friendly(lambda *v: differences(*v, store=ctx.store)), [name, other, text], table,
                    api_name="head_differences")
+    for dd in (name, other):
+        dd.change(cleared, other, outs_a + outs_b + [table], api_visibility="private")

@@ -1,0 +1,115 @@
+"""The Attention tab for a pair in Chromium (network blocked): a GPT-2 BPE model beside a character
+model (other tokenizer, other layer and head counts), both views drawn offline, layers numbered
+from 1, views cleared when a checkpoint changes, head differences across the two tokenizers.
+Screenshots go to LAB_SCREENSHOTS (if set) as attention-pair-*.png."""
+import re
+import string
+from pathlib import Path
+
+import pytest
+import torch
+from playwright.sync_api import expect
+
+from lab import checkpoints, tokenizers
+from lab.model import build
+from tests.conftest import start_app, tiny_config
+from tests.test_browser import CHROMIUM, _shot, _tab, browser, page  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed "
+                                "(make test installs it)")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """scratch-a: GPT-2 BPE, 2 layers x 4 heads; chars: a character tokenizer, 3 layers x 2 heads."""
+    store = tmp_path_factory.mktemp("attention-store")
+    chars = tokenizers.CharTokenizer.from_text(string.ascii_letters + string.digits + " .,'")
+    torch.manual_seed(0)
+    checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)).eval(), tokenizers.gpt2(),
+                     "scratch-a", store, provenance={"source": "scratch"})
+    checkpoints.save(build(tiny_config(vocab_size=chars.vocab_size, n_positions=64, n_layer=3,
+                                       n_head=2)).eval(), chars, "chars", store,
+                     provenance={"source": "scratch"})
+    proc, url = start_app(store, store / "app.log")
+    yield url, store
+    proc.terminate()
+    proc.wait(timeout=90)
+
+
+def _choose(page, elem_id, name):
+    box = page.locator(f"#{elem_id} input")
+    box.click()
+    box.fill(name)
+    page.locator(f"#{elem_id}").get_by_role("option", name=name, exact=True).click()
+    expect(box).to_have_value(name)
+
+
+def test_attention_of_two_checkpoints_side_by_side(page, server):
+    _tab(page, "Attention")
+    _choose(page, "attention-checkpoint", "scratch-a")
+    _choose(page, "attention-other", "chars")
+    page.locator("#attention-go").click()
+    views = {}
+    for side, elem in (("scratch-a", "attention-head-view"), ("chars", "attention-other-head-view")):
+        frame = views[side] = page.frame_locator(f"#{elem} iframe")
+        frame.locator("svg text").first.wait_for(timeout=60_000)
+        expect(frame.locator("body")).to_contain_text(side)               # each view names its checkpoint
+    # bertviz draws one text per token on each side: 13 GPT-2 tokens, 44 characters (BOS included)
+    assert views["scratch-a"].locator("svg text").count() == 2 * 13
+    assert views["chars"].locator("svg text").count() == 2 * 44
+    # layers from 1, as in the grid
+    assert views["scratch-a"].locator("select#layer option").all_inner_texts() == ["1", "2"]
+    assert views["chars"].locator("select#layer option").all_inner_texts() == ["1", "2", "3"]
+    # the frame is tall enough for the last token (bertviz: 22.5 px a token under a 30 px header)
+    frame_height = page.locator("#attention-other-head-view iframe").bounding_box()["height"]
+    assert frame_height >= views["chars"].locator("svg").first.bounding_box()["height"] + 40
+    _shot(page, "attention-pair-head")
+
+    page.get_by_role("tab", name="Model view").click()
+    for elem, layers, heads in (("attention-model-view", 2, 4), ("attention-other-model-view", 3, 2)):
+        frame = page.frame_locator(f"#{elem} iframe")
+        frame.locator("svg text").first.wait_for(timeout=30_000)
+        labels = frame.locator("svg > text").all_text_contents()
+        assert labels == ["Heads", *map(str, range(1, heads + 1)), "Layers", *map(str, range(1, layers + 1))]
+    _shot(page, "attention-pair-model")
+
+    page.get_by_role("tab", name="Layer x head grid").click()
+    for elem, title in (("attention-grid", "L2 H4"), ("attention-other-grid", "L3 H2")):
+        expect(page.locator(f"#{elem} .js-plotly-plot")).to_contain_text(title, timeout=30_000)
+    _shot(page, "attention-pair-grid")
+    assert page.left_machine == [], f"requests tried to leave the machine: {page.left_machine}"
+
+
+def test_head_differences_across_tokenizers_and_views_cleared_on_a_new_choice(page, server):
+    _tab(page, "Attention")
+    _choose(page, "attention-checkpoint", "scratch-a")
+    _choose(page, "attention-other", "chars")
+    page.locator("#attention-go").click()
+    page.frame_locator("#attention-other-head-view iframe").locator("svg text").first.wait_for(
+        timeout=60_000)
+    page.get_by_text("Heads that differ most between the two checkpoints").click()
+    expect(page.get_by_text("A word's attention is the mean of its sub-tokens' rows")).to_be_visible()
+    page.locator("#attention-differences-go").click()
+    table = page.locator("#attention-differences")
+    closest = re.compile(r"L[123] H[12]")                      # a head of the 3-layer, 2-head model
+    expect(table).to_contain_text(closest, timeout=60_000)
+    expect(table.get_by_role("row")).to_have_count(1 + 8)      # headers, every head of scratch-a: 2 x 4
+    _shot(page, "attention-pair-differences")
+    # another checkpoint beside it: the views of the last pair go, the table too
+    _choose(page, "attention-other", "scratch-a")
+    expect(page.locator("#attention-other-head-view iframe")).to_have_count(0, timeout=30_000)
+    expect(page.locator("#attention-head-view iframe")).to_have_count(0)
+    expect(table).not_to_contain_text(closest)
+    assert page.left_machine == []
+
+
+def test_the_attention_endpoints_keep_their_arguments(server):
+    """/attention takes (checkpoint, text, generate, seed) as before; /head_differences takes the
+    pair and a text, now across tokenizers."""
+    from gradio_client import Client
+    client = Client(server[0], verbose=False)
+    note, head, model, grid, groups = client.predict("chars", "A dog .", False, 0, api_name="/attention")
+    assert "**chars**" in note and "lab-attention-frame" in head
+    table = client.predict("scratch-a", "chars", "A dog on a couch .", api_name="/head_differences")
+    assert len(table["data"]) == 8 and table["headers"][3] == "closest head of chars"
+    assert "Traceback" not in (server[1] / "app.log").read_text()
