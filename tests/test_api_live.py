@@ -1,6 +1,7 @@
 """The API is live: a script starts the app, trains a checkpoint through /start_job, then a new
 gradio_client calls every named endpoint with it. An endpoint added to the app and not called here
 fails the test, so the list stays whole."""
+import re
 import time
 import zipfile
 
@@ -36,8 +37,8 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     from gradio_client import Client, handle_file
     url, store = live
     first = Client(url, verbose=False)
-    job, said = first.predict(*_start_args("made-later"), api_name="/start_job")
-    assert "Queued job" in said
+    _, said = first.predict(*_start_args("made-later"), api_name="/start_job")
+    job = int(re.search(r"Queued job (\d+)", said).group(1))
     deadline = time.time() + 300
     while "data-status='done'" not in first.predict(job, api_name="/job_status")[0]:
         assert time.time() < deadline, first.predict(job, api_name="/job_status")[0]
@@ -70,6 +71,12 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     assert "Imported" in said and "re-imported" in str(call("/checkpoints")["data"])
     _refused(lambda: call("/import_gpt2", str(tmp_path), "", "nope"), "LAB_ALLOWED_DIRS")
     _refused(lambda: call("/import_smollm2", "0", "smol"), "1 to 30")
+    args = _start_args("child")
+    args[2] = "made-later"                                  # a fine-tune of what was made after start
+    said = call("/start_job", *args)[1]
+    child = int(re.search(r"Queued job (\d+)", said).group(1))
+    said = call("/stop_job", child)                          # queued: stopped at once; running: asked
+    assert said in (f"Job {child} is stopped.", f"Job {child}: stop requested (now).")
     said = call("/delete_checkpoint", "re-imported", "re-imported")[0]
     assert "Deleted re-imported" in said
     # the getting-started steps: a queued scratch job is stopped at once; the fine-tune needs its
