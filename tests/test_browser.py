@@ -148,7 +148,7 @@ def test_finetune_job_from_the_form_survives_a_reload_and_stops(page, server):
     assert "ui-job" in page.locator("#train-job").inner_text() or \
         "ui-job" in page.locator("#train-job input").input_value()
     # the form shows the running job's own settings, not the defaults
-    expect(page.locator("#train-message")).to_contain_text("settings of job", timeout=30_000)
+    expect(page.locator("#train-parent-note")).to_contain_text("settings of job", timeout=30_000)
     expect(page.locator("#train-name textarea, #train-name input").first).to_have_value("ui-job")
     expect(page.locator("#train-parent input")).to_have_value("scratch-a")
     expect(page.locator("#train-max_train_captions input")).to_have_value("200")
@@ -309,7 +309,7 @@ def test_an_empty_lab_guides_the_first_visit(browser, empty_server):
     page.get_by_text("running", exact=False).first.wait_for(timeout=120_000)
     page.reload()
     _tab(page, "Train")
-    expect(page.locator("#train-message")).to_contain_text("settings of job 1", timeout=30_000)
+    expect(page.locator("#train-parent-note")).to_contain_text("settings of job 1", timeout=30_000)
     expect(page.locator("#train-name textarea, #train-name input").first).to_have_value("quick-scratch")
     expect(page.locator("#train-preset input")).to_have_value("quick")
     jobs.request_stop(1, "now", store)
