@@ -165,7 +165,8 @@ def heatmap_grid(cap: Capture, max_heads: int = 16, title: str = ""):
     above = 30 if title else 0
     fig.update_annotations(font_size=10)                 # the subplot titles
     fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=1), height=height + above,
-                      margin=dict(l=10, r=10, t=30 + above, b=10), font=dict(size=9),
+                      margin=dict(l=10, r=10, t=30 + above, b=10), font=dict(size=9, color="#8a8f98"),
+                      paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",   # either theme
                       title=dict(text=f"<b>{html.escape(title)}</b>", font=dict(size=14)) if title else None)
     return fig
 

@@ -1,5 +1,6 @@
 import os
 import socket
+from contextlib import contextmanager
 import subprocess
 import sys
 import time
@@ -73,6 +74,18 @@ def start_app(store: Path, log_path: Path, **env) -> tuple[subprocess.Popen, str
             time.sleep(0.5)
     proc.kill()
     pytest.fail("the app did not start: " + Path(log_path).read_text()[-2000:])
+
+
+@contextmanager
+def serving(store: Path, log: Path | None = None, **env):
+    """The app on `store` for as long as the block runs (a fixture's life): yields its URL.
+    log: where its output goes (default: app.log in the store)."""
+    proc, url = start_app(store, log or store / "app.log", **env)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=90)
 
 
 def wait_job(job_id: int, statuses, worker=None, timeout: float = 240, store=None) -> dict:

@@ -7,16 +7,14 @@ import zipfile
 
 import pytest
 
-from tests.conftest import start_app
+from tests.conftest import serving
 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     store = tmp_path_factory.mktemp("live-store")
-    proc, url = start_app(store, store / "app.log")
-    yield url, store
-    proc.terminate()
-    proc.wait(timeout=90)
+    with serving(store) as url:
+        yield url, store
 
 
 def _start_args(name):

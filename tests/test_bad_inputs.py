@@ -16,7 +16,7 @@ import torch
 
 from lab import checkpoints, cli, jobs, tokenizers
 from lab.model import build
-from tests.conftest import start_app, tiny_config
+from tests.conftest import serving, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -274,11 +274,9 @@ def api(tmp_path_factory):
     """The app on a store with four damaged checkpoints: it must start all the same."""
     store = tmp_path_factory.mktemp("api-store")
     _make_store(store)
-    proc, url = start_app(store, store.parent / "app.log", LAB_ALLOWED_DIRS=None)
     from gradio_client import Client
-    yield Client(url, verbose=False), url, store
-    proc.terminate()
-    proc.wait(timeout=90)
+    with serving(store, store.parent / "app.log", LAB_ALLOWED_DIRS=None) as url:
+        yield Client(url, verbose=False), url, store
     assert "Traceback" not in (store.parent / "app.log").read_text()
 
 

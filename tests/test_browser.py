@@ -11,7 +11,7 @@ import torch
 
 from lab import checkpoints, tokenizers
 from lab.model import build
-from tests.conftest import start_app, tiny_config
+from tests.conftest import serving, tiny_config
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed "
@@ -27,10 +27,8 @@ def server(tmp_path_factory):
         torch.manual_seed(seed)
         checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)).eval(), tok, name, store,
                          provenance={"source": "scratch"})
-    proc, url = start_app(store, store / "app.log")
-    yield url, store
-    proc.terminate()
-    proc.wait(timeout=90)
+    with serving(store) as url:
+        yield url, store
 
 
 @pytest.fixture(scope="module")
@@ -280,10 +278,8 @@ def test_decoder_matrix_shows_progress_and_labels_stay_in_their_column(page):
 @pytest.fixture(scope="module")
 def empty_server(tmp_path_factory):
     store = tmp_path_factory.mktemp("empty-store")
-    proc, url = start_app(store, store / "app.log")
-    yield url, store
-    proc.terminate()
-    proc.wait(timeout=90)
+    with serving(store) as url:
+        yield url, store
 
 
 def test_an_empty_lab_guides_the_first_visit(browser, empty_server):

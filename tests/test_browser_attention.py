@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 
 from lab import checkpoints, tokenizers
 from lab.model import build
-from tests.conftest import start_app, tiny_config
+from tests.conftest import serving, tiny_config
 from tests.test_browser import CHROMIUM, _shot, _tab, browser, page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed "
@@ -30,10 +30,8 @@ def server(tmp_path_factory):
     checkpoints.save(build(tiny_config(vocab_size=chars.vocab_size, n_positions=64, n_layer=3,
                                        n_head=2)).eval(), chars, "chars", store,
                      provenance={"source": "scratch"})
-    proc, url = start_app(store, store / "app.log")
-    yield url, store
-    proc.terminate()
-    proc.wait(timeout=90)
+    with serving(store) as url:
+        yield url, store
 
 
 def _choose(page, elem_id, name):

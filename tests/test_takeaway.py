@@ -88,7 +88,7 @@ def test_getting_started_steps_queue_once_and_say_where_they_stand(store):
     assert "Queued job 2" in start.finetune(store)
     spec = jobs.get(2, store)["spec"]
     assert spec["parent"] == start.SMOLLM2 and spec["preset"] == "smollm2-quick"
-    assert spec["train"]["max_train_captions"] == 1000 and spec["train"]["max_dev_captions"] == 200
+    assert spec["train"]["max_train_captions"] == 800 and spec["train"]["max_dev_captions"] == 200
     with pytest.raises(Exception, match="not in the store yet"):
         start.ready_to_compare(store)
     jobs.request_stop(1, "now", store)             # a queued job stops at once

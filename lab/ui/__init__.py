@@ -25,6 +25,9 @@ CSS = """
 .lab-progress .bar { background: #2563eb; height: 100%; transition: width .5s; }
 .lab-progress-text { font-size: 14px; margin-top: 4px; }
 #train-shuffle, #train-tie_embeddings { min-width: 170px !important; }
+/* dark theme: bertviz draws black on white; inverted and hue-turned back, its colours keep their hue */
+.dark .lab-attention-frame { filter: invert(0.88) hue-rotate(180deg); }
+.dark .lab-progress { background: #374151; }
 """
 
 

@@ -117,7 +117,7 @@ STEPS = [
     (f"2. **Train a small model from scratch** (preset `{SCRATCH_PRESET}`: 2 layers, width 128, one "
      f"epoch over the 15,000 training captions; about 6 minutes)", "Train from scratch"),
     (f"3. **Fine-tune SmolLM2 on the captions** (preset `{FINETUNE_PRESET}`: all 30 blocks, one pass "
-     f"over 1,000 captions; about 3 minutes once step 2 is done)", "Fine-tune SmolLM2"),
+     f"over 800 captions; about 3 minutes once step 2 is done)", "Fine-tune SmolLM2"),
     ("4. **Compare the two side by side** in the Compare tab", "Compare them")]
 
 
