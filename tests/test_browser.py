@@ -189,6 +189,8 @@ def test_checkpoints_tab_lists_the_store(page):
     table = page.locator("#checkpoints-table")
     expect(table).to_contain_text("scratch-a", timeout=30_000)
     expect(table).to_contain_text("gpt2")
+    page.locator("#checkpoints-download").click()
+    expect(page.locator("#checkpoints-files")).to_contain_text(".json", timeout=30_000)
     _shot(page, "checkpoints")
 
 

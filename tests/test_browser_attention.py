@@ -92,6 +92,7 @@ def test_head_differences_across_tokenizers_and_views_cleared_on_a_new_choice(pa
     closest = re.compile(r"L[123] H[12]")                      # a head of the 3-layer, 2-head model
     expect(table).to_contain_text(closest, timeout=60_000)
     expect(table.get_by_role("row")).to_have_count(1 + 8)      # headers, every head of scratch-a: 2 x 4
+    expect(page.locator("#attention-differences-files")).to_contain_text(".csv", timeout=30_000)
     _shot(page, "attention-pair-differences")
     # another checkpoint beside it: the views of the last pair go, the table too
     _choose(page, "attention-other", "scratch-a")

@@ -13,7 +13,7 @@ from lab.config import SEED_MAX, ConfigError
 from lab.errors import LabError
 from lab.generate import MAX_PROMPT_CHARS, sample_captions
 from lab.ui.common import (MODELS, Context, asset_url, checkpoint_dropdown, decode_config, friendly,
-                           need, need_checkpoint, whole)
+                           need, need_checkpoint, table_files, whole)
 from lab.ui.common import text as bounded_text
 
 MAX_TOKENS = 64
@@ -187,7 +187,12 @@ def build(ctx: Context):
         go_d = gr.Button("Find the differing heads", elem_id="attention-differences-go")
         table = gr.Dataframe(headers=diff_headers("the second"), elem_id="attention-differences",
                              label="heads of the first checkpoint, the least matched first")
+        files = gr.File(label="download the table (CSV, JSON)", file_count="multiple", interactive=False,
+                        elem_id="attention-differences-files")
         go_d.click(friendly(lambda *v: differences(*v, store=ctx.store)), [name, other, text], table,
-                   api_name="head_differences")
+                   api_name="head_differences").success(
+            friendly(lambda t, a, b, x: table_files(t, f"head-differences-{a}-vs-{b}", ctx.store,
+                                                    {"text": x, "first": a, "second": b})),
+            [table, name, other, text], files, api_visibility="private")
     for dd in (name, other):
         dd.change(cleared, other, outs_a + outs_b + [table], api_visibility="private")

@@ -9,7 +9,7 @@ import time
 import gradio as gr
 
 from lab.ui.fields import Dropdown, Textbox
-from lab import checkpoints, interop
+from lab import checkpoints, exports, interop
 from lab import store as lab_store
 from lab.config import ConfigError
 from lab.ui.common import Context, friendly, need, text
@@ -118,8 +118,15 @@ def build(ctx: Context):
     ctx.empty_note("Import SmolLM2 below (about 15 s), or train a model in the Train tab.")
     table = gr.Dataframe(rows(ctx.store), headers=COLUMNS, label="the store", interactive=False,
                          elem_id="checkpoints-table")
-    refresh = gr.Button("Refresh")
+    with gr.Row():
+        refresh = gr.Button("Refresh")
+        download = gr.Button("Download the table (CSV, JSON)", elem_id="checkpoints-download")
+    table_download = gr.File(label="the store's table", file_count="multiple", interactive=False,
+                             visible=False, elem_id="checkpoints-files")
     refresh.click(friendly(lambda: rows(ctx.store)), None, table, api_name="checkpoints")
+    download.click(friendly(lambda: gr.update(value=exports.write_table(
+        COLUMNS, rows(ctx.store), "checkpoints", ctx.store, {"details": checkpoints.listing(ctx.store)}),
+        visible=True)), None, table_download, api_visibility="private")
     with gr.Row():
         chosen = Dropdown(ctx.checkpoint_names(), label="checkpoint", elem_id="checkpoints-chosen",
                           allow_custom_value=True)

@@ -242,6 +242,16 @@ def checkpoint_dropdown(ctx: Context, label: str, multiselect: bool = False, **k
     return ctx.add_dropdown(dd, "two" if multiselect else "one")
 
 
+def table_files(table, stem: str, store=None, about: dict | None = None) -> list[str] | None:
+    """A table shown on the page (a Dataframe's value) as CSV and JSON downloads."""
+    from lab import exports
+    if table is None:
+        return None
+    headers = list(table.columns) if hasattr(table, "columns") else table["headers"]
+    rows = table.values.tolist() if hasattr(table, "values") else table["data"]
+    return exports.write_table(headers, rows, stem, store, about)
+
+
 def asset_url() -> str:
     from lab.attention import VENDOR_DIR
     return f"/gradio_api/file={Path(VENDOR_DIR).resolve()}"
