@@ -113,13 +113,21 @@ def bertviz_html(cap: Capture, view: str = "head", asset_url: str = "/lab-static
     fn = {"head": head_view, "model": model_view}.get(view)
     if fn is None:
         raise ValueError(f"view must be 'head' or 'model', got {view!r}")
-    body = _edited(fn(attention, cap.tokens, html_action="return").data, view)
+    body = _script_safe(_edited(fn(attention, cap.tokens, html_action="return").data, view))
     for cdn, local in CDN.items():
         body = body.replace(cdn, f"{asset_url}/{local}")
     heading = (f"<div style='font:bold 15px sans-serif;margin-bottom:6px'>{html.escape(title)}</div>"
                if title else "")
     return ("<!doctype html><html><head><meta charset='utf-8'></head>"
             "<body style='background:white;color:black;margin:8px'>" + heading + body + "</body></html>")
+
+
+def _script_safe(body: str) -> str:
+    """bertviz writes the tokens as JSON into its last <script>; a token holding '</script' would
+    end it early and run as HTML. Inside that script '</' becomes '<\\/', the same to JavaScript."""
+    start = body.rindex('<script type="text/javascript">') + len('<script type="text/javascript">')
+    end = body.rindex("</script>")
+    return body[:start] + body[start:end].replace("</", "<\\/") + body[end:]
 
 
 def view_height(cap: Capture, view: str) -> int:
@@ -134,7 +142,9 @@ def view_height(cap: Capture, view: str) -> int:
 
 def iframe(document: str, height: int = 620) -> str:
     """Gradio's HTML component does not run scripts; an iframe with srcdoc does."""
-    return (f'<iframe class="lab-attention-frame" style="width:100%;height:{height}px;border:0" '
+    # sandboxed: its scripts run, but in an origin of their own, never the lab's
+    return (f'<iframe class="lab-attention-frame" sandbox="allow-scripts" '
+            f'style="width:100%;height:{height}px;border:0" '
             f'srcdoc="{html.escape(document, quote=True)}"></iframe>')
 
 

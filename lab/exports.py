@@ -17,6 +17,7 @@ from pathlib import Path
 from lab import store as lab_store
 
 KEEP_FILES = 200                 # downloads kept in .lab/exports; older ones go
+KEEP_BYTES = 4 * 2 ** 30         # and at most this much of them (export .zip files are large)
 
 
 def _stem(stem: str) -> str:
@@ -24,17 +25,31 @@ def _stem(stem: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.")[:60] or "table"
 
 
-def _fresh(stem: str, suffix: str, store=None) -> Path:
+def fresh(stem: str, suffix: str, store=None) -> Path:
+    """A new path in the exports folder (older downloads pruned first)."""
     folder = lab_store.state_dir(store, "exports")
     prune(folder)
     return folder / f"{_stem(stem)}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}{suffix}"
 
 
-def prune(folder: Path, keep: int = KEEP_FILES) -> None:
-    """Remove the oldest plain files beyond `keep` (export .zip archives included)."""
-    files = sorted((p for p in folder.iterdir() if p.is_file()), key=lambda p: p.stat().st_mtime)
-    for old in files[:max(0, len(files) - keep + 1)]:
-        old.unlink(missing_ok=True)
+def prune(folder: Path, keep: int = KEEP_FILES, keep_bytes: int = KEEP_BYTES) -> None:
+    """Remove the oldest files until, with room for one more, at most `keep` files and `keep_bytes`
+    bytes remain (export .zip archives included). A file another request removed first is skipped."""
+    files = []
+    for p in folder.iterdir():
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        if p.is_file():
+            files.append((st.st_mtime, st.st_size, p))
+    files.sort()
+    total = sum(size for _, size, _ in files)
+    for i, (_, size, p) in enumerate(files):
+        if len(files) - i < keep and total <= keep_bytes:
+            break
+        p.unlink(missing_ok=True)
+        total -= size
 
 
 def _plain(value):
@@ -61,13 +76,13 @@ def table_json(headers: list[str], rows: list[list], about: dict | None = None) 
 def write_table(headers: list[str], rows: list[list], stem: str, store=None,
                 about: dict | None = None) -> list[str]:
     """The table as a .csv and a .json file (about: extra JSON fields such as provenance)."""
-    csv_path, json_path = _fresh(stem, ".csv", store), _fresh(stem, ".json", store)
+    csv_path, json_path = fresh(stem, ".csv", store), fresh(stem, ".json", store)
     csv_path.write_text(table_csv(headers, rows), encoding="utf-8")
     json_path.write_text(table_json(headers, rows, about), encoding="utf-8")
     return [str(csv_path), str(json_path)]
 
 
 def write_html(document: str, stem: str, store=None) -> str:
-    path = _fresh(stem, ".html", store)
+    path = fresh(stem, ".html", store)
     path.write_text(document, encoding="utf-8")
     return str(path)

@@ -11,10 +11,12 @@ utilisation; frozen blocks (train_layers) are counted as if they trained.
 """
 from __future__ import annotations
 
+import re
+
 import torch
 
 # Dense peak FLOP/s per precision (no sparsity), from the vendors' datasheets. Matched in order by
-# a substring of torch.cuda.get_device_name(): "NVIDIA H100 80GB HBM3" is the SXM part. fp32 is the
+# whole words of torch.cuda.get_device_name(): "NVIDIA H100 80GB HBM3" is the SXM part. fp32 is the
 # plain float32 rate (PyTorch leaves TF32 matrix products off by default).
 PEAK_FLOPS = [
     ("H100 PCIe", {"bf16": 756e12, "fp32": 51e12}),
@@ -37,7 +39,7 @@ def device_name(device: torch.device) -> str:
 def peak_flops(name: str, precision: str) -> float | None:
     """The device's dense peak FLOP/s at 'bf16' or 'fp32', or None when it is not in the table."""
     for key, peaks in PEAK_FLOPS:
-        if key in name:
+        if re.search(rf"\b{re.escape(key)}\b", name):     # whole words: "L4" is not "NVIDIA L40"
             return peaks.get(precision)
     return None
 

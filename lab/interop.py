@@ -97,8 +97,10 @@ def _read_hf_config(path: Path) -> dict:
     return hf
 
 
-def import_hf_gpt2(path: str | Path, name: str, layers: list[int] | None = None, store=None) -> Path:
-    """Import an HF GPT-2 directory into the store as a `gpt2` checkpoint with the chosen blocks."""
+def import_hf_gpt2(path: str | Path, name: str, layers: list[int] | None = None, store=None,
+                   label: str | None = None) -> Path:
+    """Import an HF GPT-2 directory into the store as a `gpt2` checkpoint with the chosen blocks.
+    label: what the provenance names as its source (default: the folder)."""
     checkpoints.check_name(name)
     checkpoints.refuse_existing(name, store)
     path = _folder(path, "import gpt2")
@@ -142,13 +144,13 @@ def import_hf_gpt2(path: str | Path, name: str, layers: list[int] | None = None,
     checkpoints.load_state(model, ours, where=str(path))
     tok = _tokenizer_for(path, cfg.vocab_size)
     return checkpoints.save(model, tok, name, store, provenance={
-        "source": "import", "pretrained": str(path.resolve()), "layers": layers,
+        "source": "import", "pretrained": label or str(path.resolve()), "layers": layers,
         "format": "hf-gpt2"})
 
 
 UPLOAD_FILES = ("config.json", "model.safetensors", "vocab.json", "merges.txt", "tokenizer.json",
                 "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
-MAX_UPLOAD_BYTES = 8 * 2 ** 30      # 8 GiB unpacked: GPT-2 XL in float32 is 6.4 GB
+MAX_UPLOAD_BYTES = 8 * 2 ** 30      # unpacked; the web app takes uploads of at most 2 GB each
 
 
 def import_hf_gpt2_upload(files: list[str | Path], name: str, layers: list[int] | None = None,
@@ -157,30 +159,53 @@ def import_hf_gpt2_upload(files: list[str | Path], name: str, layers: list[int] 
     and, if any, the tokenizer's), or one .zip holding them. Only those file names are taken, from
     any folder inside the .zip; nothing is written outside a scratch folder of the store's, which
     goes when the import ends."""
-    from lab import store as lab_store
     paths = [Path(f) for f in files or []]
     if not paths:
         raise CheckpointError("upload the checkpoint's files (config.json and model.safetensors) or "
                               "one .zip holding them")
-    scratch = lab_store.state_dir(store, "uploads") / uuid.uuid4().hex
+    checkpoints.check_name(name)
+    checkpoints.refuse_existing(name, store)      # before any unpacking
+    label = "upload: " + ", ".join(p.name for p in paths)
+    scratch = uploads_dir(store) / uuid.uuid4().hex
     scratch.mkdir()
     try:
         if len(paths) == 1 and paths[0].suffix.lower() == ".zip":
             _unzip_checkpoint(paths[0], scratch)
         else:
-            for p in paths:
-                if p.name not in UPLOAD_FILES:
-                    raise CheckpointError(f"{p.name}: not a file of an HF GPT-2 checkpoint; upload "
-                                          f"{', '.join(UPLOAD_FILES[:2])} (and the tokenizer's files)")
-                shutil.copyfile(p, scratch / p.name)
-        return import_hf_gpt2(scratch, name, layers, store)
+            _copy_upload(paths, scratch)
+        try:
+            return import_hf_gpt2(scratch, name, layers, store, label=label)
+        except CheckpointError as e:        # say the upload, not the scratch folder it lay in
+            raise CheckpointError(str(e).replace(str(scratch), label)) from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def uploads_dir(store=None) -> Path:
+    from lab import store as lab_store
+    return lab_store.state_dir(store, "uploads")
+
+
+def clear_uploads(store=None) -> None:
+    """Scratch folders an import left when its process died (the app calls this as it starts)."""
+    for leftover in uploads_dir(store).iterdir():
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _copy_upload(paths: list[Path], dest: Path) -> None:
+    for p in paths:
+        if p.name not in UPLOAD_FILES:
+            raise CheckpointError(f"{p.name}: not a file of an HF GPT-2 checkpoint; upload "
+                                  f"{', '.join(UPLOAD_FILES[:2])} (and the tokenizer's files)")
+        if (dest / p.name).exists():
+            raise CheckpointError(f"two files named {p.name} were uploaded; upload one checkpoint")
+        shutil.copyfile(p, dest / p.name)
 
 
 def _unzip_checkpoint(archive: Path, dest: Path) -> None:
     """The checkpoint's files from a .zip, by their base names; bounded in size, no other paths."""
     import zipfile
+    import zlib
     try:
         with zipfile.ZipFile(archive) as z:
             members = [m for m in z.infolist() if not m.is_dir() and Path(m.filename).name in UPLOAD_FILES]
@@ -194,8 +219,8 @@ def _unzip_checkpoint(archive: Path, dest: Path) -> None:
                                           f"checkpoint folder")
                 with z.open(m) as src, open(target, "wb") as out:
                     shutil.copyfileobj(src, out, 2 ** 20)
-    except (zipfile.BadZipFile, OSError) as e:
-        raise CheckpointError(f"{archive.name} is not a readable .zip ({e})") from None
+    except (zipfile.BadZipFile, OSError, RuntimeError, NotImplementedError, EOFError, zlib.error) as e:
+        raise CheckpointError(f"{archive.name} is not a readable .zip ({e})") from None   # encrypted too
     if not (dest / "config.json").exists():
         raise CheckpointError(f"{archive.name} holds no config.json; zip the folder that "
                               f"save_pretrained wrote")

@@ -50,7 +50,8 @@ def self_contained(document: str, asset_url: str) -> str:
 
 
 def _frame(document: str, height: int) -> str:
-    return f'<iframe style="height:{height}px" srcdoc="{html.escape(document, quote=True)}"></iframe>'
+    return (f'<iframe sandbox="allow-scripts" style="height:{height}px" '
+            f'srcdoc="{html.escape(document, quote=True)}"></iframe>')
 
 
 def _settings_table(settings: dict) -> str:

@@ -102,8 +102,8 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
     ended = None
     for ended in trainer.run():
         yield ended
-    if train_cfg.final_dev and distributed.rank() == 0 and ended and ended["event"] == "done" \
-            and name in checkpoints.names(store):
+    if train_cfg.final_dev and train_cfg.max_dev_captions is not None and distributed.rank() == 0 \
+            and ended and ended["event"] == "done" and name in checkpoints.names(store):
         yield from _final_dev(name, tok, root, trainer, store)
 
 
@@ -121,12 +121,13 @@ def _final_dev(name: str, tok, root, trainer: Trainer, store=None) -> Iterator[d
                          trainer.device, n_words=[len(c.split()) for c in dev_caps],
                          abort=trainer._abort_eval)
     except Aborted:
+        yield {"event": "final_dev_aborted", "time": time.time()}
         return
-    extra = {"full_dev_captions": len(dev_caps), "full_dev_perplexity": ppl["perplexity"],
-             "full_dev_token_perplexity": ppl["token_perplexity"],
-             "full_dev_word_perplexity": ppl["word_perplexity"]}
+    extra = {"final_dev_captions": len(dev_caps), "final_dev_perplexity": ppl["perplexity"],
+             "final_dev_token_perplexity": ppl["token_perplexity"],
+             "final_dev_word_perplexity": ppl["word_perplexity"]}
     checkpoints.add_metrics(name, extra, store)
-    yield {"event": "final_eval", "time": time.time(), **extra}
+    yield {"event": "final_dev", "time": time.time(), **extra}
 
 
 def resume_state(name: str, train_cfg: TrainConfig, store) -> tuple[dict, Path]:

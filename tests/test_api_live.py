@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from tests.conftest import serving
+from tests.conftest import serving, wait_job
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +87,8 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     assert "Queued job" in call("/start_finetune")
     fine = next(j for j in jobs.list_jobs(store) if j["name"] == "smollm2-captions")
     jobs.request_stop(fine["id"], "now", store)
+    for j in (scratch, fine):                       # a running one saves, then ends stopped
+        wait_job(j["id"], ("stopped",), store=store, timeout=120)
     assert call("/start_all").count("Queued job") == 2           # both start anew (or go on)
     for j in jobs.list_jobs(store):
         if j["status"] in ("queued", "running"):

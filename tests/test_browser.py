@@ -293,7 +293,7 @@ def test_an_empty_lab_guides_the_first_visit(browser, empty_server):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(url)
     expect(page.locator("#start")).to_contain_text("New here?", timeout=60_000)
-    for tab in ("Compare", "Evaluate", "Train", "Checkpoints"):
+    for tab in ("Compare", "Attention", "Evaluate", "Train", "Checkpoints"):
         _tab(page, tab)
         expect(page.get_by_text("The store has no checkpoints yet.").locator("visible=true")).to_have_count(1)
     _shot(page, "getting-started")
@@ -304,7 +304,7 @@ def test_an_empty_lab_guides_the_first_visit(browser, empty_server):
     expect(page.locator("#start-message")).to_contain_text("already making", timeout=60_000)
     page.locator("#start-step-4").click()                          # too early: it says what is missing
     expect(page.get_by_text("not in the store yet").first).to_be_visible(timeout=30_000)
-    page.get_by_text("running", exact=False).first.wait_for(timeout=120_000)
+    page.locator("#start-status-2 .lab-progress[data-status='running']").wait_for(timeout=120_000)
     page.reload()
     _tab(page, "Train")
     expect(page.locator("#train-parent-note")).to_contain_text("settings of job 1", timeout=30_000)

@@ -110,3 +110,9 @@ def test_training_attention_goes_through_sdpa_and_weights_through_the_explicit_p
     calls.clear()
     out = model(torch.randint(0, 97, (2, 9)), output_attentions=True)
     assert calls == [] and out.attentions[0].shape == (2, 4, 9, 9)
+
+
+def test_peaks_match_whole_words_of_the_device_name():
+    assert flops.peak_flops("NVIDIA L4", "bf16") == 121e12
+    assert flops.peak_flops("NVIDIA L40", "bf16") is None               # not an L4
+    assert flops.peak_flops("NVIDIA H100 PCIe", "bf16") == 756e12

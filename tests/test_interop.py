@@ -117,16 +117,37 @@ def test_a_hostile_or_wrong_upload_gets_one_message_and_writes_nothing_outside(h
         z.write(hf_dir / "config.json", "../../outside/config.json")
         z.write(hf_dir / "model.safetensors", "/abs/model.safetensors")
         z.writestr("../../outside/run.sh", "echo owned")
+    before = {p for p in store.rglob("*")} | {p for p in tmp_path.rglob("*")}
     interop.import_hf_gpt2_upload([evil], "evil")                         # only the base names count
-    assert not (tmp_path / "outside").exists() and not list(tmp_path.parent.glob("outside"))
+    after = {p for p in store.rglob("*")} | {p for p in tmp_path.rglob("*")}
+    new = {p.relative_to(store) for p in after - before if p.is_file()}
+    assert all(p.parts[0] == "evil" or p.parts[:2] == (".lab", "locks") for p in new), new
+    assert not any((store / ".lab" / "uploads").iterdir())              # the scratch folder went
+    assert not any(p.name == "run.sh" for p in after)
+    assert checkpoints.info("evil")["pretrained"] == "upload: evil.zip"
     not_zip = tmp_path / "x.zip"
     not_zip.write_bytes(b"PK no zip")
     empty = tmp_path / "empty.zip"
     zipfile.ZipFile(empty, "w").close()
     other = tmp_path / "pytorch_model.bin"
     other.write_bytes(b"pickle")
+    twice = tmp_path / "twice.zip"
+    with zipfile.ZipFile(twice, "w") as z:
+        z.write(hf_dir / "config.json", "a/config.json")
+        z.write(hf_dir / "config.json", "b/config.json")
     for files, expected in (([not_zip], "not a readable .zip"), ([empty], "holds no config.json"),
-                            ([other], "not a file of an HF GPT-2 checkpoint"), ([], "upload the")):
+                            ([other], "not a file of an HF GPT-2 checkpoint"), ([], "upload the"),
+                            ([twice], "holds two config.json"),
+                            ([hf_dir / "config.json", hf_dir / "config.json"], "two files named config.json")):
         with pytest.raises(CheckpointError, match=expected):
             interop.import_hf_gpt2_upload(files, "bad")
     assert "bad" not in checkpoints.names()
+    import lab.interop
+    lab.interop.MAX_UPLOAD_BYTES = 1000                                   # a bomb: refused unread
+    try:
+        with pytest.raises(CheckpointError, match="unpacks to more than"):
+            interop.import_hf_gpt2_upload([evil], "bomb")
+    finally:
+        lab.interop.MAX_UPLOAD_BYTES = 8 * 2 ** 30
+    with pytest.raises(CheckpointError, match="'evil' already exists"):     # refused before unpacking
+        interop.import_hf_gpt2_upload([not_zip], "evil")

@@ -4,7 +4,6 @@ delete with confirmation. Server folders outside the store only under LAB_ALLOWE
 from __future__ import annotations
 
 import shutil
-import time
 
 import gradio as gr
 
@@ -73,7 +72,7 @@ def import_smollm2(layers, name, store=None):
 
 
 def import_gpt2_upload(files, layers, name, store=None):
-    name = checkpoints.check_name(need(text(name, "name", 200).strip(), "a name"))
+    name = need(text(name, "name", 200).strip(), "a name")
     layers = text(layers, "layers", 2000)
     if isinstance(files, str):
         files = [files]
@@ -92,9 +91,7 @@ def export_hf(name, outdir, store=None):
     if outdir:
         out = interop.export_hf_gpt2(name, lab_store.allowed_path(outdir, "export"), store)
         return f"Exported {name} to {out}; it loads with GPT2LMHeadModel.from_pretrained.", None
-    exports = lab_store.state_dir(store, "exports")
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    folder = interop.export_hf_gpt2(name, exports / f"{name}-hf-{stamp}", store)
+    folder = interop.export_hf_gpt2(name, exports.fresh(f"{name}-hf", "", store), store)
     archive = shutil.make_archive(str(folder), "zip", root_dir=folder)
     shutil.rmtree(folder, ignore_errors=True)
     return (f"Exported {name}: download the .zip below; unzipped, it loads with "

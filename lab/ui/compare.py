@@ -14,7 +14,8 @@ from lab.ui.evaluate import wire as wire_scores
 from lab import exports
 from lab.ui.fields import Checkbox, Dataframe, Number, Radio, Textbox
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
-from lab.generate import MAX_PROMPT_CHARS, sample_captions
+from lab.generate import MAX_PROMPT_CHARS, GenerationError, sample_captions
+from lab.ui.attention import MAX_TOKENS as MAX_ATTENTION_TOKENS
 from lab.registry import DECODERS
 from lab.ui.common import (MODELS, Context, checkpoint_dropdown, decode_config, decoder_inputs,
                            friendly, names_list, text, whole)
@@ -107,19 +108,27 @@ def save_report(record, scores, row, store=None) -> str:
     for name in names:
         ck = MODELS.get(name, store)
         caption = record["captions"][name][k]
-        cap = attention.capture(ck.model, ck.tokenizer, caption, max_tokens=ck.config.n_positions)
-        doc = attention.bertviz_html(cap, "head", REPORT_ASSETS)
+        try:
+            cap = attention.capture(ck.model, ck.tokenizer, caption, max_tokens=MAX_ATTENTION_TOKENS)
+        except GenerationError as e:
+            raise ConfigError(f"{name}, caption row {k + 1}: {e}; choose a shorter row or prefix") from None
+        doc = attention.bertviz_html(cap, "head", REPORT_ASSETS, title=name)
         views.append((name, f"row {k + 1}: {caption}", report.self_contained(doc, REPORT_ASSETS),
-                      120 + 26 * len(cap.tokens)))          # tall enough for every token
+                      attention.view_height(cap, "head")))
     same = scores and scores["provenance"]["checkpoints"] == names
     settings = {"seed": record["seed"], "prefix": record["prefix"] or "(none)",
                 "captions per checkpoint": record["n"],
                 **{f"decoder of {n}": _settings_label(DecodeConfig.from_dict(d))
                    for n, d in record["decoders"].items()}}
-    document = report.comparison(record["html"], settings,
-                                 {n: checkpoints.info(n, store) for n in names},
+    document = report.comparison(record["html"], settings, {n: _shareable(checkpoints.info(n, store))
+                                                            for n in names},
                                  scores if same else None, views)
     return exports.write_html(document, "comparison-" + "-vs-".join(names), store)
+
+
+def _shareable(info: dict) -> dict:
+    """A checkpoint's details without the server's folders (the report is for sharing)."""
+    return {k: v for k, v in info.items() if k not in ("directory", "run_dir", "data_dir")}
 
 
 REPORT_ASSETS = "/lab-report-assets"     # a placeholder the report replaces by the scripts themselves

@@ -11,6 +11,7 @@ import gradio as gr
 from lab import checkpoints, jobs
 from lab.config import ConfigError
 from lab.presets import configs
+from lab.runs import last_dir
 from lab.ui.common import Context
 from lab.ui.train import progress_html
 
@@ -30,13 +31,13 @@ def _job_for(name: str, store=None) -> dict | None:
 
 def step_status(name: str, store=None) -> str:
     """Where the step that makes checkpoint `name` stands, as a short HTML line."""
+    job = _job_for(name, store)
+    if job is not None and job["status"] in ("queued", "running"):
+        return progress_html(job)
     if name in checkpoints.names(store):
         return f"<span class='lab-step-done'>✓ done: checkpoint <b>{name}</b> is in the store</span>"
-    job = _job_for(name, store)
     if job is None:
         return "<span class='lab-step-todo'>not started</span>"
-    if job["status"] in ("queued", "running"):
-        return progress_html(job)
     return progress_html(job) + ("<div class='lab-progress-text'>Press the button again: it goes on "
                                  "where it stopped, or starts anew if it kept nothing.</div>"
                                  if job["status"] != "done" else "")
@@ -68,24 +69,13 @@ def _queue(name: str, preset: str, parent: str | None, store=None) -> str:
     job = _job_for(name, store)
     if job is not None and job["status"] in ("queued", "running"):
         return f"Job {job['id']} is already making **{name}**."
-    if job is not None and job["status"] in ("stopped", "interrupted"):
-        try:
-            return f"Queued job {jobs.resume(job['id'], store)}: {name} goes on where job {job['id']} stopped."
-        except ConfigError:
-            pass                    # it kept nothing to go on from: start it anew
-    if job is not None:
-        _clear_leftovers(name, store)
+    if job is not None and job["status"] in ("stopped", "interrupted", "failed") \
+            and last_dir(name, store).is_dir():              # it kept where it stood: go on from there
+        return f"Queued job {jobs.resume(job['id'], store)}: {name} goes on where job {job['id']} stopped."
     model_cfg, train_cfg, _ = configs(preset)
     job_id = jobs.submit(name, None if parent else model_cfg.to_dict(), train_cfg.to_dict(),
                          parent=parent, preset=preset, store=store)
     return f"Queued job {job_id}: **{name}** (preset `{preset}`)."
-
-
-def _clear_leftovers(name: str, store=None) -> None:
-    """A getting-started run that failed, or stopped keeping nothing to resume from, starts anew."""
-    from lab.runs import last_dir
-    if last_dir(name, store).is_dir():
-        checkpoints.delete(name, store)
 
 
 def train_scratch(store=None) -> str:
@@ -115,7 +105,7 @@ def ready_to_compare(store=None) -> list[str]:
 STEPS = [
     ("1. **Import SmolLM2-135M**, the lab's pretrained model (about 15 s)", "Import SmolLM2"),
     (f"2. **Train a small model from scratch** (preset `{SCRATCH_PRESET}`: 2 layers, width 128, one "
-     f"epoch over the 15,000 training captions; about 6 minutes)", "Train from scratch"),
+     f"epoch over 12,000 training captions; about 5 minutes)", "Train from scratch"),
     (f"3. **Fine-tune SmolLM2 on the captions** (preset `{FINETUNE_PRESET}`: all 30 blocks, one pass "
      f"over 800 captions; about 3 minutes once step 2 is done)", "Fine-tune SmolLM2"),
     ("4. **Compare the two side by side** in the Compare tab", "Compare them")]

@@ -24,9 +24,9 @@ from lab.ui.common import text as bounded_text
 
 MODEL_FIELDS = ["model", "n_layer", "n_head", "n_embd", "kv_groups", "n_positions", "norm",
                 "norm_position", "attention", "positional", "mlp", "tie_embeddings", "dropout"]
-TRAIN_FIELDS = ["epochs", "batch_size", "lr", "seed", "shuffle", "early_stop", "patience",
-                "eval_every", "max_train_captions", "max_dev_captions", "final_dev", "log_every", "train_layers",
-                "device"]
+TRAIN_FIELDS = ["epochs", "batch_size", "lr", "weight_decay", "grad_clip", "seed", "shuffle",
+                "early_stop", "patience", "eval_every", "max_train_captions", "max_dev_captions",
+                "final_dev", "log_every", "train_layers", "device", "precision", "compile"]
 
 
 def _field_component(cls, name, value):
@@ -42,10 +42,12 @@ def _field_component(cls, name, value):
         return Radio(["perplexity", "bleu", "none"], value=value, label=name)
     if name == "device":
         return Radio(["auto", "cpu", "cuda"], value=value, label=name)
+    if name == "precision":
+        return Radio(["auto", "bf16", "fp32"], value=value, label=name,
+                     info="auto: bf16 autocast on a GPU, float32 on the CPU")
     if f.type in ("bool", bool):
         return Checkbox(value, label=name, min_width=150,      # room for its whole label
-                        info="at the end, score the kept checkpoint on all dev captions"
-                        if name == "final_dev" else None)
+                        info=CHECKBOX_INFO.get(name))
     if name in ("train_layers",):
         return Textbox(value, label=name, info="'all' or 1-based blocks, e.g. 1,3")
     if name == "log_every":
@@ -53,7 +55,11 @@ def _field_component(cls, name, value):
     if f.type in ("int", "int | None"):
         return Number(value, label=name, step=1,
                          info=ZERO_MEANS_NONE.get(name) or BLANK_MEANS_ZERO.get(name))
-    return Number(value, label=name)
+    return Number(value, label=name, info=BLANK_MEANS_ZERO.get(name))
+
+
+CHECKBOX_INFO = {"final_dev": "at the end, score the kept checkpoint on all dev captions",
+                 "compile": "torch.compile the model (GPU; its first steps compile)"}
 
 
 # optional numbers: the form shows them empty, and an empty Number can come back as 0
@@ -63,7 +69,9 @@ ZERO_MEANS_NONE = {"kv_groups": "0 or blank: as many as n_head",
                                        "same for every run); 0 or blank: all 5,000"}
 
 
-BLANK_MEANS_ZERO = {"eval_every": "steps between extra dev evaluations; 0 or blank: each epoch's end"}
+BLANK_MEANS_ZERO = {"eval_every": "steps between extra dev evaluations; 0 or blank: each epoch's end",
+                    "weight_decay": "AdamW's decay; 0 or blank: plain Adam (the assignment's)",
+                    "grad_clip": "largest gradient norm; 0 or blank: no clipping"}
 
 
 def _none_if_blank(v):
@@ -124,8 +132,8 @@ def progress_html(job: dict) -> str:
         doing = phase_text(p) if event == "progress" else f"training, loss {p['train_loss']:.3f}"
         text = (f"{doing} — epoch {p['epoch']}, step {p['step']}/{p['total_steps']}, "
                 f"elapsed {format_duration(p['elapsed_s'])}, ETA {format_duration(p['eta_s'])}")
-    elif event == "final_eval":
-        text = f"{status}: all {p['full_dev_captions']:,} dev captions, perplexity {p['full_dev_perplexity']:.2f}"
+    elif event == "final_dev":
+        text = f"{status}: all {p['final_dev_captions']:,} dev captions, perplexity {p['final_dev_perplexity']:.2f}"
     elif event == "eval":
         where = f"step {p['step']}" if p.get("mid_epoch") else f"epoch {p['epoch']}"
         text = f"{status}: {where} dev perplexity {p['dev_perplexity']:.2f}"
@@ -215,8 +223,8 @@ def written(job: dict, store=None) -> str:
     except checkpoints.CheckpointError as e:
         return f"Checkpoint **{job['name']}** is damaged: {e}"
     ppl = f", dev perplexity {m['dev_perplexity']:.2f}" if "dev_perplexity" in m else ""
-    if "full_dev_perplexity" in m:
-        ppl += f" ({m['full_dev_perplexity']:.2f} on all {m['full_dev_captions']:,} dev captions)"
+    if "final_dev_perplexity" in m:
+        ppl += f" ({m['final_dev_perplexity']:.2f} on all {m['final_dev_captions']:,} dev captions)"
     return f"Checkpoint **{job['name']}**: best epoch {m.get('epoch', '?')}{ppl}. It is a choice in the other tabs."
 
 
@@ -256,13 +264,15 @@ def latest_active(store=None) -> list:
     """On page load: the job list, the running (or newest) job chosen; while that job runs or waits,
     the form shows its own settings, as it was filled when the job started."""
     rows = jobs.list_jobs(store)
-    active = [j for j in rows if j["status"] in ("running", "queued")]
+    active = [j for j in rows if j["status"] == "running"] + [j for j in rows if j["status"] == "queued"]
     pick = (active or rows or [None])[0]
     chosen = gr.update(choices=job_choices(store), value=str(pick["id"]) if pick else None)
     n_form = 3 + len(MODEL_FIELDS) + len(TRAIN_FIELDS) + 1
-    if not active:
-        return [chosen] + [gr.skip()] * n_form
-    return [chosen] + job_form(active[0], store)
+    try:
+        return [chosen] + job_form(active[0], store) if active else [chosen] + [gr.skip()] * n_form
+    except LabError as e:         # its parent was deleted since: the form stays as it was
+        return [chosen] + [gr.skip()] * (n_form - 1) + [f"Job {active[0]['id']}'s settings cannot be "
+                                                         f"shown: {e}"]
 
 
 def job_form(job: dict, store=None) -> list:
