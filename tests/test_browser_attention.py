@@ -85,8 +85,18 @@ def test_head_differences_across_tokenizers_and_views_cleared_on_a_new_choice(pa
     page.locator("#attention-go").click()
     page.frame_locator("#attention-other-head-view iframe").locator("svg text").first.wait_for(
         timeout=60_000)
-    page.get_by_text("Heads that differ most between the two checkpoints").click()
-    expect(page.get_by_text("A word's attention is the mean of its sub-tokens' rows")).to_be_visible()
+    header = page.get_by_role("button", name=re.compile("Heads that differ most"))
+    explained = page.locator("#attention-alignment")
+    for _ in range(3):                 # a click while the views still lay out may miss the header
+        if explained.is_visible():
+            break
+        header.click()
+        try:
+            explained.wait_for(state="visible", timeout=10_000)
+        except Exception:              # playwright's TimeoutError: try the header again
+            continue
+    expect(explained).to_be_visible()
+    expect(explained).to_contain_text("mean of its sub-tokens' rows, summed over the key word's sub-tokens")
     page.locator("#attention-differences-go").click()
     table = page.locator("#attention-differences")
     closest = re.compile(r"L[123] H[12]")                      # a head of the 3-layer, 2-head model

@@ -183,7 +183,7 @@ def build(ctx: Context):
         outs_b, api_visibility="private")
     with gr.Accordion("Heads that differ most between the two checkpoints (any tokenizers: "
                       "compared word by word)", open=False):
-        gr.Markdown(ALIGNMENT)
+        gr.Markdown(ALIGNMENT, elem_id="attention-alignment")
         go_d = gr.Button("Find the differing heads", elem_id="attention-differences-go")
         table = gr.Dataframe(headers=diff_headers("the second"), elem_id="attention-differences",
                              label="heads of the first checkpoint, the least matched first")
