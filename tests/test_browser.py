@@ -314,3 +314,25 @@ def test_an_empty_lab_guides_the_first_visit(browser, empty_server):
     expect(page.locator("#start-status-2")).to_contain_text("Press the button again", timeout=120_000)
     assert len(jobs.list_jobs(store)) == 1
     page.close()
+
+
+def test_dark_theme_keeps_attention_and_charts_readable(browser, server):
+    """In Gradio's dark theme bertviz's white drawing is inverted (hue turned back) and the Plotly
+    charts are transparent, so no white panel sits in a dark page."""
+    url, _ = server
+    page = browser.new_page(viewport={"width": 1400, "height": 1000}, color_scheme="dark")
+    page.goto(url + "?__theme=dark")
+    _tab(page, "Attention")
+    page.locator("#attention-go").click()
+    frame = page.locator("#attention-head-view iframe")
+    frame.wait_for(timeout=60_000)
+    assert page.evaluate("document.body.classList.contains('dark')")
+    assert "invert" in frame.evaluate("e => getComputedStyle(e).filter")
+    page.get_by_role("tab", name="Layer x head grid").locator("visible=true").first.click()
+    background = page.locator("#attention-grid .main-svg").first
+    background.wait_for(timeout=30_000)
+    assert background.evaluate("e => getComputedStyle(e).backgroundColor") == "rgba(0, 0, 0, 0)"
+    assert page.locator("#attention-grid .main-svg rect.bg").first.evaluate(
+        "e => getComputedStyle(e).fillOpacity") == "0"
+    _shot(page, "attention-dark")
+    page.close()
