@@ -10,14 +10,21 @@ import time
 
 from lab.attention import CDN, VENDOR_DIR
 
-STYLE = """
+# the captions table (Compare's, and the report's copy of it): one style for both
+CAPTIONS_CSS = """
+.lab-compare { border-collapse: collapse; width: 100%; table-layout: fixed; font-size: 14px; }
+.lab-compare td { overflow-wrap: anywhere; }
+.lab-compare td, .lab-compare th { border: 1px solid #ddd; padding: 6px 8px; vertical-align: top; text-align: left; }
+.lab-compare .row-no, .lab-compare th:first-child { color: #888; width: 2.5em; }
+.tok { border-radius: 3px; padding: 0 1px; white-space: pre-wrap; }
+.tok-prompt { color: #666; white-space: pre-wrap; }
+"""
+
+STYLE = CAPTIONS_CSS + """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1300px; color: #111; }
 h1 { font-size: 1.6em; } h2 { font-size: 1.25em; margin-top: 1.6em; }
 table { border-collapse: collapse; width: 100%; font-size: 14px; }
 td, th { border: 1px solid #ddd; padding: 5px 8px; vertical-align: top; text-align: left; }
-.lab-compare td { overflow-wrap: anywhere; } .row-no { color: #888; width: 2.5em; }
-.tok { border-radius: 3px; padding: 0 1px; white-space: pre-wrap; }
-.tok-prompt { color: #666; }
 pre { background: #f6f8fa; padding: 8px; overflow-x: auto; font-size: 12px; }
 .attention { display: flex; flex-wrap: wrap; gap: 16px; }
 .attention > div { flex: 1 1 560px; }

@@ -112,14 +112,13 @@ def _final_dev(name: str, tok, root, trainer: Trainer, store=None) -> Iterator[d
     from lab.metrics import Aborted, perplexity
     dev_caps = data.load_split("dev", root)
     ck = checkpoints.load(name, store)
-    yield {"event": "progress", "phase": "evaluating", "dev_captions": len(dev_caps), "final": True,
-           "epoch": ck.metrics.get("epoch", 1), "step": trainer.step, "total_steps": trainer.total_steps,
-           "elapsed_s": time.time() - trainer.t_start, "eta_s": 0.0, "time": time.time()}
+    yield {**trainer.progress(ck.metrics.get("epoch", 1), "evaluating", dev_captions=len(dev_caps),
+                              final=True), "time": time.time()}
     seqs = data.encode_captions(dev_caps, tok, ck.config.n_positions)
     try:
         ppl = perplexity(ck.model.to(trainer.device), seqs, tok.eos_id, trainer.cfg.eval_batch_size,
                          trainer.device, n_words=[len(c.split()) for c in dev_caps],
-                         abort=trainer._abort_eval)
+                         abort=trainer.abort_eval)
     except Aborted:
         yield {"event": "final_dev_aborted", "time": time.time()}
         return

@@ -154,7 +154,7 @@ class Trainer:
         return distributed.broadcast(STOP_NOW if asked == "now" else STOP_AFTER if asked else GO,
                                      self.device)
 
-    def _abort_eval(self) -> bool:
+    def abort_eval(self) -> bool:
         """Asked between evaluation batches: a stop-now request cuts an evaluation short."""
         store.fault("eval.batch")
         return self.should_stop() == "now"
@@ -266,7 +266,7 @@ class Trainer:
         return {"tokens_per_s": tokens / seconds,
                 "mfu": flops.mfu(flop, seconds, self.peak, self.world)}
 
-    def _progress(self, epoch: int, phase: str, **more) -> dict:
+    def progress(self, epoch: int, phase: str, **more) -> dict:
         return {"event": "progress", "phase": phase, "epoch": epoch, "step": self.step,
                 "total_steps": self.total_steps, "elapsed_s": time.time() - self.t_start,
                 "eta_s": self._eta(), **more}
@@ -297,7 +297,7 @@ class Trainer:
                     "elapsed_s": time.time() - self.t_start, "eta_s": self._eta()}, writer)
                 run_loss, run_n, tokens, flop, t_log, t_said = 0.0, 0, 0, 0.0, time.time(), time.time()
             elif time.time() - t_said >= PROGRESS_EVERY_S:
-                yield self._log(self._progress(epoch, "training",
+                yield self._log(self.progress(epoch, "training",
                                                **self._rates(tokens, flop, time.time() - t_log)), writer)
                 t_said = time.time()
             if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step % spe and self.main:
@@ -324,7 +324,7 @@ class Trainer:
 
     def _mid_epoch_eval(self, epoch: int, writer):
         """An extra dev evaluation inside the epoch (eval_every): it draws the curve, saves nothing."""
-        yield self._log(self._progress(epoch, "evaluating", dev_captions=len(self.dev_seqs)), writer)
+        yield self._log(self.progress(epoch, "evaluating", dev_captions=len(self.dev_seqs)), writer)
         record = self._evaluate(epoch, self.step)
         if record is not None:
             yield self._log(record | {"total_steps": self.total_steps, "mid_epoch": True}, writer)
@@ -335,7 +335,7 @@ class Trainer:
         cut short by a stop-now request is not counted (resume redoes it)."""
         cfg, evaluated, record = self.cfg, True, {"event": "eval", "epoch": epoch, "step": self.step}
         if self.main:
-            yield self._log(self._progress(epoch, "evaluating", dev_captions=len(self.dev_seqs)), writer)
+            yield self._log(self.progress(epoch, "evaluating", dev_captions=len(self.dev_seqs)), writer)
             scored = self._evaluate(epoch, self.step)
             if scored is None:
                 evaluated, record = False, {"event": "eval_aborted", "epoch": epoch, "step": self.step}
@@ -343,7 +343,7 @@ class Trainer:
                 record = scored | {"total_steps": self.total_steps}
                 if self.best is None or self._better(record, self.best):
                     self.best, self.bad_epochs, record["best"] = record, 0, True
-                    yield self._log(self._progress(epoch, "saving"), writer)
+                    yield self._log(self.progress(epoch, "saving"), writer)
                     if self.on_best:
                         self.on_best(record, self._train_state(epoch, 0))
                 else:
@@ -373,13 +373,13 @@ class Trainer:
         try:
             with autocast(self.device, self.precision):
                 ppl = perplexity(self.model, self.dev_seqs, self.pad_id, self.cfg.eval_batch_size,
-                                 self.device, n_words=self.dev_words, abort=self._abort_eval)
+                                 self.device, n_words=self.dev_words, abort=self.abort_eval)
             record = {"event": "eval", "epoch": epoch, "step": step, "dev_loss": ppl["loss"],
                       "dev_perplexity": ppl["perplexity"], "dev_token_perplexity": ppl["token_perplexity"]}
             if "word_perplexity" in ppl:
                 record["dev_word_perplexity"] = ppl["word_perplexity"]
             if self.cfg.early_stop == "bleu" and self.dev_bleu is not None:
-                record["dev_harmonic_bleu"] = self.dev_bleu(self.model, abort=self._abort_eval)
+                record["dev_harmonic_bleu"] = self.dev_bleu(self.model, abort=self.abort_eval)
         except Aborted:
             self.model.train()
             return None

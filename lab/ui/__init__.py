@@ -10,17 +10,12 @@ import gradio as gr
 from lab import store as lab_store
 from lab.attention import VENDOR_DIR
 from lab.errors import LabError
+from lab.report import CAPTIONS_CSS
 from lab.ui import attention, checkpoints, compare, evaluate, start, train
 from lab.ui.common import Context, friendly
 
-CSS = """
-.lab-compare { border-collapse: collapse; width: 100%; table-layout: fixed; font-size: 14px; }
-.lab-compare td { overflow-wrap: anywhere; }
-.lab-compare td, .lab-compare th { border: 1px solid #ddd; padding: 6px 8px; vertical-align: top; text-align: left; }
-.lab-compare .row-no, .lab-compare th:first-child { color: #888; width: 2.5em; }
+CSS = CAPTIONS_CSS + """
 .lab-matrix th:first-child { width: 15em; overflow-wrap: anywhere; }
-.tok { border-radius: 3px; padding: 0 1px; white-space: pre-wrap; }
-.tok-prompt { color: #666; white-space: pre-wrap; }
 .lab-progress { background: #e5e7eb; border-radius: 6px; height: 14px; overflow: hidden; }
 .lab-progress .bar { background: #2563eb; height: 100%; transition: width .5s; }
 .lab-progress-text { font-size: 14px; margin-top: 4px; }

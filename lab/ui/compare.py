@@ -249,6 +249,14 @@ def build(ctx: Context) -> SideBySide:
             save, last, files, api_visibility="private")
     then(prefix.submit(lambda: None, None, None, api_visibility="private"))     # Enter generates
 
+    scored = _scores_section(ctx, [chosen, *dec.components()], seed)
+    _report_section(ctx, last, scored)
+    _matrix_section(ctx, chosen, seed, prefix)
+    return SideBySide(chosen, then)
+
+
+def _scores_section(ctx: Context, models_and_decoder: list, seed) -> gr.State:
+    """'Which is better?': the chosen checkpoints scored on a seeded test subset, with verdicts."""
     with gr.Accordion("Which is better? Score them on a seeded subset of the test split", open=False):
         with gr.Row():
             score_n = Radio([100, 500, 1000], value=100, label="test captions")
@@ -257,9 +265,11 @@ def build(ctx: Context) -> SideBySide:
                               elem_id="compare-scores", wrap=True, column_widths=EVAL_WIDTHS)
         said = gr.Markdown(elem_id="compare-verdicts")
         bleu_auto = gr.State("auto")
-        scored = wire_scores(go_s, [chosen, *dec.components(), score_n, seed, bleu_auto], [scores, said],
-                             ctx, "compare_scores")
+        return wire_scores(go_s, [*models_and_decoder, score_n, seed, bleu_auto], [scores, said],
+                           ctx, "compare_scores")
 
+
+def _report_section(ctx: Context, last: gr.State, scored: gr.State) -> None:
     with gr.Accordion("Save the comparison as one HTML file (opens offline, shareable)", open=False):
         gr.Markdown("The captions above, the scores of *Which is better?* if you ran it, the "
                     "attention of one caption row of each checkpoint, every setting and provenance.")
@@ -270,6 +280,8 @@ def build(ctx: Context) -> SideBySide:
         go_r.click(friendly(lambda r, sc, k: save_report(r, sc, k, ctx.store)), [last, scored, row],
                    report_file, api_visibility="private")
 
+
+def _matrix_section(ctx: Context, chosen, seed, prefix) -> None:
     with gr.Accordion("Decoder matrix: every decoder plugin x temperature", open=False):
         with gr.Row():
             temps = Textbox("0.7, 1.0", label="temperatures")
@@ -282,4 +294,3 @@ def build(ctx: Context) -> SideBySide:
                    [chosen, temps, n_m, seed, prefix], [out_m, matrix], api_name="decoder_matrix",
                    show_progress="minimal").success(
             friendly(lambda t: matrix_files(t, ctx.store)), matrix, files_m, api_visibility="private")
-    return SideBySide(chosen, then)

@@ -12,7 +12,7 @@ from lab import checkpoints, jobs
 from lab.config import ConfigError
 from lab.presets import configs
 from lab.runs import last_dir
-from lab.ui.common import Context
+from lab.ui.common import Context, friendly
 from lab.ui.train import progress_html
 
 SMOLLM2, SCRATCH, FINETUNE = "smollm2", "quick-scratch", "smollm2-captions"
@@ -113,7 +113,6 @@ STEPS = [
 
 def build(ctx: Context):
     """The panel; returns its compare button (app wiring switches to the Compare tab with it)."""
-    from lab.ui.common import friendly
     with gr.Accordion("Getting started", open=not ctx.checkpoint_names(), elem_id="start"):
         gr.Markdown(INTRO)
         every = gr.Button("Do steps 1-3", elem_id="start-all", variant="primary", size="md")
