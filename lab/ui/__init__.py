@@ -42,7 +42,7 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
     ctx = Context(store=store, data_dir=data_dir)
     with gr.Blocks(title="tfmr-lab") as demo:
         gr.Markdown("# tfmr-lab\nTrain, compare and understand small Transformer language models.")
-        compare_them, _, _ = start.build(ctx)
+        compare_them, panel = start.build(ctx)
         with gr.Tabs() as tabs:
             with gr.Tab("Compare", id="compare"):
                 side_by_side = compare.build(ctx)
@@ -73,6 +73,7 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
         gr.Timer(3.0).tick(friendly(refresh), known, fresh, api_visibility="private",
                            show_progress="hidden")
         demo.load(friendly(latest), None, attached, api_visibility="private")   # re-attach to the running job
+        demo.load(friendly(lambda: start.panel_open(ctx.store)), None, panel, api_visibility="private")
     return demo
 
 

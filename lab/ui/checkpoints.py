@@ -125,7 +125,7 @@ def build(ctx: Context):
         COLUMNS, rows(ctx.store), "checkpoints", ctx.store, {"details": checkpoints.listing(ctx.store)}),
         visible=True)), None, table_download, api_visibility="private")
     with gr.Row():
-        chosen = Dropdown(ctx.checkpoint_names(), label="checkpoint", elem_id="checkpoints-chosen",
+        chosen = Dropdown(ctx.checkpoint_names(), value=None, label="checkpoint", elem_id="checkpoints-chosen",
                           allow_custom_value=True)
         ctx.add_dropdown(chosen, "blank")
     info = gr.JSON(label="config, provenance and metrics")

@@ -43,8 +43,19 @@ def step_status(name: str, store=None) -> str:
                                  if job["status"] != "done" else "")
 
 
-def statuses(store=None) -> list[str]:
-    return [step_status(n, store) for n in (SMOLLM2, SCRATCH, FINETUNE)] + [compare_status(store)]
+def statuses(store=None) -> list:
+    """Each step's line, and the compare button: highlighted once both checkpoints exist (before,
+    pressing it says what is missing)."""
+    ready = all(n in checkpoints.names(store) for n in (SCRATCH, FINETUNE))
+    return ([step_status(n, store) for n in (SMOLLM2, SCRATCH, FINETUNE)] + [compare_status(store)]
+            + [gr.update(variant="primary" if ready else "secondary")])
+
+
+def panel_open(store=None):
+    """On page load: the panel is open on an empty store and while one of its jobs is under way."""
+    busy = any(j["name"] in (SCRATCH, FINETUNE) and j["status"] in ("queued", "running")
+               for j in jobs.list_jobs(store))
+    return gr.update(open=busy or not checkpoints.names(store))
 
 
 def compare_status(store=None) -> str:
@@ -112,8 +123,9 @@ STEPS = [
 
 
 def build(ctx: Context):
-    """The panel; returns its compare button (app wiring switches to the Compare tab with it)."""
-    with gr.Accordion("Getting started", open=not ctx.checkpoint_names(), elem_id="start"):
+    """The panel; returns its compare button (app wiring switches to the Compare tab with it) and
+    the panel itself (opened or closed as each page loads: panel_open)."""
+    with gr.Accordion("Getting started", open=not ctx.checkpoint_names(), elem_id="start") as panel:
         gr.Markdown(INTRO)
         every = gr.Button("Do steps 1-3", elem_id="start-all", variant="primary", size="md")
         said = gr.Markdown(elem_id="start-message")
@@ -124,7 +136,8 @@ def build(ctx: Context):
                     gr.Markdown(what)
                     shown.append(gr.HTML(elem_id=f"start-status-{i + 1}"))
                 buttons.append(gr.Button(button, elem_id=f"start-step-{i + 1}", scale=1, size="md",
-                                         min_width=180, variant="primary" if i == 3 else "secondary"))
+                                         min_width=180))
+    shown = shown + [buttons[3]]          # statuses() updates the compare button too
     actions = [import_smollm2, train_scratch, finetune]
     for button, action, api in zip(buttons, actions, ["start_import", "start_scratch", "start_finetune"]):
         button.click(lambda: "Working on it …", None, said, api_visibility="private").then(
@@ -136,4 +149,4 @@ def build(ctx: Context):
         friendly(lambda: statuses(ctx.store)), None, shown, api_visibility="private")
     gr.Timer(2.0).tick(friendly(lambda: statuses(ctx.store)), None, shown, api_visibility="private",
                        show_progress="hidden")
-    return buttons[3], said, shown
+    return buttons[3], panel

@@ -137,7 +137,7 @@ def progress_html(job: dict) -> str:
     elif event == "eval":
         where = f"step {p['step']}" if p.get("mid_epoch") else f"epoch {p['epoch']}"
         text = f"{status}: {where} dev perplexity {p['dev_perplexity']:.2f}"
-    elif event == "data" and status == "running":
+    elif event in ("data", None) and status == "running":      # nothing reported yet: loading
         text = "running: loading the data and the model"
     elif event == "start" and status == "running":
         text = f"running: training on {p['device']}, the first step under way"
@@ -193,6 +193,10 @@ def curves(job: dict, store=None):
     fig.add_scatter(x=steps, y=train, name="train loss", mode="lines+markers",   # a first point shows
                     marker=dict(size=4))
     fig.add_scatter(x=dev_steps, y=dev, name="dev loss", mode="lines+markers")
+    if not steps:
+        every = job["spec"]["train"].get("log_every", 20)
+        fig.add_annotation(text=f"the first training loss is plotted at step {every}", showarrow=False,
+                           x=0.5, y=0.5, xref="paper", yref="paper")
     fig.update_layout(height=300, margin=dict(l=40, r=10, t=30, b=30), xaxis_title="step",
                       yaxis_title="loss", title=f"job {job['id']}: {job['name']}",
                       # transparent, mid-grey text and grid: readable in the light and dark themes
