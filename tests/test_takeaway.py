@@ -121,3 +121,14 @@ def test_getting_started_steps_queue_once_and_say_where_they_stand(store):
     _save(start.SCRATCH, store=store)
     assert "done" in start.step_status(start.FINETUNE, store)
     assert start.ready_to_compare(store) == [start.SCRATCH, start.FINETUNE]
+
+
+def test_the_train_tab_chooses_a_job_started_elsewhere(store):
+    """A job queued by the getting-started panel shows in the Train tab without being picked."""
+    from lab.ui import start
+    from lab.ui.train import poll
+    assert "No job selected" in poll(None, [], store)[0]
+    start.train_scratch(store)
+    progress, *_, labels, _ = poll(None, [], store)
+    assert labels["value"] == "1" and "data-status='queued'" in progress
+    jobs.request_stop(1, "now", store)

@@ -247,9 +247,16 @@ def view(job_id, store=None):
 
 
 def poll(job_id, shown_choices, store=None):
-    """The timer's view: the job's progress, and the job list's labels when a status changed."""
+    """The timer's view: the job's progress, and the job list's labels when a status changed. With
+    no job chosen, a job started elsewhere (the getting-started panel, a script) is chosen once it
+    runs or waits, so the page never says 'no job' while one is under way."""
     choices = [list(c) for c in job_choices(store)]
     labels = gr.update(choices=choices) if choices != shown_choices else gr.skip()
+    if not job_id:
+        active = [j for j in jobs.list_jobs(store) if j["status"] in ("running", "queued")]
+        if active:
+            job_id = str(active[-1]["id"])           # the oldest under way: the one running first
+            labels = gr.update(choices=choices, value=job_id)
     return (*view(job_id, store), labels, choices)
 
 
@@ -304,7 +311,7 @@ def job_form(job: dict, store=None) -> list:
 
 def build(ctx: Context):
     ctx.empty_note("Train one from scratch with a preset below (`quick` writes readable captions in "
-                   "about 6 minutes), or import SmolLM2 in the Checkpoints tab to fine-tune it here.")
+                   "about 5 minutes), or import SmolLM2 in the Checkpoints tab to fine-tune it here.")
     gr.Markdown("Start a training job. It runs in the background worker (on a GPU when there is one); "
                 "closing the browser never stops it, and reopening the page re-attaches.")
     with gr.Row():
