@@ -13,12 +13,13 @@ from __future__ import annotations
 import html
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from lab.errors import LabError
+from lab.model import kv_heads
 
 VENDOR_DIR = Path(__file__).resolve().parent / "ui" / "static" / "vendor"
 CDN = {
@@ -40,6 +41,7 @@ class Capture:
     n_prompt: int                   # tokens before the generated part (BOS + prompt)
     n_head: int
     kv_heads: int
+    per_token: dict = field(default_factory=dict)   # name -> a value per token (ACT's steps)
 
     @property
     def n_layer(self) -> int:
@@ -64,11 +66,8 @@ def capture(model, tokenizer, text: str = "", ids: list[int] | None = None, n_pr
     return Capture(tokens=["<bos>"] + tokenizer.token_strings(body), ids=seq,
                    attentions=[a[0].float().cpu() for a in out.attentions],
                    n_prompt=len(seq) if n_prompt is None else n_prompt,
-                   n_head=c.n_head, kv_heads=_kv_heads(model))
-
-
-def _kv_heads(model) -> int:
-    return model.transformer.h[0].attn.n_kv_head
+                   n_head=c.n_head, kv_heads=kv_heads(c),
+                   per_token={k: v[0].float().cpu().tolist() for k, v in (out.per_token or {}).items()})
 
 
 def head_groups(n_head: int, kv_heads: int) -> list[list[int]]:

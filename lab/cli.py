@@ -32,6 +32,9 @@ def cmd_plugins(args):
         print(f"{kind}:")
         for e in entries:
             print(f"  {e['name']:<12} {e['description']}")
+            for p in e["params"]:       # a plugin's own settings: --set KIND.SETTING=VALUE
+                bounds = f", {p.get('min', '')}..{p.get('max', '')}" if "min" in p or "max" in p else ""
+                print(f"  {'':<12}   {kind}.{p['name']} = {p['default']} ({p['type']}{bounds}): {p['help']}")
     print("presets:")
     for k, (_, d) in PRESETS.items():
         print(f"  {k:<12} {d}")

@@ -1,8 +1,13 @@
 """Typed configs: ModelConfig, TrainConfig, DecodeConfig. JSON in and out, validated.
 
-A model config is plugin names plus sizes, nothing else. Keys use HF GPT-2's names where they exist
-(`n_layer`, `n_head`, `n_embd`, `n_positions`); the same key is the config-JSON field, the CLI
-`--set` key and the UI form label.
+A model config is plugin names, sizes and each chosen plugin's own settings, nothing else. Keys use
+HF GPT-2's names where they exist (`n_layer`, `n_head`, `n_embd`, `n_positions`); the same key is
+the config-JSON field, the CLI `--set` key and the UI form label. A plugin's setting is
+`KIND.SETTING` (`attention.window`) on the command line and in the form, and
+`"settings": {"attention": {"window": 8}}` in JSON (a dotted key is accepted there too).
+
+A model family (the `model` plugin) fills the parts a config leaves unset: `model=llama` alone is
+RMSNorm, grouped-query attention, rotary positions and SwiGLU; any part may still be named.
 """
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import json
 import math
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
@@ -67,6 +72,10 @@ def _coerce(key: str, value, typ):
         if not math.isfinite(number):
             raise ConfigError(f"{key}: expected a finite number, got {value!r}")
         return number
+    if typ is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a JSON object, got {value!r}"[:200])
+        return value
     if typ is str:
         if not isinstance(value, str):
             raise ConfigError(f"{key}: expected text, got {value!r}")
@@ -144,12 +153,17 @@ def split_overrides(pairs: list[str], *classes) -> list[dict]:
         key, value = pair.split("=", 1)
         key = key.strip()
         for i, cls in enumerate(classes):
-            if key in {f.name for f in dataclasses.fields(cls)}:
+            if key in getattr(cls, "MOVED", {}):
+                raise ConfigError(f"--set: {key} {cls.MOVED[key]}")
+            if key in {f.name for f in dataclasses.fields(cls)} or (
+                    "." in key and key.split(".", 1)[0] in getattr(cls, "PLUGIN_KINDS", ())):
                 out[i][key] = value
                 break
         else:
-            valid = sorted({f.name for c in classes for f in dataclasses.fields(c)})
-            raise ConfigError(f"--set: unknown key {key!r}; valid keys are: {', '.join(valid)}")
+            valid = sorted({f.name for c in classes for f in dataclasses.fields(c)} - {"settings"})
+            raise ConfigError(f"--set: unknown key {key!r}; valid keys are: {', '.join(valid)}, "
+                              f"and a plugin's own settings as KIND.SETTING (python -m lab plugins "
+                              f"lists them)")
     return out
 
 
@@ -160,40 +174,149 @@ def _positive(obj, *names):
             raise ConfigError(f"{n} must be positive, got {v!r}")
 
 
+# what a model family fills when a config leaves it unset; a family's `defaults` meta overrides it
+FAMILY_KEYS = ("norm", "norm_position", "attention", "positional", "mlp", "bias", "norm_eps",
+               "tie_embeddings", "dropout")
+BASE_FAMILY = dict(norm="layernorm", norm_position="pre", attention="mha", positional="learned",
+                   mlp="gelu", bias=True, norm_eps=1e-5, tie_embeddings=False, dropout=0.1)
+
+
+def family_defaults(model: str) -> dict:
+    from lab.registry import MODELS, load_plugins
+    load_plugins()
+    meta = MODELS.get(model).meta if model in MODELS else {}
+    return {**BASE_FAMILY, **meta.get("defaults", {})}
+
+
+def _registry(kind: str):
+    from lab.registry import REGISTRIES, load_plugins
+    load_plugins()
+    return REGISTRIES[kind]
+
+
 @dataclass
 class ModelConfig(_Config):
-    model: str = "gpt2"             # model plugin: the family, which fixes module names for interop
+    model: str = "gpt2"             # model plugin: the family; it builds the model and fills the
+                                    # parts left unset below
     vocab_size: int = 50257         # tokens in the vocabulary (GPT-2 BPE: 50257)
     n_positions: int = 1024         # longest context the model accepts
     n_embd: int = 768               # width of the residual stream
     n_layer: int = 3                # number of Transformer blocks
     n_head: int = 12                # query heads per attention layer
-    kv_groups: int | None = None    # key/value heads (grouped-query); None: as many as n_head
     n_inner: int | None = None      # MLP hidden width; None: 4 * n_embd
-    norm: str = "layernorm"         # norm plugin
-    norm_position: str = "pre"      # "pre" (GPT-2) or "post" (the original Transformer)
-    attention: str = "mha"          # attention plugin
-    positional: str = "learned"     # positional plugin
-    mlp: str = "gelu"               # MLP plugin
-    bias: bool = True               # biases in the linear layers (GPT-2 yes, Llama no)
-    norm_eps: float = 1e-5          # epsilon of every norm
-    rope_theta: float = 10000.0     # rotary base (rotary positions only)
-    tie_embeddings: bool = False    # share the output layer with the token embedding
-    dropout: float = 0.1            # dropout on embeddings, attention and residual branches
+    norm: str | None = None         # norm plugin                        (None: the family's)
+    norm_position: str | None = None  # "pre" (GPT-2) or "post" (the original Transformer)
+    attention: str | None = None    # attention plugin
+    positional: str | None = None   # positional plugin
+    mlp: str | None = None          # MLP plugin
+    bias: bool | None = None        # biases in the linear layers (GPT-2 yes, Llama no)
+    norm_eps: float | None = None   # epsilon of every norm
+    tie_embeddings: bool | None = None  # share the output layer with the token embedding
+    dropout: float | None = None    # dropout on embeddings, attention and residual branches
     init_std: float = 0.02          # std of the normal initialisation
+    settings: dict = field(default_factory=dict)   # {kind: {setting: value}} of the chosen plugins
 
+    PLUGIN_KINDS: ClassVar[tuple] = ("model", "norm", "attention", "positional", "mlp")
+    MOVED: ClassVar[dict] = {
+        "kv_groups": "is the gqa attention plugin's own setting now: "
+                     "--set attention=gqa --set attention.kv_groups=N",
+        "rope_theta": "is the rotary positional plugin's own setting now: "
+                      "--set positional=rotary --set positional.theta=X"}
     BOUNDS: ClassVar[dict] = {"vocab_size": (1, 1_000_000), "n_positions": (1, 32768),
                               "n_embd": (1, 16384), "n_layer": (1, 256), "n_head": (1, 4096),
-                              "kv_groups": (1, 4096), "n_inner": (1, 131072),
-                              "norm_eps": (1e-12, 1.0), "rope_theta": (1.0, 1e9),
+                              "n_inner": (1, 131072), "norm_eps": (1e-12, 1.0),
                               "init_std": (1e-6, 1.0)}
     MAX_PARAMS: ClassVar[int] = 2_000_000_000   # about 32 GB to train with Adam in float32
 
+    def __post_init__(self):
+        """Fill what the family decides, and each chosen plugin's settings with its defaults."""
+        if isinstance(self.model, str):
+            for key, value in family_defaults(self.model).items():
+                if getattr(self, key) is None:
+                    setattr(self, key, value)
+        if not isinstance(self.settings, dict) or not all(
+                isinstance(v, dict) for v in self.settings.values()):
+            return                                  # check() says what is wrong
+        resolved = {}
+        for kind, given in self.settings.items():
+            if given or kind not in self.PLUGIN_KINDS:
+                resolved[kind] = dict(given)
+        for kind in self.PLUGIN_KINDS:
+            cls = self._settings_class(kind)
+            if cls is None:
+                continue
+            given = resolved.get(kind, {})
+            hints = typing.get_type_hints(cls)
+            values = {f.name: _coerce(f"{kind}.{f.name}", given[f.name], hints[f.name])
+                      if f.name in given else f.default for f in dataclasses.fields(cls)}
+            resolved[kind] = {**given, **values}    # unknown names stay, for check() to refuse
+        self.settings = resolved
+
+    def _settings_class(self, kind: str):
+        name = getattr(self, kind)
+        reg = _registry(kind)
+        return reg.get(name).settings if isinstance(name, str) and name in reg else None
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        """Also takes `KIND.SETTING` keys, and the keys of older configs (kv_groups, rope_theta),
+        which become the settings of the plugins they belonged to."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"{cls.__name__}: expected a JSON object, got {type(d).__name__}")
+        d = dict(d)
+        settings = d.pop("settings", None) or {}
+        if isinstance(settings, dict):
+            settings = {k: dict(v) if isinstance(v, dict) else v for k, v in settings.items()}
+        for key in [k for k in d if isinstance(k, str) and "." in k]:
+            kind, name = key.split(".", 1)
+            if kind not in cls.PLUGIN_KINDS:
+                raise ConfigError(f"{key}: a plugin setting is KIND.SETTING with KIND one of "
+                                  f"{', '.join(cls.PLUGIN_KINDS)}")
+            if not isinstance(settings, dict) or not isinstance(settings.setdefault(kind, {}), dict):
+                raise ConfigError(f"settings: expected {{kind: {{setting: value}}}}, got {settings!r}"[:200])
+            settings[kind][name] = d.pop(key)
+        if isinstance(settings, dict):
+            cls._carry_moved_keys(d, settings)
+        return super().from_dict({**d, "settings": settings})
+
+    @staticmethod
+    def _carry_moved_keys(d: dict, settings: dict) -> None:
+        """Checkpoints made before plugins had settings keep kv_groups and rope_theta at the top;
+        they go to the plugin they belonged to (where another plugin is chosen, they meant nothing)."""
+        family = family_defaults(d.get("model", "gpt2")) if isinstance(d.get("model", "gpt2"), str) else {}
+        if "kv_groups" in d:
+            groups = d.pop("kv_groups")
+            if (d.get("attention") or family.get("attention")) == "gqa" and isinstance(
+                    settings.setdefault("attention", {}), dict):
+                settings["attention"].setdefault("kv_groups", groups or d.get("n_head", 12))
+        if "rope_theta" in d:
+            theta = d.pop("rope_theta")
+            if (d.get("positional") or family.get("positional")) == "rotary" and isinstance(
+                    settings.setdefault("positional", {}), dict):
+                settings["positional"].setdefault("theta", theta)
+
+    def replace(self, **overrides):
+        """A plugin changed here drops the old plugin's settings, and a family changed here takes
+        the new family's parts wherever the old family's were in place."""
+        d = self.to_dict()
+        if "model" in overrides and overrides["model"] != self.model:
+            old = family_defaults(self.model)
+            for key in FAMILY_KEYS:
+                if key not in overrides and d[key] == old[key]:
+                    d[key] = None
+        for kind in self.PLUGIN_KINDS:
+            if kind in overrides and overrides[kind] != d.get(kind):
+                d["settings"].pop(kind, None)
+        return type(self).from_dict({**d, **overrides})
+
+    def plugin_settings(self, kind: str):
+        """The settings dataclass of the plugin chosen for `kind`, filled; None if it has none."""
+        cls = self._settings_class(kind)
+        return cls(**self.settings.get(kind, {})) if cls is not None else None
+
     def check(self) -> None:
-        from lab.registry import ATTENTION, MLP, MODELS, NORMS, POSITIONAL, load_plugins
-        load_plugins()
-        for reg, value in ((MODELS, self.model), (NORMS, self.norm), (ATTENTION, self.attention),
-                           (POSITIONAL, self.positional), (MLP, self.mlp)):
+        for kind in self.PLUGIN_KINDS:
+            reg, value = _registry(kind), getattr(self, kind)
             if value not in reg:
                 raise ConfigError(f"{reg.kind}: unknown plugin {value!r}; "
                                   f"choose one of: {', '.join(reg.names())}")
@@ -202,19 +325,45 @@ class ModelConfig(_Config):
             divisors = [d for d in range(1, min(self.n_embd, 4096) + 1) if self.n_embd % d == 0]
             raise ConfigError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
                               f"n_head must divide the width, e.g. one of {divisors[:24]}")
-        if self.positional == "rotary" and (self.n_embd // self.n_head) % 2:
-            raise ConfigError(f"rotary positions need an even head width; "
-                              f"n_embd/n_head = {self.n_embd // self.n_head}")
-        if self.kv_groups is not None:
-            _positive(self, "kv_groups")
-            if self.n_head % self.kv_groups:
-                raise ConfigError(f"kv_groups={self.kv_groups} must divide n_head={self.n_head}")
         if self.n_inner is not None:
             _positive(self, "n_inner")
         if self.norm_position not in ("pre", "post"):
             raise ConfigError(f"norm_position must be 'pre' or 'post', got {self.norm_position!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        self._check_settings()
+
+    def _check_settings(self) -> None:
+        if not isinstance(self.settings, dict) or not all(
+                isinstance(v, dict) for v in self.settings.values()):
+            raise ConfigError(f"settings: expected {{kind: {{setting: value}}}}, e.g. "
+                              f'{{"attention": {{"window": 8}}}}; got {self.settings!r}'[:300])
+        for kind, given in self.settings.items():
+            if kind not in self.PLUGIN_KINDS:
+                raise ConfigError(f"settings: unknown kind {kind!r}; the kinds with plugins are "
+                                  f"{', '.join(self.PLUGIN_KINDS)}")
+            cls, name = self._settings_class(kind), getattr(self, kind)
+            names = [f.name for f in dataclasses.fields(cls)] if cls else []
+            for key in given:
+                if key not in names:
+                    has = f"its settings are: {', '.join(names)}" if names else "it has no settings"
+                    raise ConfigError(f"{kind}.{key}: the {kind} plugin {name!r} has no setting "
+                                      f"{key!r}; {has}")
+            if cls is None:
+                continue
+            for f in dataclasses.fields(cls):
+                v, meta, key = given[f.name], f.metadata, f"{kind}.{f.name}"
+                if v is None:
+                    continue
+                if "min" in meta and v < meta["min"] or "max" in meta and v > meta["max"]:
+                    raise ConfigError(f"{key} must be between {meta.get('min', '-inf')} and "
+                                      f"{meta.get('max', 'inf')}, got {v}")
+                if "choices" in meta and v not in meta["choices"]:
+                    raise ConfigError(f"{key} must be one of {', '.join(map(str, meta['choices']))}, "
+                                      f"got {v!r}")
+            instance = cls(**given)
+            if hasattr(instance, "check"):
+                instance.check(self)
 
     def check_after_bounds(self) -> None:
         n = self.approx_params()
@@ -224,11 +373,11 @@ class ModelConfig(_Config):
                               f"the lab builds models up to {self.MAX_PARAMS / 1e9:.0f}B")
 
     def approx_params(self) -> int:
-        """Parameters of the model this config builds, to within biases and norms."""
-        d, hd = self.n_embd, self.n_embd // self.n_head
-        kv = 1 if self.attention == "mqa" else (self.kv_groups or self.n_head)
+        """Parameters of the model this config builds, to within biases, norms and plugin extras;
+        keys and values counted for every head (an upper bound for grouped-query attention)."""
+        d = self.n_embd
         inner = self.n_inner or 4 * d
-        attn = 2 * d * d + 2 * d * hd * kv
+        attn = 4 * d * d
         mlp = d * inner * (3 if self.mlp == "swiglu" else 2)
         return self.vocab_size * d * (1 if self.tie_embeddings else 2) + self.n_positions * d \
             + self.n_layer * (attn + mlp)

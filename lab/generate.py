@@ -66,7 +66,7 @@ def _sample_group(model, prompt: torch.Tensor, decoder, max_new: int, eos_id: in
             break
         if not keep.all():                                          # shrink the batch and cache
             active, nxt = active[keep], nxt[keep]
-            past = [(k[keep], v[keep]) for k, v in past]
+            past = past.select(keep)
         out = model(nxt[:, None], past_key_values=past)
         past, logits = out.past_key_values, out.logits[:, -1]
     return new, probs, finished

@@ -246,8 +246,6 @@ def export_hf_gpt2(checkpoint: str, outdir: str | Path, store=None) -> Path:
     ck = checkpoints.load(checkpoint, store)
     c = ck.config
     odd = {k: getattr(c, k) for k, v in STANDARD.items() if getattr(c, k) != v}
-    if c.kv_groups not in (None, c.n_head):
-        odd["kv_groups"] = c.kv_groups
     if odd:
         raise CheckpointError(f"{checkpoint} cannot be exported as HF GPT-2: it uses {odd}; "
                               f"only GPT-2's own parts ({STANDARD}) export")

@@ -1,8 +1,23 @@
 """The decoder-only language model, assembled from injected parts (nanoGPT's manner).
 
-`build(config)` is the only place that touches the registries: it builds each part from its
-plugin and hands the parts to the modules. Module and parameter names follow HF GPT-2
-(`transformer.wte`, `transformer.h.{i}.attn.c_attn`, `lm_head`), so GPT-2 weights map by name.
+`build(config)` is the only place that touches the registries: the model family's plugin (a
+builder) builds each part from its plugin and hands the parts to the modules. Module and parameter
+names follow HF GPT-2 (`transformer.wte`, `transformer.h.{i}.attn.c_attn`, `lm_head`), so GPT-2
+weights map by name.
+
+What each kind of part is offered (a factory takes the keywords its signature names):
+- norm: n_embd, eps, bias
+- attention: n_embd, n_head, n_positions, bias, dropout
+- positional: n_positions, n_embd, n_head, head_dim
+- mlp: n_embd, n_inner, bias, dropout
+
+The contracts a part keeps (tests/test_plugin_contracts.py checks each):
+- attention: `forward(x, pos, positions, past, need_weights) -> (y, present, weights)`, where
+  `positions` is the positional module (its `rotate` and `attn_bias` are called by the attention),
+  `present` the layer's cache entry (k, v) and `weights` (B, n_head, T, S) or None; the module has
+  `n_head` and `n_kv_head`.
+- positional: `embed(x, pos)`, `rotate(q, k, pos)` and `attn_bias(q_pos, k_pos)` ((n_head, T, S)
+  added to the attention scores, or None); `Positional` gives the do-nothing versions.
 """
 from __future__ import annotations
 
@@ -16,12 +31,53 @@ from torch.nn import functional as F
 from lab.config import ModelConfig
 
 
+class KVCache(list):
+    """Per layer the attention's cache entry (k, v), each (B, n_kv_head, S, hs), and `seen`: how
+    many tokens came before (S may be less, when an attention keeps only a window)."""
+
+    def __init__(self, entries, seen: int):
+        super().__init__(entries)
+        self.seen = seen
+
+    def select(self, rows: torch.Tensor) -> "KVCache":
+        """The cache of some batch rows (a boolean mask or indices), for generation to drop the
+        rows that have finished or to reorder beams."""
+        return KVCache([(k[rows], v[rows]) for k, v in self], self.seen)
+
+
+class Positional(nn.Module):
+    """The do-nothing positional hooks; a positional plugin overrides the ones it uses."""
+
+    def embed(self, x, pos):           # x: (B, T, C) token embeddings, pos: (T,) absolute positions
+        return x
+
+    def rotate(self, q, k, pos):       # q: (B, nh, T, hs), k: (B, nkv, T, hs)
+        return q, k
+
+    def attn_bias(self, q_pos, k_pos):  # (T,), (S,) -> (n_head, T, S) added to the scores, or None
+        return None
+
+
 @dataclass
 class LMOutput:
     logits: torch.Tensor                      # (B, T, V)
-    past_key_values: list | None = None       # per layer (k, v), each (B, n_kv_head, S, hs)
+    past_key_values: KVCache | None = None    # per layer (k, v), each (B, n_kv_head, S, hs)
     attentions: list | None = None            # per layer (B, n_head, T, S), when asked for
     loss: torch.Tensor | None = None
+    aux_loss: torch.Tensor | None = None      # a cost the trainer adds to the loss (ACT's ponder cost)
+    per_token: dict | None = None             # name -> (B, T) values the Attention tab shows per token
+
+
+class PrefixCache(list):
+    """Generation's cache for a model that recomputes its whole prefix each step (its outputs for
+    old tokens change with new ones, or its cache would be harder than the recompute): the tokens."""
+
+    def __init__(self, ids: torch.Tensor):
+        super().__init__([ids])
+        self.seen = ids.size(1)
+
+    def select(self, rows) -> "PrefixCache":
+        return PrefixCache(self[0][rows])
 
 
 class Block(nn.Module):
@@ -33,13 +89,13 @@ class Block(nn.Module):
         self.ln_1, self.attn, self.ln_2, self.mlp = ln_1, attn, ln_2, mlp
         self.pre_norm = norm_position == "pre"
 
-    def forward(self, x, pos, rotate, past=None, need_weights=False):
+    def forward(self, x, pos, positions, past=None, need_weights=False):
         if self.pre_norm:    # GPT-2: x + f(norm(x))
-            a, present, w = self.attn(self.ln_1(x), pos, rotate, past, need_weights)
+            a, present, w = self.attn(self.ln_1(x), pos, positions, past, need_weights)
             x = x + a
             x = x + self.mlp(self.ln_2(x))
         else:                # the original Transformer: norm(x + f(x))
-            a, present, w = self.attn(x, pos, rotate, past, need_weights)
+            a, present, w = self.attn(x, pos, positions, past, need_weights)
             x = self.ln_1(x + a)
             x = self.ln_2(x + self.mlp(x))
         return x, present, w
@@ -62,7 +118,11 @@ class TfmrLM(nn.Module):
         """idx: (B, T) token ids. past_key_values continue a cached prefix. labels: (B, T) targets
         aligned with idx (shifted inside, -100 ignored), for an HF-style mean loss."""
         B, T = idx.size()
-        t0 = past_key_values[0][0].size(2) if past_key_values else 0
+        t0 = 0
+        if past_key_values:
+            t0 = getattr(past_key_values, "seen", None)
+            if t0 is None:               # a plain list of (k, v): every key is still there
+                t0 = past_key_values[0][0].size(2)
         if t0 + T > self.config.n_positions:
             raise ValueError(f"sequence of {t0 + T} tokens is longer than the model's context "
                              f"(n_positions={self.config.n_positions})")
@@ -72,7 +132,7 @@ class TfmrLM(nn.Module):
         presents, attentions = [], []
         for i, block in enumerate(self.transformer.h):
             past = past_key_values[i] if past_key_values else None
-            x, present, w = block(x, pos, wpe.rotate, past, output_attentions)
+            x, present, w = block(x, pos, wpe, past, output_attentions)
             presents.append(present)
             attentions.append(w)
         logits = self.lm_head(self.transformer.ln_f(x))               # (B, T, V)
@@ -80,7 +140,8 @@ class TfmrLM(nn.Module):
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),
                                    labels[:, 1:].reshape(-1), ignore_index=-100)
-        return LMOutput(logits, presents, attentions if output_attentions else None, loss)
+        return LMOutput(logits, KVCache(presents, t0 + T), attentions if output_attentions else None,
+                        loss)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -97,36 +158,58 @@ def _init_weights(model: TfmrLM, std: float) -> None:
 
 
 def build(config: ModelConfig) -> TfmrLM:
-    """Build the model a config describes, every part from its plugin."""
+    """Build the model a config describes: its family's builder, every part from its plugin."""
     from lab.registry import MODELS, load_plugins
     load_plugins()
     config.validate()
-    return MODELS.build(config.model, config)
+    return MODELS.build(config.model, config, settings=config.plugin_settings("model"))
+
+
+def part(config: ModelConfig, kind: str, **offered) -> nn.Module:
+    """One part from the plugin the config names for `kind`, with that plugin's settings."""
+    from lab.registry import REGISTRIES
+    return REGISTRIES[kind].build(getattr(config, kind), settings=config.plugin_settings(kind),
+                                  **offered)
+
+
+def offered(config: ModelConfig) -> dict[str, dict]:
+    """What the builder offers each kind of part (the module docstring lists them)."""
+    c = config
+    return {"norm": dict(n_embd=c.n_embd, eps=c.norm_eps, bias=c.bias),
+            "attention": dict(n_embd=c.n_embd, n_head=c.n_head, n_positions=c.n_positions,
+                              bias=c.bias, dropout=c.dropout),
+            "positional": dict(n_positions=c.n_positions, n_embd=c.n_embd, n_head=c.n_head,
+                               head_dim=c.head_dim),
+            "mlp": dict(n_embd=c.n_embd, n_inner=c.n_inner or 4 * c.n_embd, bias=c.bias,
+                        dropout=c.dropout)}
 
 
 def assemble(config: ModelConfig) -> TfmrLM:
-    """The standard decoder: build each part from its registry and inject it."""
-    from lab.registry import ATTENTION, MLP, NORMS, POSITIONAL
-    c = config
-    n_inner = c.n_inner or 4 * c.n_embd
+    """The standard decoder: each part from its plugin, injected into the blocks."""
+    c, offer = config, offered(config)
 
     def norm():
-        return NORMS.build(c.norm, c.n_embd, eps=c.norm_eps, bias=c.bias)
+        return part(c, "norm", **offer["norm"])
 
-    blocks = [Block(norm(),
-                    ATTENTION.build(c.attention, c.n_embd, c.n_head, kv_groups=c.kv_groups,
-                                    bias=c.bias, dropout=c.dropout),
-                    norm(),
-                    MLP.build(c.mlp, c.n_embd, n_inner, bias=c.bias, dropout=c.dropout),
-                    c.norm_position)
+    blocks = [Block(norm(), part(c, "attention", **offer["attention"]), norm(),
+                    part(c, "mlp", **offer["mlp"]), c.norm_position)
               for _ in range(c.n_layer)]
     model = TfmrLM(
         c,
         wte=nn.Embedding(c.vocab_size, c.n_embd),
-        wpe=POSITIONAL.build(c.positional, c.n_positions, c.n_embd, c.head_dim, theta=c.rope_theta),
+        wpe=part(c, "positional", **offer["positional"]),
         blocks=blocks,
         ln_f=norm() if c.norm_position == "pre" else nn.Identity(),
         lm_head=nn.Linear(c.n_embd, c.vocab_size, bias=False),
     )
     _init_weights(model, c.init_std)
     return model
+
+
+def kv_heads(config: ModelConfig) -> int:
+    """Key/value heads per layer of the attention the config names: one module built on the meta
+    device (no memory), read through the attention contract's `n_kv_head`."""
+    from lab.registry import load_plugins
+    load_plugins()
+    with torch.device("meta"):
+        return part(config, "attention", **offered(config)["attention"]).n_kv_head

@@ -1,12 +1,19 @@
 """Plugin registries: register / get / names / build, with metadata per entry.
 
-A plugin is a factory registered under a unique name with a one-line description and a typed
-config dataclass (timm's `_registry.py` in spirit; unlike timm, a duplicate name raises).
-Only the model builder touches the registries; modules receive their parts.
+A plugin is a factory registered under a unique name with a one-line description and, when it has
+settings of its own, a typed dataclass of them (timm's `_registry.py` in spirit; unlike timm, a
+duplicate name raises). A factory receives only what its signature names: from what the builder
+offers its kind (`n_embd`, `n_head`, ...) and, when it declares settings, `settings`, an instance of
+its dataclass. Only the model builder touches the registries; modules receive their parts.
+
+A settings field may carry metadata: `help` (one line), `min` / `max` (bounds), `choices`. A
+settings class may define `check(self, model_config)` for rules that cross fields; it raises
+`lab.config.ConfigError` with a one-line message.
 """
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import threading
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -26,18 +33,19 @@ class Entry:
     name: str
     factory: Callable[..., Any]
     description: str
-    config: type | None = None        # a dataclass of the plugin's own settings, if it has any
+    settings: type | None = None      # a dataclass of the plugin's own settings, if it has any
     meta: dict = field(default_factory=dict)
 
     def params(self) -> list[dict]:
-        """The config fields as plain dicts (name, type, default, help): what the UI and CLI show."""
-        if self.config is None:
+        """The settings as plain dicts (name, type, default, help, bounds): what the UI and CLI show."""
+        if self.settings is None:
             return []
         out = []
-        for f in dataclasses.fields(self.config):
+        for f in dataclasses.fields(self.settings):
             default = f.default if f.default is not dataclasses.MISSING else None
             out.append({"name": f.name, "type": getattr(f.type, "__name__", str(f.type)),
-                        "default": default, "help": f.metadata.get("help", "")})
+                        "default": default, "help": f.metadata.get("help", ""),
+                        **{k: f.metadata[k] for k in ("min", "max", "choices") if k in f.metadata}})
         return out
 
     def describe(self) -> dict:
@@ -50,16 +58,20 @@ class Registry:
         self.kind = kind
         self._entries: dict[str, Entry] = {}
 
-    def register(self, name: str, description: str, config: type | None = None, **meta):
-        """Decorator: `@NORMS.register("rmsnorm", "Root-mean-square norm (Zhang & Sennrich 2019)")`."""
+    def register(self, name: str, description: str, settings: type | None = None, **meta):
+        """Decorator: `@NORMS.register("rmsnorm", "Root-mean-square norm (Zhang & Sennrich 2019)")`;
+        `settings=` names the plugin's settings dataclass."""
         if not description or "\n" in description:
             raise PluginError(f"{self.kind} plugin {name!r} needs a one-line description")
+        if settings is not None and not dataclasses.is_dataclass(settings):
+            raise PluginError(f"{self.kind} plugin {name!r}: settings must be a dataclass, "
+                              f"got {settings!r}")
 
         def deco(factory):
             if name in self._entries:
                 raise PluginError(f"{self.kind} plugin {name!r} is already registered "
                                   f"(by {self._entries[name].factory.__module__})")
-            self._entries[name] = Entry(name, factory, description, config, meta)
+            self._entries[name] = Entry(name, factory, description, settings, meta)
             return factory
         return deco
 
@@ -73,8 +85,16 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._entries)
 
-    def build(self, name: str, *args, **kwargs):
-        return self.get(name).factory(*args, **kwargs)
+    def build(self, name: str, *args, settings=None, **offered):
+        """Call the plugin's factory with the positional `args`, the keywords of `offered` that its
+        signature names, and `settings` when it declares settings."""
+        entry = self.get(name)
+        params = inspect.signature(entry.factory).parameters
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        kwargs = {k: v for k, v in offered.items() if takes_any or k in params}
+        if entry.settings is not None:
+            kwargs["settings"] = settings if settings is not None else entry.settings()
+        return entry.factory(*args, **kwargs)
 
     def __contains__(self, name: str) -> bool:
         return name in self._entries
@@ -107,7 +127,8 @@ def load_plugins() -> None:
     with _load_lock:
         if _loaded:
             return
-        import plugins  # noqa: F401  (registers the built-ins)
+        import plugins
+        plugins.import_all()     # the built-ins: every module under plugins/ registers itself
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             ep.load()
         _loaded = True

@@ -61,10 +61,11 @@ def llama_config(hf_config, n_layer: int) -> ModelConfig:
     return ModelConfig(
         model="llama", vocab_size=hf_config.vocab_size, n_positions=hf_config.max_position_embeddings,
         n_embd=hf_config.hidden_size, n_layer=n_layer, n_head=hf_config.num_attention_heads,
-        kv_groups=hf_config.num_key_value_heads, n_inner=hf_config.intermediate_size,
-        norm="rmsnorm", norm_position="pre", attention="gqa", positional="rotary", mlp="swiglu",
-        bias=False, norm_eps=hf_config.rms_norm_eps, rope_theta=float(theta),
-        tie_embeddings=bool(hf_config.tie_word_embeddings), dropout=0.0)
+        n_inner=hf_config.intermediate_size, norm="rmsnorm", norm_position="pre", attention="gqa",
+        positional="rotary", mlp="swiglu", bias=False, norm_eps=hf_config.rms_norm_eps,
+        tie_embeddings=bool(hf_config.tie_word_embeddings), dropout=0.0,
+        settings={"attention": {"kv_groups": hf_config.num_key_value_heads},
+                  "positional": {"theta": float(theta)}})
 
 
 def llama_state(hf_state: dict, layers: list[int]) -> dict:

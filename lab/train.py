@@ -66,12 +66,20 @@ def shard_loss(model, batch: Batch, rank: int = 0, world: int = 1) -> torch.Tens
     weighted by its share of the rows, so the mean over processes that DDP takes of the gradients
     is the gradient of the whole batch's assignment loss."""
     if world == 1:
-        return assignment_loss(model(batch.input_ids).logits, batch)
+        return _loss(model, batch)
     part = Batch(batch.input_ids[rank::world], batch.loss_mask[rank::world])
     rows = part.input_ids.size(0)
     if rows == 0:       # fewer captions than processes (a last batch): take part with weight 0
         return model(batch.input_ids[:1]).logits.sum() * 0.0
-    return assignment_loss(model(part.input_ids).logits, part) * (rows * world / batch.input_ids.size(0))
+    return _loss(model, part) * (rows * world / batch.input_ids.size(0))
+
+
+def _loss(model, batch: Batch) -> torch.Tensor:
+    """The assignment's loss, plus the model's own training cost when it has one (the Universal
+    Transformer's ponder cost)."""
+    out = model(batch.input_ids)
+    loss = assignment_loss(out.logits, batch)
+    return loss if out.aux_loss is None else loss + out.aux_loss
 
 
 def trainable_parameters(model, layers: list[int] | None) -> list[torch.nn.Parameter]:

@@ -1,7 +1,9 @@
-"""Built-in plugins, imported explicitly: each module registers itself on import."""
-from plugins.norms import layernorm, rmsnorm  # noqa: F401
-from plugins.positional import learned, sinusoidal, rotary  # noqa: F401
-from plugins.attention import mha, gqa, mqa  # noqa: F401
-from plugins.mlp import gelu, swiglu  # noqa: F401
-from plugins.decoders import greedy, random, top_k, top_p, beam  # noqa: F401
-from plugins.models import gpt2, llama  # noqa: F401
+"""Built-in plugins: every module in the kind packages below registers itself on import, so a new
+plugin is one new file (no list to edit)."""
+import importlib
+import pkgutil
+
+
+def import_all() -> None:
+    for info in pkgutil.walk_packages(__path__, prefix=__name__ + "."):
+        importlib.import_module(info.name)

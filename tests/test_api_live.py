@@ -19,10 +19,10 @@ def live(tmp_path_factory):
 
 def _start_args(name):
     from lab.presets import get
-    from lab.ui.train import MODEL_FIELDS, TRAIN_FIELDS
+    from lab.ui.train import form_values
     m, t = get("tiny")
     t = t.replace(epochs=1, max_train_captions=200, max_dev_captions=50)
-    return [name, "tiny", ""] + [getattr(m, f) for f in MODEL_FIELDS] + [getattr(t, f) for f in TRAIN_FIELDS]
+    return [name, "tiny", ""] + form_values(m, t)
 
 
 def _refused(call, expected):

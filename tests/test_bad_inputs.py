@@ -139,7 +139,10 @@ def _cli_cases():
         (T + ["--set", "train_layers=5"], "blocks are numbered 1 to 2"),
         (T + ["--set", "nope=1"], "unknown key 'nope'"),
         (T + ["--set", "dropout=1.5"], "dropout must be in [0, 1)"),
-        (T + ["--set", "kv_groups=3"], "kv_groups=3 must divide n_head=4"),
+        (T + ["--set", "attention=gqa", "--set", "attention.kv_groups=3"],
+         "attention.kv_groups=3 must divide n_head=4"),
+        (T + ["--set", "kv_groups=3"], "kv_groups is the gqa attention plugin's own setting now"),
+        (T + ["--set", "attention.window=3"], "the attention plugin 'mha' has no setting 'window'"),
         (T + ["--set", "n_head=0"], "n_head must be positive"),
         (T + ["--set", "n_head=5"], "not divisible by n_head=5"),
         (T + ["--set", "patience=0"], "patience must be at least 1"),
@@ -419,17 +422,13 @@ def _api_cases():
 
 
 API_CASES = _api_cases()
-def _start_job_fields():
-    """/start_job's arguments after name, preset and parent: the form's model and training fields."""
-    from lab.ui.train import MODEL_FIELDS, TRAIN_FIELDS
-    return MODEL_FIELDS, TRAIN_FIELDS
-
-
 def _start_job_cases():
+    """/start_job's arguments after name, preset and parent: the form's model and training
+    fields, then the plugin settings (lab.ui.train.form_fields)."""
     from lab.presets import get
+    from lab.ui.train import form_fields, form_values
     m, t = get("tiny")
-    model_fields, train_fields = _start_job_fields()
-    base = {**{k: getattr(m, k) for k in model_fields}, **{k: getattr(t, k) for k in train_fields}}
+    base = dict(zip(form_fields(), form_values(m, t)))
     out = []
     for over, expected in (({"name": ""}, "give the new checkpoint a name"),
                            ({"name": "../x"}, "is not allowed"), ({"name": ".lab"}, "is not allowed"),
@@ -449,14 +448,17 @@ def _start_job_cases():
                            ({"max_train_captions": -5}, "max_train_captions must be at least 1"),
                            ({"max_dev_captions": 10 ** 9}, "max_dev_captions must be between"),
                            ({"log_every": 0}, "log_every must be positive"),
-                           ({"kv_groups": 3}, "kv_groups=3 must divide n_head=4"),
+                           ({"attention": "gqa", "attention.kv_groups": 3},
+                            "attention.kv_groups=3 must divide n_head=4"),
+                           ({"attention": "gqa", "attention.kv_groups": -2},
+                            "attention.kv_groups must be between 1 and 4096"),
                            ({"model": "nope"}, "not in the list of choices")):
         name = over.pop("name", "fresh-job")
         preset = over.pop("preset", "tiny")
         parent = over.pop("parent", "")
         values = {**base, **over}
         out.append((over or {"name": name, "preset": preset, "parent": parent},
-                    [name, preset, parent] + [values[k] for k in model_fields + train_fields], expected))
+                    [name, preset, parent] + [values[k] for k in form_fields()], expected))
     return out
 
 

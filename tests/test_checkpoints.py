@@ -17,7 +17,8 @@ def _save(name="m", **overrides):
 
 
 def test_round_trip(store):
-    model = _save(attention="gqa", kv_groups=2, positional="rotary", tie_embeddings=True)
+    model = _save(attention="gqa", positional="rotary", tie_embeddings=True,
+                  settings={"attention": {"kv_groups": 2}, "positional": {"theta": 500.0}})
     ck = checkpoints.load("m")
     ids = torch.randint(0, 50257, (2, 9))
     torch.testing.assert_close(ck.model(ids).logits, model(ids).logits)

@@ -55,10 +55,108 @@ def test_third_party_plugin_from_entry_point(tmp_path, monkeypatch):
         sys.modules.pop("thirdparty_norm", None)
 
 
+THIRD_PARTY_NORM = """
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from lab.registry import NORMS
+
+
+@dataclass
+class ScaledSettings:
+    scale: float = field(default=1.0, metadata={"help": "the gain's first value", "min": 0.01})
+
+
+class Scaled(nn.Module):
+    def __init__(self, n_embd, eps, scale):
+        super().__init__()
+        self.scale, self.eps = scale, eps
+        self.gain = nn.Parameter(torch.full((n_embd,), scale))
+
+    def forward(self, x):
+        return self.gain * x / (x.norm(dim=-1, keepdim=True) / x.size(-1) ** 0.5 + self.eps)
+
+
+@NORMS.register("scaled", "A norm with a gain that starts at `scale`", settings=ScaledSettings)
+def scaled(n_embd, eps, settings):
+    return Scaled(n_embd, eps, settings.scale)
+"""
+
+
+def test_third_party_plugin_with_a_setting_works_everywhere(tmp_path, corpus_dir):
+    """A package installed through the entry point, with a setting of its own, and no edit to
+    lab/: listed by the CLI, trained from a config file and from --set, rebuilt from the
+    checkpoint, queued from the Train form's values, and run through the contract tests."""
+    import json
+    import os
+    import subprocess
+    from tests.conftest import ROOT
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "thirdparty_scaled.py").write_text(THIRD_PARTY_NORM)
+    dist = tmp_path / "site" / "thirdparty_scaled-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty-scaled\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[tfmr_lab.plugins]\nscaled = thirdparty_scaled\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(ROOT)]),
+           "LAB_STORE": str(tmp_path / "store")}
+
+    def run(*args):
+        done = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return done.stdout
+
+    listed = json.loads(run("-m", "lab", "plugins", "--json"))
+    scaled = [e for e in listed["norm"] if e["name"] == "scaled"][0]
+    assert scaled["params"][0]["name"] == "scale" and scaled["params"][0]["default"] == 1.0
+    small = ["--set", "epochs=1", "--set", "max_train_captions=64", "--set", "max_dev_captions=16"]
+    (tmp_path / "c.json").write_text(json.dumps({"model": {"norm": "scaled",
+                                                           "settings": {"norm": {"scale": 0.5}}}}))
+    run("-m", "lab", "train", "--preset", "tiny", "--name", "from-file", "--config",
+        str(tmp_path / "c.json"), "--set", "norm.scale=2", *small)     # --set over the file
+    refused = subprocess.run([sys.executable, "-m", "lab", "train", "--preset", "tiny", "--set",
+                              "norm=scaled", "--set", "norm.scale=0.001"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "norm.scale must be between 0.01 and inf, got 0.001" in refused.stderr
+    run("-c", textwrap.dedent("""
+        import torch
+        from lab import checkpoints
+        ck = checkpoints.load("from-file")
+        assert ck.config.norm == "scaled" and ck.config.settings["norm"] == {"scale": 2.0}
+        assert ck.model.transformer.h[0].ln_1.scale == 2.0
+        from lab import jobs
+        from lab.presets import get
+        from lab.ui.train import form_fields, form_values, start
+        m, t = get("tiny")
+        values = dict(zip(form_fields(), form_values(m.replace(norm="scaled"), t)))
+        assert values["norm.scale"] == 1.0
+        values["norm.scale"] = 3.0
+        start("from-form", "tiny", "", *values.values())
+        spec = jobs.list_jobs()[0]["spec"]["model"]
+        assert spec["norm"] == "scaled" and spec["settings"]["norm"] == {"scale": 3.0}, spec
+    """))
+    out = run("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_plugin_contracts.py",
+              "-k", "scaled")
+    assert " passed" in out and "failed" not in out
+
+
 @pytest.mark.parametrize("overrides, message", [
     ({"n_embd": 768, "n_head": 7}, "n_embd=768 is not divisible by n_head=7"),
     ({"attention": "flash"}, "unknown plugin 'flash'; choose one of: gqa, mha, mqa"),
-    ({"n_head": 4, "kv_groups": 3}, "kv_groups=3 must divide n_head=4"),
+    ({"n_head": 4, "attention": "gqa", "attention.kv_groups": 3},
+     "attention.kv_groups=3 must divide n_head=4"),
+    ({"attention.kv_groups": 2}, "attention.kv_groups: the attention plugin 'mha' has no setting "
+                                 "'kv_groups'; it has no settings"),
+    ({"attention": "gqa", "attention.window": 2}, "attention.window: the attention plugin 'gqa' "
+                                                  "has no setting 'window'; its settings are: kv_groups"),
+    ({"attention": "gqa", "attention.kv_groups": 0}, r"attention.kv_groups must be between 1 and 4096"),
+    ({"attention": "gqa", "attention.kv_groups": "two"}, "attention.kv_groups: expected a whole number"),
+    ({"settings": {"attention": 3}}, "settings: expected"),
+    ({"settings": {"tokenizer": {"x": 1}}}, "settings: unknown kind 'tokenizer'"),
+    ({"positional": "rotary", "n_embd": 36, "n_head": 12}, "rotary positions need an even head width"),
     ({"norm_position": "middle"}, "norm_position must be 'pre' or 'post'"),
     ({"n_layer": 0}, "n_layer must be positive"),
 ])
@@ -79,12 +177,14 @@ def test_unknown_key_and_wrong_type():
 
 
 def test_json_round_trip_and_set_overrides(tmp_path):
-    cfg = tiny_config(attention="gqa", kv_groups=2)
+    cfg = tiny_config(attention="gqa", settings={"attention": {"kv_groups": 2}})
     path = tmp_path / "c.json"
     path.write_text(cfg.to_json())
     assert ModelConfig.from_json(path) == cfg
-    m, t = split_overrides(["n_head=6", "lr=3e-4", "shuffle=false"], ModelConfig, TrainConfig)
+    m, t = split_overrides(["n_head=6", "lr=3e-4", "shuffle=false", "attention=gqa",
+                            "attention.kv_groups=3"], ModelConfig, TrainConfig)
     assert ModelConfig().replace(**m).n_head == 6
+    assert ModelConfig().replace(**m).plugin_settings("attention").kv_groups == 3
     t = TrainConfig().replace(**t)
     assert t.lr == 3e-4 and t.shuffle is False
     with pytest.raises(ConfigError, match="unknown key 'n_heads'"):
@@ -100,8 +200,8 @@ def test_head_count_sweep_builds():
 def test_train_form_zero_means_unset():
     """An empty optional Number in the form can arrive as 0: it means 'unset', never 'zero'."""
     from lab.ui.train import MODEL_FIELDS, _form_values
-    values = _form_values(["kv_groups", "max_train_captions", "n_head"], [0, 0, 4])
-    assert values == {"kv_groups": None, "max_train_captions": None, "n_head": 4}
-    assert set(MODEL_FIELDS) >= {"kv_groups", "n_head"}
+    values = _form_values(["max_dev_captions", "max_train_captions", "n_head"], [0, 0, 4])
+    assert values == {"max_dev_captions": None, "max_train_captions": None, "n_head": 4}
+    assert set(MODEL_FIELDS) >= {"n_head"}
     with pytest.raises(ConfigError, match="max_train_captions must be at least 1"):
         TrainConfig.from_dict({"max_train_captions": 0})

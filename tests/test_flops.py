@@ -103,7 +103,8 @@ def test_training_attention_goes_through_sdpa_and_weights_through_the_explicit_p
         calls.append(kwargs.get("is_causal"))
         return real(*args, **kwargs)
     monkeypatch.setattr(F, "scaled_dot_product_attention", counting)
-    model = _model(attention=attention, kv_groups=2 if attention == "gqa" else None)
+    model = _model(attention=attention,
+                   settings={"attention": {"kv_groups": 2}} if attention == "gqa" else {})
     model.train()
     model(torch.randint(0, 97, (2, 9)))
     assert calls == [True, True]                  # one per block, the causal kernel

@@ -1,34 +1,60 @@
 """Contract tests, parametrized over the registries: a new plugin is tested the moment it exists.
 
-For every model, norm (pre and post), attention, positional and MLP plugin: output shape, no NaN,
-a gradient on every parameter, causality, and cached forward == uncached forward. For every
-decoder: valid tokens, seeded determinism, and cached generation == uncached generation.
+For every model family, norm (pre and post), attention crossed with every positional plugin, and
+MLP plugin, each plugin with settings at their defaults and at their lowest allowed values: output
+shape, no NaN, a gradient on every parameter, causality, and cached forward == uncached forward.
+The hidden contracts the rest of the lab relies on are checked too (the attention's return triple,
+`n_kv_head`, the positional hooks being called). For every decoder: valid tokens, seeded
+determinism, and cached generation == uncached generation.
 """
+import dataclasses
+
 import pytest
 import torch
 
 from lab.config import DecodeConfig
 from lab.generate import generate, make_decoder
-from lab.model import build
+from lab.model import Positional, build, offered, part
 from lab.registry import ATTENTION, DECODERS, MLP, MODELS, NORMS, POSITIONAL, load_plugins
 from tests.conftest import tiny_config
 
 load_plugins()
 
 
+def _variants(registry, kind: str, name: str) -> list[tuple[str, dict]]:
+    """A plugin at its default settings and, when it declares lower bounds for whole-number
+    settings (sizes, counts), at their lowest."""
+    cls = registry.get(name).settings
+    lowest = {f.name: f.metadata["min"] for f in dataclasses.fields(cls)
+              if "min" in f.metadata and isinstance(f.metadata["min"], int)} if cls else {}
+    out = [("", {})]
+    if lowest:
+        out.append(("-lowest", {"settings": {kind: lowest}}))
+    return out
+
+
+def _merge(*overrides) -> dict:
+    out = {"settings": {}}
+    for o in overrides:
+        out = {**out, **o, "settings": {**out["settings"], **o.get("settings", {})}}
+    return out
+
+
 def _cases():
     cases = []
     for name in MODELS.names():
-        cases.append(pytest.param({"model": name, **MODELS.get(name).meta.get("defaults", {})},
-                                  id=f"model-{name}"))
+        for tag, v in _variants(MODELS, "model", name):
+            cases.append(pytest.param(_merge({"model": name}, v), id=f"model-{name}{tag}"))
     for name in NORMS.names():
         for position in ("pre", "post"):
             cases.append(pytest.param({"norm": name, "norm_position": position},
                                       id=f"norm-{name}-{position}"))
-    for name in ATTENTION.names():
-        cases.append(pytest.param({"attention": name, "kv_groups": 2}, id=f"attention-{name}"))
-    for name in POSITIONAL.names():
-        cases.append(pytest.param({"positional": name}, id=f"positional-{name}"))
+    for att in ATTENTION.names():
+        for pos in POSITIONAL.names():
+            for tag_a, va in _variants(ATTENTION, "attention", att):
+                for tag_p, vp in _variants(POSITIONAL, "positional", pos):
+                    cases.append(pytest.param(_merge({"attention": att, "positional": pos}, va, vp),
+                                              id=f"attention-{att}{tag_a}-x-{pos}{tag_p}"))
     for name in MLP.names():
         cases.append(pytest.param({"mlp": name}, id=f"mlp-{name}"))
     return cases
@@ -38,6 +64,33 @@ def _model(overrides):
     torch.manual_seed(0)
     overrides = {**overrides, "dropout": 0.0}
     return build(tiny_config(**overrides)).eval()
+
+
+def test_model_families_build_their_own_parts():
+    """model=llama alone is SmolLM2's kind of decoder; gpt2 is GPT-2's; a named part still wins."""
+    from plugins.attention.mha import CausalSelfAttention
+    from plugins.mlp.gelu import GeluMLP
+    from plugins.mlp.swiglu import SwiGLU
+    from plugins.norms.rmsnorm import RMSNorm
+    from plugins.positional.learned import LearnedPositional
+    from plugins.positional.rotary import RotaryPositional
+    llama = build(tiny_config(model="llama", dropout=None))
+    block = llama.transformer.h[0]
+    assert isinstance(block.ln_1, RMSNorm) and isinstance(block.mlp, SwiGLU)
+    assert isinstance(block.attn, CausalSelfAttention) and block.attn.n_kv_head == 2 < block.attn.n_head
+    assert isinstance(llama.transformer.wpe, RotaryPositional)
+    assert llama.lm_head.weight is llama.transformer.wte.weight and block.attn.c_attn.bias is None
+    assert llama.config.dropout == 0.0
+    gpt2 = build(tiny_config(model="gpt2", dropout=None))
+    block = gpt2.transformer.h[0]
+    assert isinstance(block.ln_1, torch.nn.LayerNorm) and isinstance(block.mlp, GeluMLP)
+    assert block.attn.n_kv_head == block.attn.n_head and block.attn.c_attn.bias is not None
+    assert isinstance(gpt2.transformer.wpe, LearnedPositional)
+    assert gpt2.lm_head.weight is not gpt2.transformer.wte.weight and gpt2.config.dropout == 0.1
+    mixed = build(tiny_config(model="llama", norm="layernorm", attention="mha"))
+    assert isinstance(mixed.transformer.h[0].ln_1, torch.nn.LayerNorm)
+    assert isinstance(mixed.transformer.h[0].mlp, SwiGLU)
+    assert mixed.transformer.h[0].attn.n_kv_head == 4
 
 
 @pytest.fixture
@@ -88,6 +141,60 @@ class TestPartContract:
             assert w.shape == (2, model.config.n_head, 12, 12)
             torch.testing.assert_close(w.sum(-1), torch.ones(2, model.config.n_head, 12))
             assert (w.triu(diagonal=1) == 0).all()
+
+    def test_checkpoint_config_rebuilds_the_same_model(self, overrides, ids):
+        """config.json's dict (settings included) builds a model with the same outputs."""
+        model = _model(overrides)
+        again = build(type(model.config).from_dict(model.config.to_dict())).eval()
+        again.load_state_dict(model.state_dict())
+        assert again.config == model.config
+        torch.testing.assert_close(again(ids).logits, model(ids).logits)
+
+
+class _Spy(Positional):
+    """A positional module recording which hooks the attention calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def rotate(self, q, k, pos):
+        self.calls.append("rotate")
+        return q, k
+
+    def attn_bias(self, q_pos, k_pos):
+        self.calls.append("attn_bias")
+        return None
+
+
+@pytest.mark.parametrize("name", ATTENTION.names())
+def test_attention_hidden_contract(name):
+    """What the model and lab/attention.py rely on: n_head and n_kv_head, the (y, (k, v), weights)
+    triple with k and v (B, n_kv_head, S, head_dim), and the positional hooks called."""
+    cfg = tiny_config(attention=name)
+    attn = part(cfg, "attention", **offered(cfg)["attention"]).eval()
+    assert attn.n_head == cfg.n_head and cfg.n_head % attn.n_kv_head == 0
+    spy = _Spy()
+    x = torch.randn(2, 5, cfg.n_embd)
+    y, present, weights = attn(x, torch.arange(5), spy, None, True)
+    assert y.shape == x.shape and spy.calls.count("rotate") == 1 and "attn_bias" in spy.calls
+    k, v = present
+    assert k.shape[:2] == v.shape[:2] == (2, attn.n_kv_head) and k.shape[3] == cfg.head_dim
+    assert k.shape[2] <= 5 and weights.shape == (2, cfg.n_head, 5, 5)
+    assert attn(x, torch.arange(5), spy, None, False)[2] is None
+
+
+@pytest.mark.parametrize("name", POSITIONAL.names())
+def test_positional_hidden_contract(name):
+    """A positional module has the three hooks; the ones it does not use change nothing."""
+    cfg = tiny_config(positional=name)
+    pos = part(cfg, "positional", **offered(cfg)["positional"])
+    x, q, k = torch.randn(2, 6, 32), torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6, 8)
+    p = torch.arange(6)
+    assert pos.embed(x, p).shape == x.shape
+    assert [t.shape for t in pos.rotate(q, k, p)] == [q.shape, k.shape]
+    bias = pos.attn_bias(p, p)
+    assert bias is None or bias.shape == (cfg.n_head, 6, 6)
 
 
 TOKEN_DECODERS = [n for n in DECODERS.names() if not getattr(

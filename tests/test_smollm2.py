@@ -37,7 +37,7 @@ def _hf_logits(model, ids, layers):
 @pytest.mark.parametrize("layers", [list(range(1, 31)), [1, 15, 30], [30, 2]])
 def test_logits_equal_transformers(hf, caption_ids, layers):
     ours, kept = smollm2.to_lab(hf[0], layers)
-    assert kept == layers and ours.config.kv_groups == 3 and ours.config.n_head == 9
+    assert kept == layers and ours.config.settings["attention"]["kv_groups"] == 3 and ours.config.n_head == 9
     with torch.no_grad():
         diff = (ours(caption_ids).logits - _hf_logits(hf[0], caption_ids, layers)).abs().max().item()
     assert diff < 1e-4

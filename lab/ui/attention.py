@@ -3,6 +3,7 @@ grouped-query head sharing, for one checkpoint or two side by side, and the head
 most between the two (any tokenizers: compared word by word)."""
 from __future__ import annotations
 
+import html
 from contextlib import contextmanager
 
 import gradio as gr
@@ -58,7 +59,20 @@ def _capture(name, text, generate, seed, store):
     return ck, attention.capture(ck.model, ck.tokenizer, text, max_tokens=MAX_TOKENS), text
 
 
+def per_token_markdown(cap) -> str:
+    """Values a model reports per token (the Universal Transformer's steps), one line each."""
+    def shown(tok: str) -> str:
+        return "`" + html.escape(tok).replace("`", "'") + "`"
+    return "".join(f"\n\n**{name} per token**: " + ", ".join(
+        f"{shown(tok)} {value:g}" for tok, value in zip(cap.tokens, values))
+        for name, values in cap.per_token.items())
+
+
 def groups_markdown(cap) -> str:
+    return _groups_markdown(cap) + per_token_markdown(cap)
+
+
+def _groups_markdown(cap) -> str:
     if cap.kv_heads == cap.n_head:
         return f"Multi-head attention: each of the {cap.n_head} query heads has its own key/value head."
     groups = attention.head_groups(cap.n_head, cap.kv_heads)

@@ -10,7 +10,8 @@ import gradio as gr
 from lab.ui.fields import Dropdown, Textbox
 from lab import checkpoints, exports, interop
 from lab import store as lab_store
-from lab.config import ConfigError
+from lab.config import ConfigError, ModelConfig
+from lab.model import kv_heads
 from lab.ui.common import Context, friendly, need, text
 
 COLUMNS = ["name", "model", "layers x width", "heads (kv)", "norm", "attention", "positional", "mlp",
@@ -25,9 +26,7 @@ def rows(store=None) -> list[list]:
             out.append([name, "damaged", i["damaged"]] + [""] * (len(COLUMNS) - 3))
             continue
         m, metrics = i["model"], i["metrics"]
-        kv = m["kv_groups"] or m["n_head"]
-        if m["attention"] == "mqa":
-            kv = 1
+        kv = kv_heads(ModelConfig.from_dict(m))
         out.append([name, m["model"], f"{m['n_layer']} x {m['n_embd']}", f"{m['n_head']} ({kv})",
                     f"{m['norm']} ({m['norm_position']})", m["attention"], m["positional"], m["mlp"],
                     i.get("source", ""), i.get("parent") or i.get("pretrained") or "",

@@ -3,9 +3,12 @@ background worker, and a live view of any job: progress with ETA, loss curves, l
 checkpoint it keeps. Jobs live in the durable ledger, so a reload re-attaches."""
 from __future__ import annotations
 
+import dataclasses
+import functools
 import html
 import json
 import time
+import typing
 from pathlib import Path
 
 import gradio as gr
@@ -16,26 +19,73 @@ from lab import store as lab_store
 from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.errors import LabError
 from lab.presets import PRESETS, configs, get as get_preset
-from lab.registry import ATTENTION, MLP, MODELS, NORMS, POSITIONAL, load_plugins
+from lab.registry import REGISTRIES, load_plugins
 from lab.runs import run_dir_for
 from lab.train import format_duration, phase_text
 from lab.ui.common import Context, friendly, whole
 from lab.ui.common import text as bounded_text
 
-MODEL_FIELDS = ["model", "n_layer", "n_head", "n_embd", "kv_groups", "n_positions", "norm",
-                "norm_position", "attention", "positional", "mlp", "tie_embeddings", "dropout"]
+MODEL_FIELDS = ["model", "n_layer", "n_head", "n_embd", "n_positions", "norm", "norm_position",
+                "attention", "positional", "mlp", "tie_embeddings", "dropout"]
 TRAIN_FIELDS = ["epochs", "batch_size", "lr", "weight_decay", "grad_clip", "seed", "shuffle",
                 "early_stop", "patience", "eval_every", "max_train_captions", "max_dev_captions",
                 "final_dev", "log_every", "train_layers", "device", "precision", "compile"]
 
 
+@functools.cache
+def setting_fields() -> tuple[tuple[str, str, dataclasses.Field], ...]:
+    """Every plugin setting the form shows: (kind, plugin, field), read from the registries (a new
+    plugin's settings appear without UI code). Each is shown only while its plugin is chosen."""
+    load_plugins()
+    out = []
+    for kind in ModelConfig.PLUGIN_KINDS:
+        reg = REGISTRIES[kind]
+        for name in reg.names():
+            cls = reg.get(name).settings
+            out += [(kind, name, f) for f in dataclasses.fields(cls)] if cls else []
+    return tuple(out)
+
+
+def form_fields() -> list[str]:
+    """/start_job's arguments after name, preset and parent, in order: the model section, the
+    training section, then every plugin setting as KIND.SETTING (only the chosen plugins' count)."""
+    return MODEL_FIELDS + TRAIN_FIELDS + [f"{k}.{f.name}" for k, _, f in setting_fields()]
+
+
+def setting_values(model: dict) -> list:
+    """The settings' form values for a model config (as a dict): the chosen plugins' own values,
+    the defaults for the others."""
+    return [model["settings"].get(kind, {}).get(f.name, f.default) if model.get(kind) == plugin
+            else f.default for kind, plugin, f in setting_fields()]
+
+
+def form_values(model_cfg: ModelConfig, train_cfg: TrainConfig) -> list:
+    """The form's values, in form_fields() order, for a pair of configs."""
+    m = model_cfg.to_dict()
+    return ([m[f] for f in MODEL_FIELDS] + [getattr(train_cfg, f) for f in TRAIN_FIELDS]
+            + setting_values(m))
+
+
+def _setting_component(kind: str, plugin: str, f: dataclasses.Field, visible: bool, value):
+    typ = typing.get_type_hints(REGISTRIES[kind].get(plugin).settings)[f.name]
+    args = {a for a in typing.get_args(typ) if a is not type(None)} or {typ}
+    label, info = f"{kind}.{f.name}", f"{plugin}: {f.metadata.get('help', '')}"
+    common = dict(label=label, info=info, visible=visible, elem_id=f"train-{kind}-{f.name}",
+                  elem_classes=["lab-plugin-setting"])
+    if "choices" in f.metadata:
+        return Dropdown(list(f.metadata["choices"]), value=value, **common)
+    if args == {bool}:
+        return Checkbox(value, **common)
+    if args == {str}:
+        return Textbox(value, **common)
+    return Number(value, **({"step": 1} if args == {int} else {}), **common)
+
+
 def _field_component(cls, name, value):
     f = cls.__dataclass_fields__[name]
     load_plugins()
-    choices = {"model": MODELS, "norm": NORMS, "attention": ATTENTION, "positional": POSITIONAL,
-               "mlp": MLP}
-    if name in choices:
-        return Dropdown(choices[name].names(), value=value, label=name)
+    if name in ModelConfig.PLUGIN_KINDS:
+        return Dropdown(REGISTRIES[name].names(), value=value, label=name)
     if name == "norm_position":
         return Radio(["pre", "post"], value=value, label=name)
     if name == "early_stop":
@@ -63,8 +113,7 @@ CHECKBOX_INFO = {"final_dev": "at the end, score the kept checkpoint on all dev 
 
 
 # optional numbers: the form shows them empty, and an empty Number can come back as 0
-ZERO_MEANS_NONE = {"kv_groups": "0 or blank: as many as n_head",
-                   "max_train_captions": "0 or blank: all of them",
+ZERO_MEANS_NONE = {"max_train_captions": "0 or blank: all of them",
                    "max_dev_captions": "dev captions scored at each evaluation (the first N, the "
                                        "same for every run); 0 or blank: all 5,000"}
 
@@ -86,12 +135,28 @@ def _form_values(fields, values) -> dict:
     return out
 
 
+def _chosen_settings(model: dict, values) -> dict:
+    """The values of the settings of the plugins the model section chose, as KIND.SETTING keys; an
+    optional number left blank (or 0 where 0 is not allowed) means its default."""
+    out = {}
+    for (kind, plugin, f), v in zip(setting_fields(), values):
+        if model.get(kind) != plugin:
+            continue
+        v = _none_if_blank(v)
+        if v is None or (v == 0 and f.default is None and f.metadata.get("min", 0) > 0):
+            v = f.default
+        out[f"{kind}.{f.name}"] = v
+    return out
+
+
 def start(name, preset, parent, *values, store=None):
     name = bounded_text(name, "checkpoint name", 200).strip()
     if not name:
         raise ConfigError("give the new checkpoint a name (letters, digits, '.', '_', '-')")
-    model = _form_values(MODEL_FIELDS, values[:len(MODEL_FIELDS)])
-    train = _form_values(TRAIN_FIELDS, values[len(MODEL_FIELDS):])
+    n_model, n_train = len(MODEL_FIELDS), len(TRAIN_FIELDS)
+    model = _form_values(MODEL_FIELDS, values[:n_model])
+    train = _form_values(TRAIN_FIELDS, values[n_model:n_model + n_train])
+    model.update(_chosen_settings(model, values[n_model + n_train:]))
     model_cfg, train_cfg, _ = configs(preset or None, doc={"model": model, "train": train})
     job_id = jobs.submit(name, None if parent else model_cfg.to_dict(), train_cfg.to_dict(),
                          parent=parent or None,
@@ -104,16 +169,40 @@ def parent_view(parent, preset, store=None) -> list:
     parent's architecture); clearing it gives the section back to the preset."""
     parent = bounded_text(parent, "parent", 200).strip()
     if not parent:
-        m = get_preset(preset)[0] if preset in PRESETS else ModelConfig()
-        return ([gr.update(value=getattr(m, f), interactive=True) for f in MODEL_FIELDS]
+        m = (get_preset(preset)[0] if preset in PRESETS else ModelConfig()).to_dict()
+        return (_model_updates(m, interactive=True)
                 + [gr.update(info="'all' or 1-based blocks, e.g. 1,3"), ""])
-    m = checkpoints.info(parent, store)["model"]
+    m = ModelConfig.from_dict(checkpoints.info(parent, store)["model"]).to_dict()
     n = m["n_layer"]
-    return ([gr.update(value=m[f], interactive=False) for f in MODEL_FIELDS]
+    return (_model_updates(m, interactive=False)
             + [gr.update(info=f"'all', or some of {parent}'s blocks 1 to {n}, e.g. "
                               f"{','.join(str(i) for i in range(max(1, n - 1), n + 1))}"),
                f"Fine-tuning **{parent}** ({m['model']}, {n} x {m['n_embd']}, {m['n_head']} heads): "
                f"its architecture is kept, so the model section shows it and cannot be changed."])
+
+
+def _model_updates(m: dict, interactive: bool) -> list:
+    """The model section and the plugin settings showing a model config (a dict)."""
+    return [gr.update(value=v, interactive=interactive)
+            for v in [m[f] for f in MODEL_FIELDS] + setting_values(m)]
+
+
+def _visibility(kind: str, chosen: str) -> list:
+    """Show the settings of the plugin chosen for `kind`, hide the others'."""
+    return [gr.update(visible=plugin == chosen) for k, plugin, _ in setting_fields() if k == kind]
+
+
+def family_parts(model: str) -> list:
+    """Choosing a family fills the parts it decides with its own (any may be changed after)."""
+    m = ModelConfig(model=model).to_dict() if model in REGISTRIES["model"] else None
+    if m is None:
+        return [gr.skip()] * (len(MODEL_FIELDS) + len(setting_fields()))
+    return [gr.update(value=m[f]) if f in m and f in FAMILY_FIELDS else gr.skip() for f in MODEL_FIELDS] \
+        + [gr.update(value=v) for v in setting_values(m)]
+
+
+FAMILY_FIELDS = ("norm", "norm_position", "attention", "positional", "mlp", "tie_embeddings",
+                 "dropout")
 
 
 def job_choices(store=None) -> list[tuple[str, str]]:
@@ -278,7 +367,7 @@ def latest_active(store=None) -> list:
     active = [j for j in rows if j["status"] == "running"] + [j for j in rows if j["status"] == "queued"]
     pick = (active or rows or [None])[0]
     chosen = gr.update(choices=job_choices(store), value=str(pick["id"]) if pick else None)
-    n_form = 3 + len(MODEL_FIELDS) + len(TRAIN_FIELDS) + 1
+    n_form = 3 + len(MODEL_FIELDS) + len(TRAIN_FIELDS) + len(setting_fields()) + 1
     try:
         return [chosen] + job_form(active[0], store) if active else [chosen] + [gr.skip()] * n_form
     except LabError as e:         # its parent was deleted since: the form stays as it was
@@ -292,20 +381,22 @@ def job_form(job: dict, store=None) -> list:
     spec = job["spec"]
     parent = spec.get("parent") or ""
     train_values = [spec["train"].get(f) for f in TRAIN_FIELDS]
+    n_model = len(MODEL_FIELDS) + len(setting_fields())
     if parent:
         model = parent_view(parent, spec.get("preset"), store)
-        model_values, hint, note = model[:len(MODEL_FIELDS)], model[-2], model[-1]
+        model_values, hint, note = model[:n_model], model[-2], model[-1]
     elif spec.get("model"):
-        model_values = [gr.update(value=spec["model"].get(f), interactive=True) for f in MODEL_FIELDS]
+        model_values = _model_updates(ModelConfig.from_dict(spec["model"]).to_dict(), interactive=True)
         hint, note = None, ""
     else:                           # a resumed run: its model is the checkpoint's
-        model_values, hint, note = [gr.skip()] * len(MODEL_FIELDS), None, ""
+        model_values, hint, note = [gr.skip()] * n_model, None, ""
     if isinstance(hint, dict) and hint.get("__type__") == "update":    # the parent's blocks
         i = TRAIN_FIELDS.index("train_layers")
         train_values[i] = {**hint, "value": train_values[i]}
     preset = spec.get("preset") or ""
     preset_shown = gr.update(value=preset, info=PRESETS[preset][1] if preset in PRESETS else "")
-    return ([job["name"], preset_shown, parent] + model_values + train_values
+    model_values, setting_updates = model_values[:len(MODEL_FIELDS)], model_values[len(MODEL_FIELDS):]
+    return ([job["name"], preset_shown, parent] + model_values + train_values + setting_updates
             + [f"The form shows the settings of job {job['id']} ({job['status']}). {note}".strip()])
 
 
@@ -324,9 +415,16 @@ def build(ctx: Context):
     ctx.add_dropdown(parent, "blank")
     parent_note = gr.Markdown(elem_id="train-parent-note")
     m0, t0 = get_preset("tiny")
+    m0_dict = m0.to_dict()
     with gr.Accordion("model", open=False):
         with gr.Row():
-            model_inputs = [_field_component(ModelConfig, f, getattr(m0, f)) for f in MODEL_FIELDS]
+            model_inputs, setting_inputs = [], []
+            for f in MODEL_FIELDS:          # a plugin's settings sit right after its dropdown
+                model_inputs.append(_field_component(ModelConfig, f, getattr(m0, f)))
+                for i, (kind, plugin, sf) in enumerate(setting_fields()):
+                    if kind == f:
+                        setting_inputs.append(_setting_component(
+                            kind, plugin, sf, getattr(m0, kind) == plugin, setting_values(m0_dict)[i]))
     with gr.Accordion("training", open=True):
         with gr.Row():
             train_inputs = [_field_component(TrainConfig, f, getattr(t0, f)) for f in TRAIN_FIELDS]
@@ -335,15 +433,27 @@ def build(ctx: Context):
 
     def fill(p, chosen_parent):
         """A preset fills the form; with a parent chosen, the model section stays the parent's."""
+        n_model = len(MODEL_FIELDS) + len(setting_fields())
         if p not in PRESETS:
-            return [gr.skip()] * (len(MODEL_FIELDS) + len(TRAIN_FIELDS)) + [gr.update(info="")]
+            return [gr.skip()] * (n_model + len(TRAIN_FIELDS)) + [gr.update(info="")]
         m, t = get_preset(p)
-        model = [gr.skip()] * len(MODEL_FIELDS) if chosen_parent else [getattr(m, f) for f in MODEL_FIELDS]
-        return model + [getattr(t, f) for f in TRAIN_FIELDS] + [gr.update(info=PRESETS[p][1])]
-    preset.input(fill, [preset, parent], model_inputs + train_inputs + [preset], api_visibility="private")
+        values = form_values(m, t)
+        if chosen_parent:
+            values = [gr.skip() if f not in TRAIN_FIELDS else v for f, v in zip(form_fields(), values)]
+        return values + [gr.update(info=PRESETS[p][1])]
+    preset.input(fill, [preset, parent], model_inputs + train_inputs + setting_inputs + [preset],
+                 api_visibility="private")
     layers_field = train_inputs[TRAIN_FIELDS.index("train_layers")]
     parent.input(friendly(lambda p, pr: parent_view(p, pr, ctx.store)), [parent, preset],
-                  model_inputs + [layers_field, parent_note], api_visibility="private")
+                  model_inputs + setting_inputs + [layers_field, parent_note], api_visibility="private")
+    for kind in ModelConfig.PLUGIN_KINDS:   # a plugin's settings show while it is chosen
+        shown = [c for c, (k, _, _) in zip(setting_inputs, setting_fields()) if k == kind]
+        if shown:
+            model_inputs[MODEL_FIELDS.index(kind)].change(
+                functools.partial(_visibility, kind), model_inputs[MODEL_FIELDS.index(kind)], shown,
+                api_visibility="private", show_progress="hidden")
+    model_inputs[0].input(family_parts, model_inputs[0], model_inputs + setting_inputs,
+                          api_visibility="private")
 
     go = gr.Button("Start training", variant="primary", elem_id="train-start")
     message = gr.Markdown(elem_id="train-message")
@@ -366,7 +476,8 @@ def build(ctx: Context):
         except LabError as e:
             return gr.skip(), f"**Not queued:** {e}"
     go.click(friendly(start_or_refuse),
-             [name, preset, parent, *model_inputs, *train_inputs], [job, message], api_name="start_job")
+             [name, preset, parent, *model_inputs, *train_inputs, *setting_inputs], [job, message],
+             api_name="start_job")
     outputs = [progress, plot, tail, written_md]
     show = friendly(lambda j: view(j, ctx.store))
     job.change(show, job, outputs, api_name="job_status")
@@ -377,5 +488,5 @@ def build(ctx: Context):
     stop_after.click(friendly(lambda j: stop(j, "after_checkpoint", ctx.store)), job, message,
                      api_name="stop_job_after_checkpoint")
     resume_btn.click(friendly(lambda j: resume(j, ctx.store)), job, [job, message], api_name="resume_job")
-    on_load = [job, name, preset, parent, *model_inputs, *train_inputs, parent_note]
+    on_load = [job, name, preset, parent, *model_inputs, *train_inputs, *setting_inputs, parent_note]
     return on_load, lambda: latest_active(ctx.store)

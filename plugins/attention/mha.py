@@ -3,6 +3,9 @@
 The same module serves grouped-query (Ainslie et al. 2023) and multi-query (Shazeer 2019)
 attention: `n_kv_head` key/value heads, each shared by `n_head // n_kv_head` query heads.
 Module names follow HF GPT-2 (`c_attn` holds q, k and v fused; `c_proj` is the output).
+
+A masking variant states its mask, not a copy of this forward (torchtune's `mask_mod` in spirit):
+a subclass overrides `mask_mod(q_pos, k_pos)`, and `keep_cache(k, v)` when it needs fewer keys.
 """
 import math
 
@@ -26,38 +29,54 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(dropout)
         self.dropout = dropout
 
-    def forward(self, x, pos, rotate, past=None, need_weights=False):
-        """x: (B, T, C); pos: (T,) absolute positions; rotate(q, k, pos) applies rotary positions;
-        past: cached (k, v), each (B, n_kv_head, T_past, hs). Returns (y, (k, v), weights or None)."""
+    def mask_mod(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        """(T, 1) query and (1, S) key positions -> (T, S), True where the query may see the key.
+        Plain causal attention: every key up to the query's own position."""
+        return k_pos <= q_pos
+
+    def keep_cache(self, k: torch.Tensor, v: torch.Tensor):
+        """The keys and values (B, nkv, S, hs) later queries can still need: all of them here."""
+        return k, v
+
+    def forward(self, x, pos, positions, past=None, need_weights=False):
+        """x: (B, T, C); pos: (T,) absolute positions; positions: the positional module (its
+        `rotate` and `attn_bias`); past: cached (k, v), each (B, n_kv_head, S_past, hs), of the
+        keys just before pos[0]. Returns (y, kept (k, v), weights (B, nh, T, S) or None)."""
         B, T, C = x.size()
         hs, nh, nkv = self.head_dim, self.n_head, self.n_kv_head
         q, k, v = self.c_attn(x).split([C, nkv * hs, nkv * hs], dim=2)
         q = q.view(B, T, nh, hs).transpose(1, 2)    # (B, nh, T, hs)
         k = k.view(B, T, nkv, hs).transpose(1, 2)   # (B, nkv, T, hs)
         v = v.view(B, T, nkv, hs).transpose(1, 2)   # (B, nkv, T, hs)
-        q, k = rotate(q, k, pos)
+        q, k = positions.rotate(q, k, pos)
         if past is not None:
-            k = torch.cat([past[0], k], dim=2)      # (B, nkv, S, hs), S = T_past + T
+            k = torch.cat([past[0], k], dim=2)      # (B, nkv, S, hs), S = S_past + T
             v = torch.cat([past[1], v], dim=2)
-        present = (k, v)
+        present = self.keep_cache(k, v)
         S = k.size(2)
         if nkv != nh:   # each KV head serves a contiguous group of query heads (HF's repeat_kv)
             k = k.repeat_interleave(nh // nkv, dim=1)
             v = v.repeat_interleave(nh // nkv, dim=1)
-        # query i sits at absolute position S - T + i and may see keys 0 .. S - T + i
-        mask = None
-        if T > 1:
-            mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(diagonal=S - T)
+        k_pos = torch.arange(S, device=x.device) + (pos[-1] + 1 - S)     # (S,) keys end at pos[-1]
+        bias = positions.attn_bias(pos, k_pos)                           # (nh, T, S) or None
+        plain = bias is None and type(self).mask_mod is CausalSelfAttention.mask_mod
+        mask = None                     # plain causal attention needs none when S == T or T == 1
+        if not plain or (T > 1 and S != T) or need_weights and T > 1:
+            allowed = self.mask_mod(pos[:, None], k_pos[None, :])        # (T, S)
+            mask = torch.zeros(allowed.shape, dtype=q.dtype, device=x.device)
+            mask = mask.masked_fill(~allowed, float("-inf"))
+            if bias is not None:
+                mask = mask + bias.to(q.dtype)
         if need_weights:
             att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)     # (B, nh, T, S)
             if mask is not None:
-                att = att.masked_fill(~mask, float("-inf"))
+                att = att + mask
             weights = F.softmax(att.float(), dim=-1).to(q.dtype)
             y = self.attn_dropout(weights) @ v                   # (B, nh, T, hs)
         else:
             weights = None
             p = self.dropout if self.training else 0.0
-            if mask is not None and S == T:
+            if plain and S == T:
                 y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
             else:
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
@@ -66,6 +85,5 @@ class CausalSelfAttention(nn.Module):
 
 
 @ATTENTION.register("mha", "Multi-head attention: every query head has its own key/value head")
-def mha(n_embd: int, n_head: int, kv_groups: int | None = None, bias: bool = True,
-        dropout: float = 0.0):
+def mha(n_embd: int, n_head: int, bias: bool, dropout: float):
     return CausalSelfAttention(n_embd, n_head, n_head, bias, dropout)

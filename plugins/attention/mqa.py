@@ -4,6 +4,5 @@ from plugins.attention.mha import CausalSelfAttention
 
 
 @ATTENTION.register("mqa", "Multi-query attention: a single key/value head shared by every query head")
-def mqa(n_embd: int, n_head: int, kv_groups: int | None = None, bias: bool = True,
-        dropout: float = 0.0):
+def mqa(n_embd: int, n_head: int, bias: bool, dropout: float):
     return CausalSelfAttention(n_embd, n_head, 1, bias, dropout)

@@ -39,7 +39,7 @@ class BeamSearch:
             rows = torch.tensor(keep_rows, device=prompt.device)
             seqs = [seqs[r] + [t] for r, t in zip(keep_rows, keep_tokens)]
             scores = torch.tensor(keep_scores, device=prompt.device)
-            past = [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in past]
+            past = past.select(rows)
             out = model(torch.tensor(keep_tokens, device=prompt.device)[:, None], past_key_values=past)
             past, logits = out.past_key_values, out.logits[:, -1]
         for s, seq in zip(scores.tolist(), seqs):

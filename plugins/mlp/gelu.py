@@ -17,5 +17,5 @@ class GeluMLP(nn.Module):
 
 
 @MLP.register("gelu", "Two linear layers with a GELU between them (GPT-2)")
-def gelu(n_embd: int, n_inner: int, bias: bool = True, dropout: float = 0.0):
+def gelu(n_embd: int, n_inner: int, bias: bool, dropout: float):
     return GeluMLP(n_embd, n_inner, bias, dropout)

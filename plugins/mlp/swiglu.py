@@ -18,5 +18,5 @@ class SwiGLU(nn.Module):
 
 
 @MLP.register("swiglu", "Gated MLP: SiLU(x W_gate) * (x W_up), then W_down (Llama)")
-def swiglu(n_embd: int, n_inner: int, bias: bool = True, dropout: float = 0.0):
+def swiglu(n_embd: int, n_inner: int, bias: bool, dropout: float):
     return SwiGLU(n_embd, n_inner, bias, dropout)

@@ -1,5 +1,5 @@
 """A Llama-style decoder (Touvron et al. 2023) with the parts SmolLM2 uses: RMSNorm, grouped-query
-attention, rotary positions, SwiGLU, no biases, tied embeddings."""
+attention, rotary positions, SwiGLU, no biases, tied embeddings, no dropout."""
 from lab.model import assemble
 from lab.registry import MODELS
 

@@ -5,5 +5,5 @@ from lab.registry import NORMS
 
 
 @NORMS.register("layernorm", "LayerNorm: subtract the mean, divide by the std, scale and shift")
-def layernorm(n_embd: int, eps: float = 1e-5, bias: bool = True) -> nn.Module:
+def layernorm(n_embd: int, eps: float, bias: bool) -> nn.Module:
     return nn.LayerNorm(n_embd, eps=eps, bias=bias)

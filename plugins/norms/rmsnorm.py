@@ -20,5 +20,5 @@ class RMSNorm(nn.Module):
 
 
 @NORMS.register("rmsnorm", "RMSNorm: divide by the root mean square and scale; no mean, no shift")
-def rmsnorm(n_embd: int, eps: float = 1e-6, bias: bool = True) -> nn.Module:
-    return RMSNorm(n_embd, eps=eps)  # RMSNorm has no bias by definition
+def rmsnorm(n_embd: int, eps: float) -> nn.Module:
+    return RMSNorm(n_embd, eps=eps)     # no bias: RMSNorm has none by definition

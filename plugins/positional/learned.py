@@ -2,10 +2,11 @@
 import torch
 from torch import nn
 
+from lab.model import Positional
 from lab.registry import POSITIONAL
 
 
-class LearnedPositional(nn.Module):
+class LearnedPositional(Positional):
     """Adds a learned vector per position to the token embeddings."""
 
     def __init__(self, n_positions: int, n_embd: int):
@@ -15,10 +16,7 @@ class LearnedPositional(nn.Module):
     def embed(self, x, pos):   # x: (B, T, C) token embeddings, pos: (T,) absolute positions
         return x + self.weight[pos]
 
-    def rotate(self, q, k, pos):
-        return q, k
-
 
 @POSITIONAL.register("learned", "Learned absolute position embeddings added to the input (GPT-2)")
-def learned(n_positions: int, n_embd: int, head_dim: int, theta: float = 10000.0):
+def learned(n_positions: int, n_embd: int):
     return LearnedPositional(n_positions, n_embd)

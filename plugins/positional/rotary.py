@@ -1,8 +1,23 @@
 """Rotary position embeddings (Su et al. 2021, "RoFormer"), in Llama's half-split layout."""
-import torch
-from torch import nn
+from dataclasses import dataclass, field
 
+import torch
+
+from lab.config import ConfigError
+from lab.model import Positional
 from lab.registry import POSITIONAL
+
+
+@dataclass
+class RotarySettings:
+    theta: float = field(default=10000.0, metadata={
+        "help": "the base of the rotation frequencies (Llama 10000, SmolLM2 100000)",
+        "min": 1.0, "max": 1e9})
+
+    def check(self, model) -> None:
+        if model.head_dim % 2:
+            raise ConfigError(f"rotary positions need an even head width; "
+                              f"n_embd/n_head = {model.head_dim}")
 
 
 def _rotate_half(x):
@@ -10,7 +25,7 @@ def _rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
-class RotaryPositional(nn.Module):
+class RotaryPositional(Positional):
     """Rotates queries and keys by position-dependent angles; adds nothing to the input."""
 
     def __init__(self, n_positions: int, head_dim: int, theta: float):
@@ -21,14 +36,12 @@ class RotaryPositional(nn.Module):
         self.register_buffer("cos", emb.cos(), persistent=False)
         self.register_buffer("sin", emb.sin(), persistent=False)
 
-    def embed(self, x, pos):
-        return x
-
     def rotate(self, q, k, pos):   # q: (B, nh, T, hs), k: (B, nkv, T, hs), pos: (T,)
         cos, sin = self.cos[pos].to(q.dtype), self.sin[pos].to(q.dtype)   # (T, hs)
         return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
 
 
-@POSITIONAL.register("rotary", "Rotary embeddings applied to queries and keys (RoFormer, Llama)")
-def rotary(n_positions: int, n_embd: int, head_dim: int, theta: float = 10000.0):
-    return RotaryPositional(n_positions, head_dim, theta)
+@POSITIONAL.register("rotary", "Rotary embeddings applied to queries and keys (RoFormer, Llama)",
+                     settings=RotarySettings)
+def rotary(n_positions: int, head_dim: int, settings: RotarySettings):
+    return RotaryPositional(n_positions, head_dim, settings.theta)

@@ -2,12 +2,12 @@
 import math
 
 import torch
-from torch import nn
 
+from lab.model import Positional
 from lab.registry import POSITIONAL
 
 
-class SinusoidalPositional(nn.Module):
+class SinusoidalPositional(Positional):
     def __init__(self, n_positions: int, n_embd: int):
         super().__init__()
         pos = torch.arange(n_positions).float()[:, None]
@@ -20,10 +20,7 @@ class SinusoidalPositional(nn.Module):
     def embed(self, x, pos):
         return x + self.table[pos].to(x.dtype)
 
-    def rotate(self, q, k, pos):
-        return q, k
-
 
 @POSITIONAL.register("sinusoidal", "Fixed sine/cosine encodings added to the input (Vaswani 2017)")
-def sinusoidal(n_positions: int, n_embd: int, head_dim: int, theta: float = 10000.0):
+def sinusoidal(n_positions: int, n_embd: int):
     return SinusoidalPositional(n_positions, n_embd)
