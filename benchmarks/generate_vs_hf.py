@@ -44,7 +44,8 @@ def main():
         for row in hf_out[:, x.size(1):].tolist():
             hf_new.append(row[: row.index(EOS)] if EOS in row else row)
         identical = sum(a[0] == b for a, b in zip(ours_out, hf_new))
-        cfg_p = DecodeConfig(decoder="top_p", top_p=0.9, temperature=1.0, max_new_tokens=args.max_new_tokens)
+        cfg_p = DecodeConfig.from_dict({"decoder": "top_p", "top_p": 0.9, "temperature": 1.0,
+                                        "max_new_tokens": args.max_new_tokens})
         with torch.no_grad():
             lab_p, _ = timed(lambda: generate(ours, prompts, cfg_p, EOS, batch_size=args.n))
             torch.manual_seed(0)

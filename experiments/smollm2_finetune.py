@@ -31,9 +31,9 @@ from lab.config import DecodeConfig  # noqa: E402
 # run -> SmolLM2 blocks kept (1-based), None for the GPT-2-tokenized Tfmr-scratch baseline
 RUNS = {"first3": [1, 2, 3], "scratch": None, "1-15-30": [1, 15, 30], "last3": [28, 29, 30],
         "all30": list(range(1, 31))}
-DECODERS = {"random, tau 1.0": DecodeConfig(decoder="random", temperature=1.0),
-            "random, tau 0.7": DecodeConfig(decoder="random", temperature=0.7),
-            "top-p 0.9, tau 1.0": DecodeConfig(decoder="top_p", top_p=0.9, temperature=1.0)}
+DECODERS = {"random, tau 1.0": DecodeConfig.from_dict({"decoder": "random", "temperature": 1.0}),
+            "random, tau 0.7": DecodeConfig.from_dict({"decoder": "random", "temperature": 0.7}),
+            "top-p 0.9, tau 1.0": DecodeConfig.from_dict({"decoder": "top_p", "top_p": 0.9, "temperature": 1.0})}
 OUT = ROOT / "logs" / "smollm2"
 COLORS = ["#1f77b4", "#2ca02c", "#d62728", "#ff7f0e", "#9467bd"]
 

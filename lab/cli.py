@@ -6,6 +6,7 @@ prints one line, `error: ...`, and exits with status 2; no traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -98,10 +99,9 @@ def _resume_training(args):
 
 
 def _decode_cfg(args) -> DecodeConfig:
-    return DecodeConfig.from_dict({
-        "decoder": args.decoder, "temperature": args.temperature, "top_k": args.top_k,
-        "top_p": args.top_p, "num_beams": args.num_beams, "max_new_tokens": args.max_new_tokens,
-        "seed": args.seed})
+    given = {k: getattr(args, k) for k in DecodeConfig.setting_names() if getattr(args, k) is not None}
+    return DecodeConfig.from_dict({"decoder": args.decoder, "max_new_tokens": args.max_new_tokens,
+                                   "seed": args.seed, **given})
 
 
 def cmd_generate(args):
@@ -208,20 +208,20 @@ def cmd_export(args):
 
 
 def cmd_attention(args):
-    from lab import attention, checkpoints
+    from lab import attention_maps, checkpoints
     ck = checkpoints.load(args.checkpoint, args.store)
-    cap = attention.capture(ck.model, ck.tokenizer, args.text)
+    cap = attention_maps.capture(ck.model, ck.tokenizer, args.text)
     if args.html:
-        page = attention.bertviz_html(cap, args.view, asset_url=args.asset_url or str(attention.VENDOR_DIR))
+        page = attention_maps.bertviz_html(cap, args.view, asset_url=args.asset_url or str(attention_maps.VENDOR_DIR))
         try:
             with open(args.html, "w") as f:
                 f.write(page)
         except (OSError, ValueError) as e:
             raise ConfigError(f"--html {args.html}: cannot write it ({getattr(e, 'strerror', None) or e})") from None
     if args.json:
-        print(attention.to_json(cap))
+        print(attention_maps.to_json(cap))
     else:
-        s = attention.summary(cap)
+        s = attention_maps.summary(cap)
         print(f"{len(s['tokens'])} tokens, {s['n_layer']} layers x {s['n_head']} heads "
               f"({s['kv_heads']} key/value heads); groups: {s['head_groups']}")
         if args.html:
@@ -272,11 +272,21 @@ def cmd_jobs(args):
 # ---------------------------------------------------------------- parser
 
 def _add_decode_args(p):
+    """--decoder, then a flag per decoder setting (from the decoders' own settings classes); a
+    flag left out takes the chosen decoder's default, a flag the decoder does not have is refused."""
+    from lab.registry import DECODERS, load_plugins
+    load_plugins()
     p.add_argument("--decoder", default="random", help="decoder plugin (see `plugins`)")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", dest="top_k", type=int, default=40)
-    p.add_argument("--top-p", dest="top_p", type=float, default=0.9)
-    p.add_argument("--num-beams", dest="num_beams", type=int, default=4)
+    declared = {}
+    for name in DECODERS.names():
+        cls = DECODERS.get(name).settings
+        for f in dataclasses.fields(cls) if cls else ():
+            declared.setdefault(f.name, (f, []))[1].append(name)
+    for setting in DecodeConfig.setting_names():
+        f, owners = declared[setting]
+        p.add_argument("--" + setting.replace("_", "-"), dest=setting, type=type(f.default),
+                       default=None, help=f"{f.metadata.get('help', '')} ({', '.join(owners)}; "
+                                          f"default {f.default})")
     p.add_argument("--max-new-tokens", dest="max_new_tokens", type=int, default=35)
     p.add_argument("--seed", type=int, default=0)
 

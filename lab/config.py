@@ -167,6 +167,39 @@ def split_overrides(pairs: list[str], *classes) -> list[dict]:
     return out
 
 
+def fill_settings(cls, given: dict, prefix: str) -> dict:
+    """A plugin's settings: the given values converted to their declared types, the rest at their
+    defaults; names the plugin does not declare stay, for check_settings to refuse."""
+    hints = typing.get_type_hints(cls)
+    values = {f.name: _coerce(prefix + f.name, given[f.name], hints[f.name])
+              if f.name in given else f.default for f in dataclasses.fields(cls)}
+    return {**given, **values}
+
+
+def check_settings(cls, given: dict, prefix: str, plugin: str, config) -> None:
+    """One plugin's settings: only declared names, within their bounds and choices, and the
+    settings class's own `check(config)`."""
+    names = [f.name for f in dataclasses.fields(cls)] if cls else []
+    for key in given:
+        if key not in names:
+            has = f"its settings are: {', '.join(names)}" if names else "it has no settings"
+            raise ConfigError(f"{prefix}{key}: the {plugin} has no setting {key!r}; {has}")
+    if cls is None:
+        return
+    for f in dataclasses.fields(cls):
+        v, meta, key = given[f.name], f.metadata, prefix + f.name
+        if v is None:
+            continue
+        if "min" in meta and v < meta["min"] or "max" in meta and v > meta["max"]:
+            raise ConfigError(f"{key} must be between {meta.get('min', '-inf')} and "
+                              f"{meta.get('max', 'inf')}, got {v}")
+        if "choices" in meta and v not in meta["choices"]:
+            raise ConfigError(f"{key} must be one of {', '.join(map(str, meta['choices']))}, got {v!r}")
+    instance = cls(**given)
+    if hasattr(instance, "check"):
+        instance.check(config)
+
+
 def _positive(obj, *names):
     for n in names:
         v = getattr(obj, n)
@@ -243,13 +276,8 @@ class ModelConfig(_Config):
                 resolved[kind] = dict(given)
         for kind in self.PLUGIN_KINDS:
             cls = self._settings_class(kind)
-            if cls is None:
-                continue
-            given = resolved.get(kind, {})
-            hints = typing.get_type_hints(cls)
-            values = {f.name: _coerce(f"{kind}.{f.name}", given[f.name], hints[f.name])
-                      if f.name in given else f.default for f in dataclasses.fields(cls)}
-            resolved[kind] = {**given, **values}    # unknown names stay, for check() to refuse
+            if cls is not None:
+                resolved[kind] = fill_settings(cls, resolved.get(kind, {}), f"{kind}.")
         self.settings = resolved
 
     def _settings_class(self, kind: str):
@@ -342,28 +370,8 @@ class ModelConfig(_Config):
             if kind not in self.PLUGIN_KINDS:
                 raise ConfigError(f"settings: unknown kind {kind!r}; the kinds with plugins are "
                                   f"{', '.join(self.PLUGIN_KINDS)}")
-            cls, name = self._settings_class(kind), getattr(self, kind)
-            names = [f.name for f in dataclasses.fields(cls)] if cls else []
-            for key in given:
-                if key not in names:
-                    has = f"its settings are: {', '.join(names)}" if names else "it has no settings"
-                    raise ConfigError(f"{kind}.{key}: the {kind} plugin {name!r} has no setting "
-                                      f"{key!r}; {has}")
-            if cls is None:
-                continue
-            for f in dataclasses.fields(cls):
-                v, meta, key = given[f.name], f.metadata, f"{kind}.{f.name}"
-                if v is None:
-                    continue
-                if "min" in meta and v < meta["min"] or "max" in meta and v > meta["max"]:
-                    raise ConfigError(f"{key} must be between {meta.get('min', '-inf')} and "
-                                      f"{meta.get('max', 'inf')}, got {v}")
-                if "choices" in meta and v not in meta["choices"]:
-                    raise ConfigError(f"{key} must be one of {', '.join(map(str, meta['choices']))}, "
-                                      f"got {v!r}")
-            instance = cls(**given)
-            if hasattr(instance, "check"):
-                instance.check(self)
+            check_settings(self._settings_class(kind), given, f"{kind}.",
+                           f"{kind} plugin {getattr(self, kind)!r}", self)
 
     def check_after_bounds(self) -> None:
         n = self.approx_params()
@@ -444,15 +452,69 @@ class TrainConfig(_Config):
 @dataclass
 class DecodeConfig(_Config):
     decoder: str = "random"          # decoder plugin
-    temperature: float = 1.0         # divides the logits before sampling
-    top_k: int = 40                  # top_k decoder: sample among the k likeliest tokens
-    top_p: float = 0.9               # top_p decoder: smallest set with this much probability
-    num_beams: int = 4               # beam decoder: beams kept
     max_new_tokens: int = 35         # stop a caption after this many tokens
     seed: int = 0                    # sampling seed
+    settings: dict = field(default_factory=dict)   # the decoder's own (temperature, top_k, ...)
 
-    BOUNDS: ClassVar[dict] = {"temperature": (0.01, 100.0), "top_k": (1, 1_000_000),
-                              "num_beams": (1, 16), "max_new_tokens": (1, 1024), "seed": (0, SEED_MAX)}
+    BOUNDS: ClassVar[dict] = {"max_new_tokens": (1, 1024), "seed": (0, SEED_MAX)}
+
+    def __post_init__(self):
+        cls = self._settings_class()
+        if cls is not None and isinstance(self.settings, dict):
+            self.settings = fill_settings(cls, self.settings, "")
+
+    def _settings_class(self):
+        from lab.registry import DECODERS, load_plugins
+        load_plugins()
+        return DECODERS.get(self.decoder).settings if isinstance(self.decoder, str) and \
+            self.decoder in DECODERS else None
+
+    @staticmethod
+    def setting_names() -> list[str]:
+        """Every decoder's setting names, the sampling ones first (the forms' field order)."""
+        from lab.registry import DECODERS, load_plugins
+        load_plugins()
+        names = []
+        for name in DECODERS.names():
+            cls = DECODERS.get(name).settings
+            names += [f.name for f in dataclasses.fields(cls) if f.name not in names] if cls else []
+        order = ["temperature", "top_k", "top_p", "num_beams"]
+        return sorted(names, key=lambda n: (order.index(n) if n in order else len(order), names.index(n)))
+
+    @classmethod
+    def from_dict(cls, d: dict, lenient: bool = False):
+        """Also takes the decoder's settings as top-level keys (`{"decoder": "top_k", "top_k": 5}`).
+        `lenient`: drop settings of other decoders (a form sends every decoder's fields); otherwise
+        a setting the chosen decoder does not have is refused."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"{cls.__name__}: expected a JSON object, got {type(d).__name__}")
+        d = dict(d)
+        settings = d.pop("settings", None) or {}
+        if not isinstance(settings, dict):
+            raise ConfigError(f"settings: expected a JSON object of the decoder's settings, got "
+                              f"{settings!r}"[:200])
+        settings = dict(settings)
+        known = set(cls.setting_names())
+        own = cls(decoder=d.get("decoder", "random"))._settings_class() \
+            if isinstance(d.get("decoder", "random"), str) else None
+        own_names = {f.name for f in dataclasses.fields(own)} if own else set()
+        for key in [k for k in d if k in known]:
+            value = d.pop(key)
+            if key in own_names:
+                settings[key] = value
+            elif not lenient:
+                raise ConfigError(f"{key} is not a setting of the {d.get('decoder', 'random')} "
+                                  f"decoder; its settings are: {', '.join(sorted(own_names)) or 'none'}")
+        return super().from_dict({**d, "settings": settings})
+
+    def decoder_settings(self):
+        """The chosen decoder's settings dataclass, filled; None if it has none."""
+        cls = self._settings_class()
+        return cls(**self.settings) if cls is not None else None
+
+    def label(self) -> str:
+        """The decoder and its settings, e.g. 'top_p, temperature=0.7, top_p=0.9'."""
+        return self.decoder + "".join(f", {k}={v}" for k, v in self.settings.items())
 
     def check(self) -> None:
         from lab.registry import DECODERS, load_plugins
@@ -460,10 +522,5 @@ class DecodeConfig(_Config):
         if self.decoder not in DECODERS:
             raise ConfigError(f"decoder: unknown plugin {self.decoder!r}; "
                               f"choose one of: {', '.join(DECODERS.names())}")
-        if self.temperature <= 0:
-            raise ConfigError(f"temperature must be positive, got {self.temperature}")
-        if self.top_k < 1:
-            raise ConfigError(f"top_k must be at least 1, got {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
-        _positive(self, "num_beams", "max_new_tokens")
+        check_settings(self._settings_class(), self.settings, "", f"{self.decoder} decoder", self)
+        _positive(self, "max_new_tokens")

@@ -64,8 +64,3 @@ def teardown() -> None:
     """Leave the process group (the end of a run under torchrun)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-
-
-def barrier() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()

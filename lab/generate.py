@@ -31,7 +31,7 @@ class Generated:
 def make_decoder(cfg: DecodeConfig):
     load_plugins()
     cfg.validate()
-    return DECODERS.build(cfg.decoder, cfg)
+    return DECODERS.build(cfg.decoder, settings=cfg.decoder_settings())
 
 
 def _device(model) -> torch.device:

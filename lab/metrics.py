@@ -123,10 +123,6 @@ def bleu(generated: list[list], references: list[list]) -> dict:
             "n_generated": len(generated), "n_references": len(references)}
 
 
-def word_tokens(texts: list[str]) -> list[list[str]]:
-    return [t.split() for t in texts]
-
-
 # ---------------------------------------------------------------- diversity, intervals
 
 def distinct_n(token_lists: list[list], n: int) -> float:

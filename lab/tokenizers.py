@@ -186,10 +186,3 @@ def load(directory: Path) -> Tokenizer:
         raise TokenizerError(f"{where}: its tokenizer files cannot be read "
                              f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
     return HFTokenizer(hf, kind)
-
-
-def by_name(name: str) -> Tokenizer:
-    if name == "gpt2":
-        return gpt2()
-    raise TokenizerError(f"unknown tokenizer {name!r}; a new model takes 'gpt2' "
-                         f"(a pretrained model's own tokenizer comes with its checkpoint)")

@@ -3,8 +3,8 @@ bertviz numbered from 1 and sized to its tokens; the Attention tab's callbacks f
 import pytest
 import torch
 
-from lab import attention, checkpoints, tokenizers
-from lab.attention import Capture
+from lab import attention_maps, checkpoints, tokenizers
+from lab.attention_maps import Capture
 from lab.model import build
 from tests.conftest import tiny_config
 
@@ -28,29 +28,29 @@ def _model(vocab_size, seed=0, **kw):
 
 
 def _words(model, tok, text=TEXT):
-    return attention.by_words(attention.capture(model, tok, text), tok, text)
+    return attention_maps.by_words(attention_maps.capture(model, tok, text), tok, text)
 
 
 def test_tokens_go_to_the_word_of_their_first_character():
     tok = Pieces(["", "A", " sur", "f", "board", " .", " ", "  b"])
-    assert attention.token_words(tok, [1, 2, 3, 4, 5], "A surfboard .") == [0, 1, 1, 1, 2]
+    assert attention_maps.token_words(tok, [1, 2, 3, 4, 5], "A surfboard .") == [0, 1, 1, 1, 2]
     # a token of spaces goes with the next word
-    assert attention.token_words(tok, [1, 6, 7], "A   b") == [0, 1, 1]
+    assert attention_maps.token_words(tok, [1, 6, 7], "A   b") == [0, 1, 1]
 
 
 def test_gpt2_subwords_and_split_utf8_characters_go_to_their_word():
     tok = tokenizers.gpt2()
-    assert attention.token_words(tok, tok.encode(TEXT), TEXT) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 10]
+    assert attention_maps.token_words(tok, tok.encode(TEXT), TEXT) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 10]
     text = "naïve 日本 cat"
     ids = tok.encode(text)      # na ïve, then 日本 as five tokens of bytes (no whole character), cat
     assert tok.token_strings(ids)[2:7] == [" \ufffd"] + ["\ufffd"] * 4
-    assert attention.token_words(tok, ids, text) == [0, 0, 1, 1, 1, 1, 1, 2]
+    assert attention_maps.token_words(tok, ids, text) == [0, 0, 1, 1, 1, 1, 1, 2]
 
 
 def test_text_a_tokenizer_cannot_give_back_is_refused():
     tok = Pieces(["", "a", "b"])
-    with pytest.raises(attention.AttentionError, match="does not decode the text back"):
-        attention.token_words(tok, [1, 2], "a c")
+    with pytest.raises(attention_maps.AttentionError, match="does not decode the text back"):
+        attention_maps.token_words(tok, [1, 2], "a c")
 
 
 def test_word_attention_by_hand():
@@ -59,7 +59,7 @@ def test_word_attention_by_hand():
                          [0.5, 0.5, 0.0, 0.0],
                          [0.2, 0.3, 0.5, 0.0],
                          [0.1, 0.2, 0.3, 0.4]]])
-    words = attention.word_attention(att, [0, 1, 1], n_words=2)
+    words = attention_maps.word_attention(att, [0, 1, 1], n_words=2)
     expected = torch.tensor([[[1.0, 0.0, 0.0],
                               [0.5, 0.5, 0.0],
                               [0.15, 0.25, 0.6]]])
@@ -69,7 +69,7 @@ def test_word_attention_by_hand():
 def _by_hand(tok, text, head):
     """A capture whose one head is built by `head(T)` over the tokens of `text`."""
     ids = [tok.eos_id] + tok.encode(text)
-    return attention.by_words(Capture(tokens=[""] * len(ids), ids=ids, attentions=[head(len(ids))[None]],
+    return attention_maps.by_words(Capture(tokens=[""] * len(ids), ids=ids, attentions=[head(len(ids))[None]],
                                       n_prompt=len(ids), n_head=1, kv_heads=1), tok, text)
 
 
@@ -84,8 +84,8 @@ def test_the_same_head_reads_the_same_across_tokenizers():
         return torch.zeros(T, T).index_fill_(1, torch.tensor([0]), 1.0)
     a, b = _by_hand(gpt2, TEXT, itself), _by_hand(chars, TEXT, itself)
     assert torch.allclose(a.attentions, torch.eye(12)) and torch.allclose(b.attentions, torch.eye(12))
-    assert attention.head_distances(a, b).item() == pytest.approx(0.0, abs=1e-6)
-    assert attention.head_distances(a, _by_hand(chars, TEXT, bos)).item() == pytest.approx(1.0)
+    assert attention_maps.head_distances(a, b).item() == pytest.approx(0.0, abs=1e-6)
+    assert attention_maps.head_distances(a, _by_hand(chars, TEXT, bos)).item() == pytest.approx(1.0)
 
 
 def test_rows_sum_to_one_and_the_same_model_is_at_distance_zero():
@@ -94,7 +94,7 @@ def test_rows_sum_to_one_and_the_same_model_is_at_distance_zero():
     assert a.words == ["<bos>", "A", "man", "riding", "a", "wave", "on", "top", "of", "a", "surfboard", "."]
     assert a.attentions.shape == (2, 4, 12, 12)
     assert torch.allclose(a.attentions.sum(-1), torch.ones(2, 4, 12))
-    rows = attention.head_differences(a, _words(_model(50257), tok), top=100)
+    rows = attention_maps.head_differences(a, _words(_model(50257), tok), top=100)
     assert len(rows) == 8
     assert all(r["distance"] == 0 and r["closest_distance"] == 0 for r in rows)
     assert {(r["layer"], r["head"]) for r in rows} == {(l, h) for l in (1, 2) for h in (1, 2, 3, 4)}
@@ -105,10 +105,10 @@ def test_gpt2_against_a_character_model_with_other_layers_and_heads():
     a = _words(_model(50257), gpt2)
     b = _words(_model(chars.vocab_size, seed=1, n_layer=3, n_head=2), chars)
     assert b.words == a.words and torch.allclose(b.attentions.sum(-1), torch.ones(3, 2, 12))
-    d = attention.head_distances(a, b)
+    d = attention_maps.head_distances(a, b)
     assert d.shape == (8, 6) and 0 < d.min() and d.max() < 1
-    assert torch.allclose(attention.head_distances(b, a), d.T)
-    rows = attention.head_differences(a, b, top=100)
+    assert torch.allclose(attention_maps.head_distances(b, a), d.T)
+    rows = attention_maps.head_differences(a, b, top=100)
     assert [r["closest_distance"] for r in rows] == sorted((r["closest_distance"] for r in rows), reverse=True)
     for r in rows:
         i = (r["layer"] - 1) * 4 + r["head"] - 1
@@ -119,16 +119,16 @@ def test_gpt2_against_a_character_model_with_other_layers_and_heads():
 def test_bertviz_views_number_layers_and_heads_from_one_and_fit_their_tokens():
     tok = tokenizers.gpt2()
     model = _model(50257)
-    short, long = (attention.capture(model, tok, t) for t in (TEXT, " ".join([TEXT] * 4)))
-    head = attention.bertviz_html(short, "head", title="scratch-a")
+    short, long = (attention_maps.capture(model, tok, t) for t in (TEXT, " ".join([TEXT] * 4)))
+    head = attention_maps.bertviz_html(short, "head", title="scratch-a")
     assert ".text(layer + 1)" in head and ">scratch-a</div>" in head
-    view = attention.bertviz_html(short, "model")
+    view = attention_maps.bertviz_html(short, "model")
     assert "config.layers[i] + 1" in view and "config.heads[i] + 1" in view
     assert "(config.layers[layerIndex] + 1)" in view
     for v in ("head", "model"):
-        assert attention.view_height(long, v) > attention.view_height(short, v)
+        assert attention_maps.view_height(long, v) > attention_maps.view_height(short, v)
     # bertviz draws 22.5 px per token below a 30 px header; the frame holds all of it
-    assert attention.view_height(long, "head") >= 30 + 22.5 * len(long.tokens)
+    assert attention_maps.view_height(long, "head") >= 30 + 22.5 * len(long.tokens)
 
 
 # ---------------------------------------------------------------- the tab's callbacks
@@ -194,6 +194,6 @@ def test_smollm2_against_a_gpt2_model():
     s = _words(smol, tok, text)
     assert s.attentions.shape == (2, 9, 11, 11)
     assert torch.allclose(s.attentions.sum(-1), torch.ones(2, 9, 11), atol=1e-5)
-    rows = attention.head_differences(_words(_model(50257), tokenizers.gpt2(), text), s, top=100)
+    rows = attention_maps.head_differences(_words(_model(50257), tokenizers.gpt2(), text), s, top=100)
     assert len(rows) == 8 and all(0 < r["closest_distance"] < 1 for r in rows)
     assert all(r["closest"].split()[1] in {f"H{h}" for h in range(1, 10)} for r in rows)

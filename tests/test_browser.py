@@ -114,6 +114,43 @@ def test_bad_form_value_shows_its_message(page, server):
     assert jobs.list_jobs(server[1]) == []                          # nothing was queued
 
 
+def _choose(page, field_id, option):
+    box = page.locator(f"{field_id} input")
+    box.click()
+    box.fill(option)
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def test_a_plugins_settings_show_beside_it_only_while_it_is_chosen(page, server):
+    """The sliding window's `window` appears once sliding attention is chosen, and its bounds are
+    checked on Start; choosing the llama family fills its parts and shows gqa's kv_groups."""
+    from playwright.sync_api import expect
+    _tab(page, "Train")
+    page.get_by_text("model", exact=True).first.click()
+    window, groups = page.locator("#train-attention-window"), page.locator("#train-attention-kv_groups")
+    expect(page.locator("#train-attention input")).to_have_value("mha", timeout=30_000)
+    expect(window).to_be_hidden()
+    _choose(page, "#train-attention", "sliding")
+    expect(window).to_be_visible(timeout=30_000)
+    expect(window).to_contain_text("tokens each query sees")
+    expect(groups).to_be_hidden()
+    window.locator("input").fill("0")
+    window.locator("input").press("Tab")
+    page.locator("#train-name textarea, #train-name input").first.fill("slide")
+    page.locator("#train-start").click()
+    expect(page.locator("#train-message")).to_contain_text(
+        "Not queued: attention.window must be between 1 and 32768, got 0", timeout=60_000)
+    _choose(page, "#train-model", "llama")
+    expect(page.locator("#train-norm input")).to_have_value("rmsnorm", timeout=30_000)
+    expect(page.locator("#train-attention input")).to_have_value("gqa")
+    expect(page.locator("#train-positional input")).to_have_value("rotary")
+    expect(groups).to_be_visible()
+    expect(window).to_be_hidden()
+    _shot(page, "train-plugin-settings")
+    from lab import jobs
+    assert jobs.list_jobs(server[1]) == []                          # nothing was queued
+
+
 def test_finetune_job_from_the_form_survives_a_reload_and_stops(page, server):
     url, store = server
     _tab(page, "Train")

@@ -78,7 +78,7 @@ def test_plugins_json():
     (["train", "--resume", "missing"], "no checkpoint 'missing'"),
     (["train", "--resume", "x", "--preset", "tiny"], "drop --preset"),
     (["train", "--resume", "x", "--set", "n_layer=3"], "cannot change the model's architecture"),
-    (["generate", "--checkpoint", "x", "--temperature", "-1"], "temperature must be positive"),
+    (["generate", "--checkpoint", "x", "--temperature", "-1"], "temperature must be between 0.01"),
 ])
 def test_user_errors_are_one_line(args, message):
     out = lab(*args, check=False)

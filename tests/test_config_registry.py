@@ -172,8 +172,14 @@ def test_unknown_key_and_wrong_type():
         ModelConfig.from_dict({"n_layer": "three"})
     with pytest.raises(ConfigError, match="lr: expected a number"):
         TrainConfig.from_dict({"lr": "fast"})
-    with pytest.raises(ConfigError, match="temperature must be positive"):
+    with pytest.raises(ConfigError, match=r"temperature must be between 0.01 and 100.0, got 0"):
         DecodeConfig.from_dict({"temperature": 0})
+    with pytest.raises(ConfigError, match="top_p is not a setting of the greedy decoder; its "
+                                          "settings are: none"):
+        DecodeConfig.from_dict({"decoder": "greedy", "top_p": 0.5})
+    cfg = DecodeConfig.from_dict({"decoder": "greedy", "top_p": 0.5, "temperature": 3}, lenient=True)
+    assert cfg.settings == {} and cfg.decoder_settings() is None
+    assert DecodeConfig.from_dict({"decoder": "top_k"}).settings == {"temperature": 1.0, "top_k": 40}
 
 
 def test_json_round_trip_and_set_overrides(tmp_path):
@@ -205,3 +211,33 @@ def test_train_form_zero_means_unset():
     assert set(MODEL_FIELDS) >= {"n_head"}
     with pytest.raises(ConfigError, match="max_train_captions must be at least 1"):
         TrainConfig.from_dict({"max_train_captions": 0})
+
+
+def test_readme_plugin_example_is_one_new_file(tmp_path):
+    """README's "Writing a plugin" example, saved as a new file under plugins/attention/ and
+    nothing else edited: the CLI lists it with its settings, and the contract tests run it."""
+    import json
+    import os
+    import re
+    import shutil
+    import subprocess
+    from tests.conftest import ROOT
+    readme = (ROOT / "README.md").read_text()
+    code = re.search(r"## Writing a plugin.*?```python\n(.*?)```", readme, re.S).group(1)
+    shutil.copytree(ROOT / "plugins", tmp_path / "plugins",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "plugins" / "attention" / "strided.py").write_text(code)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+
+    def run(*args):
+        done = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return done.stdout
+
+    listed = json.loads(run("-m", "lab", "plugins", "--json"))
+    strided = [e for e in listed["attention"] if e["name"] == "strided"][0]
+    assert [p["name"] for p in strided["params"]] == ["local", "stride"]
+    out = run("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_plugin_contracts.py",
+              "-k", "strided")
+    assert re.search(r"\d+ passed", out) and "failed" not in out

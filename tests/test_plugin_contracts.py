@@ -169,7 +169,7 @@ class _Spy(Positional):
 
 @pytest.mark.parametrize("name", ATTENTION.names())
 def test_attention_hidden_contract(name):
-    """What the model and lab/attention.py rely on: n_head and n_kv_head, the (y, (k, v), weights)
+    """What the model and lab/attention_maps.py rely on: n_head and n_kv_head, the (y, (k, v), weights)
     triple with k and v (B, n_kv_head, S, head_dim), and the positional hooks called."""
     cfg = tiny_config(attention=name)
     attn = part(cfg, "attention", **offered(cfg)["attention"]).eval()
@@ -204,7 +204,7 @@ TOKEN_DECODERS = [n for n in DECODERS.names() if not getattr(
 @pytest.mark.parametrize("decoder", DECODERS.names())
 def test_decoder_valid_and_seeded(decoder):
     model = _model({})
-    cfg = DecodeConfig(decoder=decoder, max_new_tokens=8, seed=3, num_beams=2)
+    cfg = DecodeConfig.from_dict(dict(decoder=decoder, max_new_tokens=8, seed=3), lenient=True)
     prompts = [[96, 5, 6]] * 4
     a = generate(model, prompts, cfg, eos_id=96)
     b = generate(model, prompts, cfg, eos_id=96)
@@ -220,8 +220,8 @@ def test_decoder_valid_and_seeded(decoder):
 def test_decoder_cached_equals_uncached(decoder, temperature):
     """Generation with the KV cache picks the same tokens as recomputing the whole prefix."""
     model = _model({})
-    cfg = DecodeConfig(decoder=decoder, temperature=temperature, top_k=5, top_p=0.8,
-                       max_new_tokens=10, seed=7)
+    cfg = DecodeConfig.from_dict(dict(decoder=decoder, temperature=temperature, top_k=5, top_p=0.8,
+                                      max_new_tokens=10, seed=7), lenient=True)
     (new, _, _), = generate(model, [[96, 3]], cfg, eos_id=96)
     choose = make_decoder(cfg)
     g = torch.Generator().manual_seed(cfg.seed)
@@ -237,13 +237,13 @@ def test_decoder_cached_equals_uncached(decoder, temperature):
 
 
 def test_top_k_draws_only_from_the_k_likeliest():
-    choose = make_decoder(DecodeConfig(decoder="top_k", top_k=3))
+    choose = make_decoder(DecodeConfig.from_dict({"decoder": "top_k", "top_k": 3}))
     logits = torch.tensor([[5.0, 4.0, 3.0, 2.9, -1.0, 0.0]]).repeat(500, 1)
     assert set(choose(logits, torch.Generator().manual_seed(0)).tolist()) == {0, 1, 2}
 
 
 def test_top_p_keeps_the_token_that_crosses_p():
-    choose = make_decoder(DecodeConfig(decoder="top_p", top_p=0.6))
+    choose = make_decoder(DecodeConfig.from_dict({"decoder": "top_p", "top_p": 0.6}))
     probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
     drawn = set(choose(probs.log().repeat(2000, 1), torch.Generator().manual_seed(0)).tolist())
     assert drawn == {0, 1}      # 0.5 < 0.6, so the nucleus is {0.5, 0.3}
@@ -269,7 +269,7 @@ def test_top_p_partial_cut_keeps_the_same_nucleus_as_a_full_sort(cut):
 def test_beam_with_one_beam_is_greedy():
     model = _model({})
     greedy = generate(model, [[96, 1]], DecodeConfig(decoder="greedy", max_new_tokens=6), 96)
-    beam = generate(model, [[96, 1]], DecodeConfig(decoder="beam", num_beams=1, max_new_tokens=6), 96)
+    beam = generate(model, [[96, 1]], DecodeConfig.from_dict({"decoder": "beam", "num_beams": 1, "max_new_tokens": 6}), 96)
     assert greedy[0][0] == beam[0][0]
 
 

@@ -48,11 +48,11 @@ def test_downloads_never_pile_up(store, tmp_path):
 
 
 def test_the_report_is_one_file_with_no_address_outside_it(store):
-    from lab import attention
+    from lab import attention_maps
     _save("a", store=store)
     ck = checkpoints.load("a", store)
-    cap = attention.capture(ck.model, ck.tokenizer, "A dog on a couch .")
-    doc = report.self_contained(attention.bertviz_html(cap, "head", "/assets"), "/assets")
+    cap = attention_maps.capture(ck.model, ck.tokenizer, "A dog on a couch .")
+    doc = report.self_contained(attention_maps.bertviz_html(cap, "head", "/assets"), "/assets")
     assert "/assets/" not in doc and "cdnjs" not in doc and "src=" not in doc.split("<body", 1)[1][:2000]
     assert "define('d3'" in doc and doc.count("<script") >= 5
     page = report.comparison("<table class='lab-compare'></table>", {"seed": 0}, {"a": {"model": {}}},

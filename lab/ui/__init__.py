@@ -8,7 +8,7 @@ import sys
 import gradio as gr
 
 from lab import store as lab_store
-from lab.attention import VENDOR_DIR
+from lab.attention_maps import VENDOR_DIR
 from lab.errors import LabError
 from lab.report import CAPTIONS_CSS
 from lab.ui import attention, checkpoints, compare, evaluate, start, train

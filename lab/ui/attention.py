@@ -9,11 +9,11 @@ from contextlib import contextmanager
 import gradio as gr
 
 from lab.ui.fields import Checkbox, Dropdown, Number, Textbox
-from lab import attention
-from lab.config import SEED_MAX, ConfigError
+from lab import attention_maps
+from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.errors import LabError
 from lab.generate import MAX_PROMPT_CHARS, sample_captions
-from lab.ui.common import (MODELS, Context, asset_url, checkpoint_dropdown, decode_config, friendly,
+from lab.ui.common import (LOADED, Context, asset_url, checkpoint_dropdown, friendly,
                            need, need_checkpoint, table_files, whole)
 from lab.ui.common import text as bounded_text
 
@@ -47,16 +47,16 @@ def reading(ck):
 def _capture(name, text, generate, seed, store):
     """The checkpoint, its capture, and the text shown (a generated caption, if asked)."""
     text = bounded_text(text, "text", MAX_PROMPT_CHARS).strip()
-    cfg = decode_config("top_p", 0.7, 40, 0.9, 4, seed=whole(seed, "seed", 0, SEED_MAX))
-    ck = MODELS.get(need_checkpoint(name, "a checkpoint", store), store)
+    cfg = DecodeConfig(decoder="top_p", settings={"temperature": 0.7}, seed=whole(seed, "seed", 0, SEED_MAX))
+    ck = LOADED.get(need_checkpoint(name, "a checkpoint", store), store)
     if generate:      # a caption just generated: attention over the generated tokens too
         cap = sample_captions(ck.model, ck.tokenizer, 1, cfg, prompt=text)[0]
         n_prompt = 1 + cap.n_prompt
-        return ck, attention.capture(ck.model, ck.tokenizer, ids=cap.tokens, n_prompt=n_prompt,
+        return ck, attention_maps.capture(ck.model, ck.tokenizer, ids=cap.tokens, n_prompt=n_prompt,
                                      max_tokens=MAX_TOKENS), cap.text
     if not text:
         raise ConfigError("type a text, or tick 'generate a caption' to continue from the prefix")
-    return ck, attention.capture(ck.model, ck.tokenizer, text, max_tokens=MAX_TOKENS), text
+    return ck, attention_maps.capture(ck.model, ck.tokenizer, text, max_tokens=MAX_TOKENS), text
 
 
 def per_token_markdown(cap) -> str:
@@ -75,7 +75,7 @@ def groups_markdown(cap) -> str:
 def _groups_markdown(cap) -> str:
     if cap.kv_heads == cap.n_head:
         return f"Multi-head attention: each of the {cap.n_head} query heads has its own key/value head."
-    groups = attention.head_groups(cap.n_head, cap.kv_heads)
+    groups = attention_maps.head_groups(cap.n_head, cap.kv_heads)
     lines = [f"- KV head {g + 1}: query heads {', '.join(str(h + 1) for h in hs)}"
              for g, hs in enumerate(groups)]
     kind = "Multi-query" if cap.kv_heads == 1 else "Grouped-query"
@@ -93,12 +93,12 @@ def blocks(ck) -> str:
 
 def views(cap, ck, note: str) -> tuple:
     """note, head view, model view, grid and head groups of one checkpoint's capture."""
-    head = attention.iframe(attention.bertviz_html(cap, "head", asset_url(), title=ck.name),
-                            height=attention.view_height(cap, "head"))
-    model = attention.iframe(attention.bertviz_html(cap, "model", asset_url(), title=ck.name),
-                             height=min(3000, attention.view_height(cap, "model")))
+    head = attention_maps.iframe(attention_maps.bertviz_html(cap, "head", asset_url(), title=ck.name),
+                            height=attention_maps.view_height(cap, "head"))
+    model = attention_maps.iframe(attention_maps.bertviz_html(cap, "model", asset_url(), title=ck.name),
+                             height=min(3000, attention_maps.view_height(cap, "model")))
     return (f"**{ck.name}**: {note}{blocks(ck)}", head, model,
-            attention.heatmap_grid(cap, title=ck.name), groups_markdown(cap))
+            attention_maps.heatmap_grid(cap, title=ck.name), groups_markdown(cap))
 
 
 def show(name, text, generate, seed, store=None):
@@ -114,24 +114,24 @@ def show_beside(other, shown, generated, store=None):
     """The views of the checkpoint side by side with the first, on the text the first showed."""
     if not other:
         return NO_VIEWS
-    ck = MODELS.get(other, store)
+    ck = LOADED.get(other, store)
     with reading(ck):
-        cap = attention.capture(ck.model, ck.tokenizer, shown, max_tokens=MAX_TOKENS)
+        cap = attention_maps.capture(ck.model, ck.tokenizer, shown, max_tokens=MAX_TOKENS)
     whose = "the caption the first checkpoint wrote" if generated else "the same text"
     return views(cap, ck, f"{whose}, its own tokenizer — {len(cap.tokens)} tokens")
 
 
 def by_words(ck, text: str):
     with reading(ck):
-        cap = attention.capture(ck.model, ck.tokenizer, text, max_tokens=MAX_TOKENS)
-        return attention.by_words(cap, ck.tokenizer, text)
+        cap = attention_maps.capture(ck.model, ck.tokenizer, text, max_tokens=MAX_TOKENS)
+        return attention_maps.by_words(cap, ck.tokenizer, text)
 
 
 def differences(name_a, name_b, text, store=None):
     text = bounded_text(text, "text", MAX_PROMPT_CHARS).strip()
-    a = MODELS.get(need_checkpoint(name_a, "the first checkpoint", store), store)
-    b = MODELS.get(need(name_b, "a checkpoint to show side by side"), store)
-    rows = attention.head_differences(by_words(a, need(text, "a text")), by_words(b, text), top=12)
+    a = LOADED.get(need_checkpoint(name_a, "the first checkpoint", store), store)
+    b = LOADED.get(need(name_b, "a checkpoint to show side by side"), store)
+    rows = attention_maps.head_differences(by_words(a, need(text, "a text")), by_words(b, text), top=12)
     data = [[r["layer"], r["head"], r["distance"], r["closest"], r["closest_distance"]] for r in rows]
     return {"headers": diff_headers(name_b), "data": data}
 

@@ -1,6 +1,7 @@
 """Pieces every tab shares: the checkpoint cache, error handling, decoder fields from the registry."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import logging
@@ -92,7 +93,7 @@ class ModelCache:
         return ck
 
 
-MODELS = ModelCache()
+LOADED = ModelCache()      # the checkpoints loaded for the tabs (not the model registry)
 
 
 def _message(e: Exception) -> str:
@@ -182,55 +183,60 @@ def names_list(value, what: str, limit: int = 8, store=None) -> list[str]:
 
 # ---------------------------------------------------------------- decoder settings
 
-def decoder_info() -> str:
-    load_plugins()
-    return " · ".join(f"**{n}**: {DECODERS.get(n).description}" for n in DECODERS.names())
-
 
 @dataclass
 class DecoderInputs:
     decoder: gr.Dropdown
-    temperature: gr.Number
-    top_k: gr.Number
-    top_p: gr.Number
-    num_beams: gr.Number
+    fields: list            # one per decoder setting name (DecodeConfig.setting_names())
 
     def components(self) -> list:
-        return [self.decoder, self.temperature, self.top_k, self.top_p, self.num_beams]
+        return [self.decoder, *self.fields]
+
+
+def _declared(name: str) -> dataclasses.Field:
+    """The first decoder's declaration of a setting: its default and help."""
+    for dec in DECODERS.names():
+        cls = DECODERS.get(dec).settings
+        for f in dataclasses.fields(cls) if cls else ():
+            if f.name == name:
+                return f
+    raise KeyError(name)
+
+
+def _settings_of(decoder: str) -> set[str]:
+    cls = DECODERS.get(decoder).settings if decoder in DECODERS else None
+    return {f.name for f in dataclasses.fields(cls)} if cls else set()
 
 
 def decoder_inputs(default: str = "top_p", label_prefix: str = "") -> DecoderInputs:
-    """Decoder dropdown and its parameter fields; fields a decoder does not use are hidden
-    (from each plugin's `uses` metadata, so a new decoder plugin needs no UI code)."""
+    """Decoder dropdown and a field per decoder setting, from the decoders' own settings classes
+    (a new decoder plugin needs no UI code); the fields of settings the chosen decoder does not
+    have are hidden."""
     load_plugins()
-    d = DecodeConfig()
+    names = DecodeConfig.setting_names()
     with gr.Row():
         decoder = Dropdown(DECODERS.names(), value=default, label=f"{label_prefix}decoder",
                            info="how the next token is chosen", allow_custom_value=True)
-        uses = DECODERS.get(default).meta.get("uses", ())
-        temperature = Number(d.temperature, label="temperature", step=0.1,
-                                visible="temperature" in uses)
-        top_k = Number(d.top_k, label="top_k", step=1, visible="top_k" in uses)
-        top_p = Number(d.top_p, label="top_p", step=0.05,
-                          visible="top_p" in uses)
-        num_beams = Number(d.num_beams, label="num_beams", step=1,
-                              visible="num_beams" in uses)
-    fields = [temperature, top_k, top_p, num_beams]
-    names = ["temperature", "top_k", "top_p", "num_beams"]
+        fields = []
+        for name in names:
+            f = _declared(name)
+            fields.append(Number(f.default, label=name, info=f.metadata.get("help"),
+                                 **({"step": 1} if isinstance(f.default, int) else {}),
+                                 visible=name in _settings_of(default)))
 
-    def show(name):
-        uses = DECODERS.get(name).meta.get("uses", ()) if name in DECODERS else ()
-        return [gr.update(visible=n in uses) for n in names]
+    def show(chosen):
+        has = _settings_of(chosen)
+        return [gr.update(visible=n in has) for n in names]
     decoder.change(show, decoder, fields, api_visibility="private")
-    return DecoderInputs(decoder, temperature, top_k, top_p, num_beams)
+    return DecoderInputs(decoder, fields)
 
 
-def decode_config(decoder, temperature, top_k, top_p, num_beams, seed=0,
-                  max_new_tokens: int = 35) -> DecodeConfig:
-    """The decoder settings of a form (bounded and checked by DecodeConfig)."""
-    return DecodeConfig.from_dict({"decoder": decoder, "temperature": temperature, "top_k": top_k,
-                                   "top_p": top_p, "num_beams": num_beams, "seed": seed,
-                                   "max_new_tokens": max_new_tokens})
+def decode_config(decoder, *values, seed=0, max_new_tokens: int = 35) -> DecodeConfig:
+    """The decoder settings of a form: its values in DecodeConfig.setting_names() order, of which
+    only the chosen decoder's count (bounded and checked by DecodeConfig)."""
+    names = DecodeConfig.setting_names()
+    return DecodeConfig.from_dict({"decoder": decoder, "seed": seed, "max_new_tokens": max_new_tokens,
+                                   **dict(zip(names, values))}, lenient=True)
 
 
 def checkpoint_dropdown(ctx: Context, label: str, multiselect: bool = False, **kw) -> gr.Dropdown:
@@ -253,5 +259,5 @@ def table_files(table, stem: str, store=None, about: dict | None = None) -> list
 
 
 def asset_url() -> str:
-    from lab.attention import VENDOR_DIR
+    from lab.attention_maps import VENDOR_DIR
     return f"/gradio_api/file={Path(VENDOR_DIR).resolve()}"

@@ -17,10 +17,10 @@ from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.generate import MAX_PROMPT_CHARS, GenerationError, sample_captions
 from lab.ui.attention import MAX_TOKENS as MAX_ATTENTION_TOKENS
 from lab.registry import DECODERS
-from lab.ui.common import (MODELS, Context, checkpoint_dropdown, decode_config, decoder_inputs,
+from lab.ui.common import (LOADED, Context, checkpoint_dropdown, decoder_inputs,
                            friendly, names_list, text, whole)
 
-PER_MODEL_COLUMNS = ["checkpoint", "decoder", "temperature", "top_k", "top_p", "num_beams"]
+PER_MODEL_COLUMNS = ["checkpoint", "decoder", *DecodeConfig.setting_names()]
 
 
 class RowsTable(Dataframe):
@@ -42,11 +42,6 @@ def shade(tokenizer, caption) -> str:
     return "".join(parts)
 
 
-def _settings_label(cfg) -> str:
-    uses = DECODERS.get(cfg.decoder).meta.get("uses", ())
-    return cfg.decoder + "".join(f", {u}={getattr(cfg, u)}" for u in uses)
-
-
 def captions_table(columns: list[tuple[str, str, list[str]]]) -> str:
     """columns: (checkpoint, settings, caption cells). Row i of every column: same seed, same i."""
     head = "".join(f"<th>{html.escape(name)}<br><small>{html.escape(s)}</small></th>" for name, s, _ in columns)
@@ -58,8 +53,14 @@ def captions_table(columns: list[tuple[str, str, list[str]]]) -> str:
             f"<tbody>{rows}</tbody></table>")
 
 
-def compare(checkpoints_chosen, decoder, temperature, top_k, top_p, num_beams, seed, prefix, n,
-            per_model, per_model_rows, store=None):
+def compare(checkpoints_chosen, decoder, *rest, store=None):
+    """rest: the decoder settings' fields (DecodeConfig.setting_names()), then seed, prefix, n,
+    per_model and per_model_rows."""
+    names = DecodeConfig.setting_names()
+    if len(rest) != len(names) + 5:
+        raise ConfigError(f"compare takes the checkpoints, the decoder, its {len(names)} settings "
+                          f"({', '.join(names)}), seed, prefix, n, per_model and per_model_rows")
+    values, (seed, prefix, n, per_model, per_model_rows) = rest[:len(names)], rest[len(names):]
     chosen = names_list(checkpoints_chosen, "checkpoints to compare", store=store)
     n = whole(n, "number of captions", 1, 200)
     seed = whole(seed, "seed", 0, SEED_MAX)
@@ -68,17 +69,17 @@ def compare(checkpoints_chosen, decoder, temperature, top_k, top_p, num_beams, s
     if per_model and per_model_rows is not None:
         for row in _rows(per_model_rows):
             overrides[row["checkpoint"]] = row
-    shared = {"decoder": decoder, "temperature": temperature, "top_k": top_k, "top_p": top_p,
-              "num_beams": num_beams}
+    shared = {"decoder": decoder, **dict(zip(names, values))}
     settings = []
     for name in chosen:       # every setting checked before any model runs
         o = overrides.get(name, {})
-        settings.append(decode_config(**{k: _cell(o.get(k), v) for k, v in shared.items()}, seed=seed))
+        own = {k: _cell(o.get(k), v) for k, v in shared.items()}
+        settings.append(DecodeConfig.from_dict({**own, "seed": seed}, lenient=True))
     columns, texts = [], {}
     for name, cfg in zip(chosen, settings):
-        ck = MODELS.get(name, store)
+        ck = LOADED.get(name, store)
         caps = sample_captions(ck.model, ck.tokenizer, n, cfg, prompt=prefix)
-        columns.append((name, _settings_label(cfg), [shade(ck.tokenizer, c) for c in caps]))
+        columns.append((name, cfg.label(), [shade(ck.tokenizer, c) for c in caps]))
         texts[name] = [c.text for c in caps]
     table = captions_table(columns)
     record = {"html": table, "captions": texts, "seed": seed, "prefix": prefix, "n": n,
@@ -99,26 +100,26 @@ def caption_files(record, store=None):
 def save_report(record, scores, row, store=None) -> str:
     """The last comparison as one self-contained HTML file; scores only when they are of the same
     checkpoints."""
-    from lab import attention, checkpoints, report
+    from lab import attention_maps, checkpoints, report
     if not record:
         raise ConfigError("generate captions side by side first; the report holds that comparison")
     names = list(record["captions"])
     k = whole(row, "caption row", 1, record["n"]) - 1
     views = []
     for name in names:
-        ck = MODELS.get(name, store)
+        ck = LOADED.get(name, store)
         caption = record["captions"][name][k]
         try:
-            cap = attention.capture(ck.model, ck.tokenizer, caption, max_tokens=MAX_ATTENTION_TOKENS)
+            cap = attention_maps.capture(ck.model, ck.tokenizer, caption, max_tokens=MAX_ATTENTION_TOKENS)
         except GenerationError as e:
             raise ConfigError(f"{name}, caption row {k + 1}: {e}; choose a shorter row or prefix") from None
-        doc = attention.bertviz_html(cap, "head", REPORT_ASSETS, title=name)
+        doc = attention_maps.bertviz_html(cap, "head", REPORT_ASSETS, title=name)
         views.append((name, f"row {k + 1}: {caption}", report.self_contained(doc, REPORT_ASSETS),
-                      attention.view_height(cap, "head")))
+                      attention_maps.view_height(cap, "head")))
     same = scores and scores["provenance"]["checkpoints"] == names
     settings = {"seed": record["seed"], "prefix": record["prefix"] or "(none)",
                 "captions per checkpoint": record["n"],
-                **{f"decoder of {n}": _settings_label(DecodeConfig.from_dict(d))
+                **{f"decoder of {n}": DecodeConfig.from_dict(d).label()
                    for n, d in record["decoders"].items()}}
     document = report.comparison(record["html"], settings, {n: _shareable(checkpoints.info(n, store))
                                                             for n in names},
@@ -170,16 +171,17 @@ def decoder_matrix(checkpoints_chosen, temperatures, n, seed, prefix, store=None
                           f"commas, e.g. 0.7,1.0; got {temperatures!r}")
     settings = []
     for dec in DECODERS.names():
-        uses = DECODERS.get(dec).meta.get("uses", ())
-        for t in (raw if "temperature" in uses else [1.0]):
-            settings.append(decode_config(dec, t, 40, 0.9, 4, seed=seed))
+        sampling = "temperature" in DecodeConfig(decoder=dec).settings
+        for t in (raw if sampling else [None]):
+            settings.append(DecodeConfig.from_dict({"decoder": dec, "seed": seed,
+                                                    **({"temperature": t} if sampling else {})}))
     texts = []                   # (settings label, checkpoint, caption) for the downloads
     for i, cfg in enumerate(settings):
         yield matrix_table(chosen, settings, texts, doing=i), None
         for name in chosen:
-            ck = MODELS.get(name, store)
+            ck = LOADED.get(name, store)
             for c in sample_captions(ck.model, ck.tokenizer, n, cfg, prompt=prefix):
-                texts.append((_settings_label(cfg), name, c.text, shade(ck.tokenizer, c)))
+                texts.append((cfg.label(), name, c.text, shade(ck.tokenizer, c)))
     yield matrix_table(chosen, settings, texts), texts
 
 
@@ -189,13 +191,13 @@ def matrix_table(chosen, settings, texts, doing: int | None = None) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in chosen)
     rows = []
     for cfg in settings:
-        label = _settings_label(cfg)
+        label = cfg.label()
         cells = ["<br>".join(t[3] for t in texts if t[0] == label and t[1] == name) for name in chosen]
         rows.append(f"<tr><th>{html.escape(label)}</th>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     note = "" if doing is None else (
         f"<div class='lab-progress'><div class='bar' style='width:{100 * doing / len(settings):.0f}%'>"
         f"</div></div><p class='lab-progress-text'>row {doing + 1} of {len(settings)}: "
-        f"{html.escape(_settings_label(settings[doing]))} …</p>")
+        f"{html.escape(settings[doing].label())} …</p>")
     return (f"{note}<table class='lab-compare lab-matrix'><thead><tr><th>decoder</th>{head}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>")
 
@@ -234,7 +236,8 @@ def build(ctx: Context) -> SideBySide:
     out = gr.HTML(elem_id="compare-out")
 
     def show_rows(on, names):
-        return gr.update(visible=on, value=[[n, "", None, None, None, None] for n in (names or [])])
+        blank = [None] * (len(PER_MODEL_COLUMNS) - 2)
+        return gr.update(visible=on, value=[[n, ""] + blank for n in (names or [])])
     per_model.change(show_rows, [per_model, chosen], per_model_rows, api_visibility="private")
     inputs = [chosen, *dec.components(), seed, prefix, n, per_model, per_model_rows]
     last = gr.State(None)            # the last comparison, for its downloads and the report

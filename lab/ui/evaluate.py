@@ -6,10 +6,9 @@ import gradio as gr
 
 from lab import exports
 from lab.ui.fields import Number, Radio
-from lab.config import SEED_MAX
+from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.evaluate import evaluate_live, verdicts
-from lab.registry import DECODERS
-from lab.ui.common import (MODELS, Context, checkpoint_dropdown, decode_config, decoder_inputs, friendly,
+from lab.ui.common import (LOADED, Context, checkpoint_dropdown, decode_config, decoder_inputs, friendly,
                            names_list, whole)
 
 COLUMNS = ["checkpoint", "n", "perplexity ↓", "per-word perplexity ↓", "forward BLEU ↑",
@@ -36,8 +35,7 @@ def table(snap: dict) -> list[list]:
 def provenance_md(snap: dict) -> str:
     p = snap["provenance"]
     d = p["decode"]
-    uses = DECODERS.get(d["decoder"]).meta.get("uses", ()) if d["decoder"] in DECODERS else ()
-    settings = ", ".join(f"{u} {d[u]}" for u in uses)
+    settings = ", ".join(f"{k} {v}" for k, v in d.get("settings", {}).items())
     lines = [f"**{snap['done']} / {snap['total']}** captions scored. Every model on the same subset: "
              f"{p['split']} split, n={p['n']}, seed {p['seed']}, subset hash `{p['subset_hash']}`; "
              f"decoder {d['decoder']}{f' ({settings})' if settings else ''}; BLEU on "
@@ -53,12 +51,18 @@ def provenance_md(snap: dict) -> str:
     return "\n".join(lines)
 
 
-def run(names, decoder, temperature, top_k, top_p, num_beams, n, seed, bleu_tokens, store=None,
-        data_dir=None):
+def run(names, decoder, *rest, store=None, data_dir=None):
+    """rest: the decoder settings' fields (DecodeConfig.setting_names()), then n, seed and
+    bleu_tokens."""
+    k = len(DecodeConfig.setting_names())
+    if len(rest) != k + 3:
+        raise ConfigError(f"evaluate takes the checkpoints, the decoder, its {k} settings "
+                          f"({', '.join(DecodeConfig.setting_names())}), n, seed and bleu_tokens")
+    values, (n, seed, bleu_tokens) = rest[:k], rest[k:]
     names = names_list(names, "checkpoints to evaluate", store=store)
     n = whole(n, "subset size", 1, 5000)
-    cfg = decode_config(decoder, temperature, top_k, top_p, num_beams, seed=whole(seed, "seed", 0, SEED_MAX))
-    models = {name: MODELS.get(name, store) for name in names}
+    cfg = decode_config(decoder, *values, seed=whole(seed, "seed", 0, SEED_MAX))
+    models = {name: LOADED.get(name, store) for name in names}
     chunk = max(50, n // 10)
     for snap in evaluate_live(models, n, cfg, bleu_tokens=bleu_tokens, data_dir=data_dir, chunk=chunk):
         rows = table(snap)

@@ -1,8 +1,16 @@
 """Beam search: keep the `num_beams` likeliest partial captions, ranked by mean log-probability
 per token (HF's length_penalty=1.0); a beam that emits end-of-text is finished."""
+from dataclasses import dataclass, field
+
 import torch
 
 from lab.registry import DECODERS
+
+
+@dataclass
+class BeamSettings:
+    num_beams: int = field(default=4, metadata={"help": "partial captions kept at each step",
+                                                "min": 1, "max": 16})
 
 
 class BeamSearch:
@@ -48,6 +56,6 @@ class BeamSearch:
 
 
 @DECODERS.register("beam", "Beam search: keep the likeliest partial captions; deterministic",
-                   uses=("num_beams",))
-def beam(cfg):
-    return BeamSearch(cfg.num_beams)
+                   settings=BeamSettings)
+def beam(settings: BeamSettings):
+    return BeamSearch(settings.num_beams)

@@ -7,6 +7,6 @@ class Greedy:
         return logits.argmax(dim=-1)
 
 
-@DECODERS.register("greedy", "Always take the likeliest token", uses=())
-def greedy(cfg):
+@DECODERS.register("greedy", "Always take the likeliest token")
+def greedy():
     return Greedy()

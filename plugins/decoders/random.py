@@ -1,7 +1,17 @@
 """Random (ancestral) sampling from softmax(logits / temperature)."""
+from dataclasses import dataclass, field
+
 import torch
 
 from lab.registry import DECODERS
+
+
+@dataclass
+class SamplingSettings:
+    """The setting every sampling decoder has (top_k and top_p extend it)."""
+    temperature: float = field(default=1.0, metadata={
+        "help": "divides the logits before sampling: below 1 sharper, above 1 flatter",
+        "min": 0.01, "max": 100.0})
 
 
 def sample(logits, temperature, generator):
@@ -19,6 +29,6 @@ class RandomSampling:
 
 
 @DECODERS.register("random", "Sample from the whole distribution, sharpened or flattened by temperature",
-                   uses=("temperature",))
-def random(cfg):
-    return RandomSampling(cfg.temperature)
+                   settings=SamplingSettings)
+def random(settings: SamplingSettings):
+    return RandomSampling(settings.temperature)

@@ -1,8 +1,16 @@
 """Top-k sampling (Fan et al. 2018, "Hierarchical Neural Story Generation")."""
+from dataclasses import dataclass, field
+
 import torch
 
 from lab.registry import DECODERS
-from plugins.decoders.random import sample
+from plugins.decoders.random import SamplingSettings, sample
+
+
+@dataclass
+class TopKSettings(SamplingSettings):
+    top_k: int = field(default=40, metadata={"help": "sample among the k likeliest tokens",
+                                             "min": 1, "max": 1_000_000})
 
 
 class TopK:
@@ -15,6 +23,6 @@ class TopK:
         return sample(logits.masked_fill(logits < kth, float("-inf")), self.temperature, generator)
 
 
-@DECODERS.register("top_k", "Sample among the k likeliest tokens", uses=("temperature", "top_k"))
-def top_k(cfg):
-    return TopK(cfg.top_k, cfg.temperature)
+@DECODERS.register("top_k", "Sample among the k likeliest tokens", settings=TopKSettings)
+def top_k(settings: TopKSettings):
+    return TopK(settings.top_k, settings.temperature)

@@ -6,12 +6,25 @@ Sorting the whole vocabulary every step is what made nucleus sampling slow; the 
 model is usually a few dozen tokens, so the likeliest `CUT` are looked at first (a partial top-k) and
 only rows whose nucleus is wider than that fall back to the full sort. The kept set is the one the
 full sort gives (up to float rounding of the running sum right at p)."""
+from dataclasses import dataclass, field
+
 import torch
 
+from lab.config import ConfigError
 from lab.registry import DECODERS
-from plugins.decoders.random import sample
+from plugins.decoders.random import SamplingSettings, sample
 
 CUT = 256
+
+
+@dataclass
+class TopPSettings(SamplingSettings):
+    top_p: float = field(default=0.9, metadata={
+        "help": "the smallest set of likeliest tokens holding this much probability"})
+
+    def check(self, config) -> None:
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
 def _keep_sorted(cum: torch.Tensor, p: float) -> torch.Tensor:
@@ -47,6 +60,6 @@ class TopP:
 
 
 @DECODERS.register("top_p", "Nucleus sampling: the smallest set of tokens holding probability p",
-                   uses=("temperature", "top_p"))
-def top_p(cfg):
-    return TopP(cfg.top_p, cfg.temperature)
+                   settings=TopPSettings)
+def top_p(settings: TopPSettings):
+    return TopP(settings.top_p, settings.temperature)

@@ -76,10 +76,6 @@ def head_groups(n_head: int, kv_heads: int) -> list[list[int]]:
     return [list(range(g * size, (g + 1) * size)) for g in range(kv_heads)]
 
 
-def vendor_files_present() -> bool:
-    return all((VENDOR_DIR / f).is_file() for f in ("require.min.js", "d3.min.js", "jquery.min.js"))
-
-
 # Edits of bertviz's scripts: layers and heads numbered from 1, as in the grid; model-view
 # thumbnails about as tall as wide at most (bertviz gives a token 84 / n_head px: 1,850 px a layer
 # for 2 heads and 44 tokens). Each must match once: a bertviz that changed fails loudly, in the tests.
