@@ -298,19 +298,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="python -m lab", description=__doc__.splitlines()[0])
-    ap.add_argument("--store", help="checkpoint store (default $LAB_STORE or ./checkpoints)")
-    sub = ap.add_subparsers(dest="command", required=True)
-
+def _parser_plugins(sub) -> None:
     p = sub.add_parser("plugins", help="list every registry with descriptions")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_plugins)
 
+
+def _parser_train(sub) -> None:
     p = sub.add_parser("train", help="train from scratch or fine-tune a checkpoint")
     p.add_argument("--preset", help="tfmr-scratch, tiny, small (see `plugins`)")
     p.add_argument("--config", help="JSON file with 'model' and/or 'train' objects")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one field")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override one field, or a plugin's setting as KIND.SETTING=VALUE")
     p.add_argument("--name", help="checkpoint name (default: preset and time)")
     p.add_argument("--parent", help="fine-tune this stored checkpoint instead of a new model")
     p.add_argument("--resume", metavar="NAME", help="go on with this checkpoint's run where it "
@@ -319,6 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON event per line")
     p.set_defaults(fn=cmd_train)
 
+
+def _parser_generate(sub) -> None:
     p = sub.add_parser("generate", help="sample captions from a checkpoint")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--n", type=int, default=10)
@@ -327,6 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_generate)
 
+
+def _parser_evaluate(sub) -> None:
     p = sub.add_parser("evaluate", help="perplexity and BLEU of a checkpoint on a split")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--split", default="test", choices=["train", "dev", "test"])
@@ -341,6 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_evaluate)
 
+
+def _parser_bleu(sub) -> None:
     p = sub.add_parser("bleu", help="forward/backward/harmonic BLEU-4 of two caption files")
     p.add_argument("--hypotheses", required=True)
     p.add_argument("--references", required=True)
@@ -348,15 +353,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_bleu)
 
+
+def _parser_checkpoints(sub) -> None:
     p = sub.add_parser("checkpoints", help="list the store")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_checkpoints)
 
+
+def _parser_delete(sub) -> None:
     p = sub.add_parser("delete", help="delete a checkpoint from the store")
     p.add_argument("checkpoint")
     p.add_argument("--yes", action="store_true", help="confirm")
     p.set_defaults(fn=cmd_delete)
 
+
+def _parser_import(sub) -> None:
     p = sub.add_parser("import", help="import pretrained weights into the store")
     p.add_argument("source", choices=["gpt2", "smollm2"])
     p.add_argument("path", nargs="?", help="gpt2: HF GPT-2 directory (config.json + weights); "
@@ -365,6 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", required=True)
     p.set_defaults(fn=cmd_import)
 
+
+def _parser_attention(sub) -> None:
     p = sub.add_parser("attention", help="attention of every layer and head over a text")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--text", required=True)
@@ -375,6 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print tokens and every attention matrix")
     p.set_defaults(fn=cmd_attention)
 
+
+def _parser_worker(sub) -> None:
     p = sub.add_parser("worker", help="run queued training jobs (on CUDA when present)")
     p.add_argument("--slots", type=int, default=1, help="jobs run at the same time")
     p.add_argument("--nproc", type=int, default=1, help="processes per job under torchrun (DDP): "
@@ -384,10 +399,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help=argparse.SUPPRESS)     # app.py's worker: ends (cleanly) when the app is gone
     p.set_defaults(fn=cmd_worker)
 
+
+def _parser_run_job(sub) -> None:
     p = sub.add_parser("run-job", help=argparse.SUPPRESS)
     p.add_argument("job_id", type=int)
     p.set_defaults(fn=cmd_run_job)
 
+
+def _parser_jobs(sub) -> None:
     p = sub.add_parser("jobs", help="list, submit, stop or resume background jobs")
     p.add_argument("action", choices=["list", "submit", "stop", "resume"])
     p.add_argument("job_id", type=int, nargs="?")
@@ -399,11 +418,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_jobs)
 
+
+def _parser_export(sub) -> None:
     p = sub.add_parser("export", help="export a checkpoint")
     p.add_argument("format", choices=["hf"])
     p.add_argument("checkpoint")
     p.add_argument("outdir")
     p.set_defaults(fn=cmd_export)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="python -m lab", description=__doc__.splitlines()[0])
+    ap.add_argument("--store", help="checkpoint store (default $LAB_STORE or ./checkpoints)")
+    sub = ap.add_subparsers(dest="command", required=True)
+    _parser_plugins(sub)
+    _parser_train(sub)
+    _parser_generate(sub)
+    _parser_evaluate(sub)
+    _parser_bleu(sub)
+    _parser_checkpoints(sub)
+    _parser_delete(sub)
+    _parser_import(sub)
+    _parser_attention(sub)
+    _parser_worker(sub)
+    _parser_run_job(sub)
+    _parser_jobs(sub)
+    _parser_export(sub)
     return ap
 
 

@@ -200,6 +200,30 @@ def check_settings(cls, given: dict, prefix: str, plugin: str, config) -> None:
         instance.check(config)
 
 
+def parse_blocks(value, n_layer: int | None = None, key: str = "layers") -> list[int]:
+    """'1,6,12' (or [1, 6, 12]) -> [1, 6, 12]: 1-based blocks, in the order given, each once,
+    within 1..n_layer when it is known. The one parser of block lists: the layers picked from a
+    pretrained model and the blocks a fine-tune trains."""
+    if isinstance(value, (list, tuple)):
+        layers = list(value)
+    else:
+        try:
+            layers = [int(x) for x in str(value).replace(" ", "").split(",") if x]
+        except ValueError:
+            raise ConfigError(f"{key} must be 1-based block numbers separated by commas, "
+                              f"e.g. 1,6,12; got {value!r}"[:300]) from None
+    if not layers:
+        raise ConfigError(f"{key} is empty; give block numbers such as 1,6,12")
+    repeated = sorted({i for i in layers if layers.count(i) > 1})
+    if repeated:
+        raise ConfigError(f"{key} repeats block(s) {repeated}; name each block once")
+    if n_layer is not None:
+        bad = [i for i in layers if not 1 <= i <= n_layer]
+        if bad:
+            raise ConfigError(f"{key} {bad} out of range: this model has blocks 1 to {n_layer}")
+    return layers
+
+
 def _positive(obj, *names):
     for n in names:
         v = getattr(obj, n)

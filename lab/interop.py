@@ -16,32 +16,15 @@ import torch
 
 from lab import checkpoints, tokenizers
 from lab.checkpoints import CheckpointError
-from lab.config import ConfigError, ModelConfig
+from lab.config import ConfigError, ModelConfig, parse_blocks
 from lab.model import build
 
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
 def parse_layers(text: str | list, n_layer: int | None = None) -> list[int]:
-    """'1,6,12' -> [1, 6, 12]: 1-based, in the order given, no repeats, within 1..n_layer."""
-    if isinstance(text, (list, tuple)):
-        layers = list(text)
-    else:
-        try:
-            layers = [int(x) for x in str(text).replace(" ", "").split(",") if x]
-        except ValueError:
-            raise ConfigError(f"layers must be 1-based block numbers separated by commas, "
-                              f"e.g. 1,6,12; got {text!r}") from None
-    if not layers:
-        raise ConfigError("layers is empty; give block numbers such as 1,6,12")
-    repeated = sorted({i for i in layers if layers.count(i) > 1})
-    if repeated:
-        raise ConfigError(f"layers repeats block(s) {repeated}; name each block once")
-    if n_layer is not None:
-        bad = [i for i in layers if not 1 <= i <= n_layer]
-        if bad:
-            raise ConfigError(f"layers {bad} out of range: this model has blocks 1 to {n_layer}")
-    return layers
+    """'1,6,12' -> [1, 6, 12]: the blocks of a pretrained model to keep (lab.config.parse_blocks)."""
+    return parse_blocks(text, n_layer, "layers")
 
 
 def _read_hf_state(path: Path) -> dict:

@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 import torch
 
 from lab import distributed, flops, store
-from lab.config import ConfigError, TrainConfig
+from lab.config import ConfigError, TrainConfig, parse_blocks
 from lab.data import Batch, assignment_loss, batches
 from lab.metrics import Aborted, perplexity
 
@@ -93,18 +93,12 @@ def trainable_parameters(model, layers: list[int] | None) -> list[torch.nn.Param
 
 
 def parse_train_layers(text: str, n_layer: int) -> list[int] | None:
-    """'all' -> None; '1,3' -> [1, 3] (1-based blocks of a model with n_layer blocks)."""
+    """'all' -> None; '1,3' -> [1, 3]: the blocks that train (lab.config.parse_blocks)."""
     if not isinstance(text, str) or text.strip() == "all":
         return None
-    try:
-        layers = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(f"train_layers must be 'all' or block numbers like '1,3', "
-                          f"got {text!r}") from None
-    bad = [i for i in layers if not 1 <= i <= n_layer]
-    if bad or not layers:
-        raise ConfigError(f"train_layers {text!r}: this model's blocks are numbered 1 to {n_layer}")
-    return layers
+    if not text.replace(",", "").replace(" ", "").isdigit():
+        raise ConfigError(f"train_layers must be 'all' or block numbers like '1,3', got {text!r}"[:300])
+    return parse_blocks(text, n_layer, "train_layers")
 
 
 def rng_state(device: torch.device) -> dict:

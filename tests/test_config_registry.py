@@ -241,3 +241,35 @@ def test_readme_plugin_example_is_one_new_file(tmp_path):
     out = run("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_plugin_contracts.py",
               "-k", "strided")
     assert re.search(r"\d+ passed", out) and "failed" not in out
+
+
+def test_one_parser_for_block_lists():
+    """The layers kept from a pretrained model and the blocks a fine-tune trains are read alike:
+    in order, each once, within the model."""
+    from lab.interop import parse_layers
+    from lab.train import parse_train_layers
+    for parse in (lambda t: parse_layers(t, 4), lambda t: parse_train_layers(t, 4)):
+        assert parse("1,3") == [1, 3] and parse("4, 2") == [4, 2]
+        with pytest.raises(ConfigError, match=r"repeats block\(s\) \[2\]; name each block once"):
+            parse("2,2")
+        with pytest.raises(ConfigError, match=r"\[5\] out of range: this model has blocks 1 to 4"):
+            parse("1,5")
+    assert parse_train_layers("all", 4) is None
+
+
+def test_configs_from_before_plugin_settings_still_load():
+    """Checkpoints and queued jobs written before plugins had settings keep kv_groups and
+    rope_theta at the top: they become gqa's and rotary's settings (meaningless elsewhere)."""
+    old = dict(model="llama", vocab_size=49152, n_positions=8192, n_embd=576, n_layer=3, n_head=9,
+               kv_groups=3, n_inner=1536, norm="rmsnorm", norm_position="pre", attention="gqa",
+               positional="rotary", mlp="swiglu", bias=False, norm_eps=1e-5, rope_theta=100000.0,
+               tie_embeddings=True, dropout=0.0, init_std=0.02)
+    cfg = ModelConfig.from_dict(old)
+    assert cfg.settings == {"attention": {"kv_groups": 3}, "positional": {"theta": 100000.0}}
+    from lab.model import kv_heads
+    assert kv_heads(cfg) == 3
+    gqa_all_heads = {**old, "kv_groups": None}            # None meant as many as n_head
+    assert ModelConfig.from_dict(gqa_all_heads).settings["attention"] == {"kv_groups": 9}
+    plain = {**tiny_config().to_dict(), "kv_groups": None, "rope_theta": 10000.0}
+    del plain["settings"]
+    assert ModelConfig.from_dict(plain).settings == {}
