@@ -226,7 +226,8 @@ def decoder_inputs(default: str = "top_p", label_prefix: str = "") -> DecoderInp
 
     def show(chosen):
         has = _settings_of(chosen)
-        return [gr.update(visible=n in has) for n in names]
+        updates = [gr.update(visible=n in has) for n in names]
+        return updates[0] if len(updates) == 1 else updates     # one output takes a bare update
     decoder.change(show, decoder, fields, api_visibility="private")
     return DecoderInputs(decoder, fields)
 

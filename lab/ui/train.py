@@ -95,7 +95,7 @@ def _field_component(cls, name, value):
     if name == "precision":
         return Radio(["auto", "bf16", "fp32"], value=value, label=name,
                      info="auto: bf16 autocast on a GPU, float32 on the CPU")
-    if f.type in ("bool", bool):
+    if f.type in ("bool", bool, "bool | None"):        # None: the family decides (filled by then)
         return Checkbox(value, label=name, min_width=150,      # room for its whole label
                         info=CHECKBOX_INFO.get(name))
     if name in ("train_layers",):
@@ -189,7 +189,8 @@ def _model_updates(m: dict, interactive: bool) -> list:
 
 def _visibility(kind: str, chosen: str) -> list:
     """Show the settings of the plugin chosen for `kind`, hide the others'."""
-    return [gr.update(visible=plugin == chosen) for k, plugin, _ in setting_fields() if k == kind]
+    updates = [gr.update(visible=plugin == chosen) for k, plugin, _ in setting_fields() if k == kind]
+    return updates[0] if len(updates) == 1 else updates      # one output takes a bare update
 
 
 def family_parts(model: str) -> list:
