@@ -14,9 +14,12 @@ runs=(
   "alibi|--set positional=alibi"
   "perceiver-b16|--set model=perceiver --set model.bottleneck_dim=16"
   "universal-s4|--set model=universal --set n_layer=1 --set model.max_steps=4"
+  "xl-s8-m8|--set model=xl --set model.segment_len=8 --set model.mem_len=8"
 )
+only="${ONLY:-}"      # ONLY=name runs that one run (the table then lists the runs in the store)
 for run in "${runs[@]}"; do
   name="${run%%|*}"; sets="${run#*|}"
+  if [ -n "$only" ] && [ "$name" != "$only" ]; then continue; fi
   start=$(date +%s)
   # shellcheck disable=SC2086
   python -m lab train --name "$name" "${budget[@]}" $sets > "$LAB_STORE/$name.log" 2>&1

@@ -25,13 +25,16 @@ class Aborted(Exception):
 @torch.no_grad()
 def sentence_nlls(model, seqs: list[list[int]], pad_id: int, batch_size: int = 128,
                   device="cpu", abort=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed NLL and target count of every sequence, in order: ((N,), (N,)). `abort()` is asked
-    before each batch; when it answers true, Aborted is raised."""
+    """Summed NLL and target count of every sequence, in order: ((N,), (N,)). Sequences are
+    batched by length (shortest first), so a batch pads to little: the output layer's logits over
+    the whole vocabulary are most of the work, and a padded position costs as much as a real one.
+    `abort()` is asked before each batch; when it answers true, Aborted is raised."""
     was_training = model.training
     model.eval()
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
     nlls, counts = [], []
     try:
-        for batch in batches(seqs, batch_size, pad_id):
+        for batch in batches([seqs[i] for i in order], batch_size, pad_id):
             if abort is not None and abort():
                 raise Aborted()
             batch = batch.to(device)
@@ -39,7 +42,9 @@ def sentence_nlls(model, seqs: list[list[int]], pad_id: int, batch_size: int = 1
             nlls.append(nll.cpu()); counts.append(n.cpu())
     finally:
         model.train(was_training)
-    return torch.cat(nlls).double(), torch.cat(counts).double()
+    back = torch.empty(len(order), dtype=torch.long)
+    back[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
+    return torch.cat(nlls).double()[back], torch.cat(counts).double()[back]
 
 
 def perplexity(model, seqs, pad_id, batch_size=128, device="cpu", n_words: list[int] | None = None,

@@ -161,3 +161,67 @@ def test_ponder_cost_trains_tokens_to_take_fewer_steps():
             opt.step()
         after[cost] = model(ids).per_token["steps"].mean().item()
     assert after[1.0] < after[0.0] - 0.5
+
+
+def test_the_attention_tab_shows_the_steps_each_token_took():
+    from lab import attention_maps, tokenizers
+    from lab.ui.attention import groups_markdown
+    torch.manual_seed(0)
+    tok = tokenizers.gpt2()
+    model = build(tiny_config(model="universal", n_layer=1, vocab_size=50257))
+    cap = attention_maps.capture(model, tok, "A man on a horse .")
+    assert len(cap.per_token["steps"]) == len(cap.tokens) == 7
+    shown = groups_markdown(cap)
+    assert "**steps per token**: `<bos>` 2, `A` 2" in shown
+
+
+def _xl(**settings):
+    torch.manual_seed(0)
+    return build(tiny_config(model="xl", n_layer=1, settings={"model": settings}))
+
+
+def test_transformer_xl_reads_segments_with_a_memory():
+    """One layer, segments of 4, a memory of 4: a query sees back to 4 before its segment's start,
+    so token 0 moves nothing from position 8 on (the plain model's every position sees it)."""
+    model = _xl(segment_len=4, mem_len=4).eval()
+    ids = torch.randint(0, 97, (1, 12), generator=torch.Generator().manual_seed(0))
+    changed = ids.clone()
+    changed[0, 0] = (changed[0, 0] + 1) % 97
+    a, b = model(ids).logits, model(changed).logits
+    assert not torch.allclose(a[0, 7], b[0, 7])          # position 7: its memory holds token 0
+    torch.testing.assert_close(a[0, 8:], b[0, 8:])
+    plain = build(tiny_config(n_layer=1)).eval()
+    assert not torch.allclose(plain(ids).logits[0, 8:], plain(changed).logits[0, 8:])
+
+
+def test_transformer_xl_stops_the_gradient_at_its_memory():
+    """The loss at the last token of segment 2 gives no gradient to the embeddings of segment 1
+    (its memory, read without gradient); in the plain model it reaches every position."""
+    def gradients(model):
+        ids = torch.randint(0, 97, (1, 8), generator=torch.Generator().manual_seed(0))
+        emb = model.transformer.wte(ids).detach().requires_grad_(True)
+        handle = model.transformer.wte.register_forward_hook(lambda m, i, o: emb)
+        model(ids).logits[0, -1].logsumexp(-1).backward()
+        handle.remove()
+        return emb.grad[0].abs().sum(-1)                 # per position
+    g = gradients(_xl(segment_len=4, mem_len=4).train())
+    assert (g[:4] == 0).all() and (g[4:] > 0).all()
+    plain = gradients(build(tiny_config(n_layer=1)).train())
+    assert (plain > 0).all()
+
+
+def test_transformer_xl_trains_on_text_longer_than_a_segment():
+    """Rows of 32 tokens, 4 segments of 8: the loss falls to about half within 60 steps (where
+    I measured it, a plain one-layer model trained the same way fell a little less)."""
+    model = _xl(segment_len=8, mem_len=8)
+    g = torch.Generator().manual_seed(0)
+    opt = torch.optim.Adam(model.parameters(), 3e-3)
+    losses = []
+    for _ in range(60):
+        x = _periodic(g, 16, 32, vocab=16)
+        loss = F.cross_entropy(model(x).logits[:, :-1].reshape(-1, 97), x[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.55 * losses[0]

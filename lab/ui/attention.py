@@ -3,7 +3,6 @@ grouped-query head sharing, for one checkpoint or two side by side, and the head
 most between the two (any tokenizers: compared word by word)."""
 from __future__ import annotations
 
-import html
 from contextlib import contextmanager
 
 import gradio as gr
@@ -61,8 +60,8 @@ def _capture(name, text, generate, seed, store):
 
 def per_token_markdown(cap) -> str:
     """Values a model reports per token (the Universal Transformer's steps), one line each."""
-    def shown(tok: str) -> str:
-        return "`" + html.escape(tok).replace("`", "'") + "`"
+    def shown(tok: str) -> str:       # a code span: Markdown shows its text as text
+        return "`" + tok.replace("`", "'").replace("\n", " ") + "`"
     return "".join(f"\n\n**{name} per token**: " + ", ".join(
         f"{shown(tok)} {value:g}" for tok, value in zip(cap.tokens, values))
         for name, values in cap.per_token.items())
