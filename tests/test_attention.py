@@ -184,10 +184,10 @@ def test_a_generated_caption_is_shown_by_both(pair):
     assert "the caption the first checkpoint wrote" in tab.show_beside("chars", shown, True, store=pair)[0]
 
 
-def test_smollm2_against_a_gpt2_model():
+def test_smollm2_against_a_gpt2_model(smollm2_hf):
     """The lab's main pair: a scratch GPT-2 BPE model and SmolLM2 (its own tokenizer, 9 heads)."""
     from lab import smollm2
-    hf_model, hf_tok = smollm2.load_hf()
+    hf_model, hf_tok = smollm2_hf
     smol, _ = smollm2.to_lab(hf_model, [1, 2])
     tok = tokenizers.HFTokenizer(hf_tok, "smollm2")
     text = "Two dogs play with a frisbee on the grass ."

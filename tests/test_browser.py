@@ -212,6 +212,8 @@ def test_import_smollm2_from_the_checkpoints_tab(page, server):
 
 def test_compare_says_which_checkpoint_is_better(page):
     _tab(page, "Compare")
+    # greedy: random weights give top-p a nucleus as wide as the vocabulary, a full sort each step
+    _choose(page, "#compare-decoder", "greedy")
     page.get_by_text("Which is better?").first.click()
     page.locator("#compare-score").click()
     from playwright.sync_api import expect

@@ -44,14 +44,45 @@ def _leftovers(store):
 
 
 # where the kill lands -> (what recovery says, the epoch of the checkpoint left visible)
-KILLS = {
-    "kill@train.step#3": (None, None),                                  # before any save
+SAVE_KILLS = {
     "kill@save.written#1": ("finished the interrupted save", 1),        # new one complete, not moved
     "kill@save.written#2": ("removed 1 leftover", 1),                   # old in place, new beside it
     "kill@save.between_renames#1": ("finished the interrupted save", 2),  # old aside, new not in place
     "kill@save.renamed#1": ("removed 1 leftover", 2),                   # new in place, old not removed
-    "kill@eval.batch#2": (None, 1),                                     # during epoch 2's evaluation
 }
+# a training job killed, then resumed: before any save, inside a save, inside an evaluation (every
+# state a kill inside a save leaves is also checked on its own, below: SAVE_KILLS)
+KILLS = {
+    "kill@train.step#3": (None, None),
+    "kill@save.between_renames#1": SAVE_KILLS["kill@save.between_renames#1"],
+    "kill@eval.batch#2": (None, 1),
+}
+
+SAVE_TWICE = """
+import torch
+from lab import checkpoints, tokenizers
+from lab.model import build
+from tests.conftest import tiny_config
+torch.manual_seed(0)
+model = build(tiny_config(vocab_size=50257))
+for epoch in (1, 2):
+    checkpoints.save(model, tokenizers.gpt2(), "victim", metrics={"epoch": epoch}, overwrite=True)
+"""
+
+
+@pytest.mark.parametrize("fault", list(SAVE_KILLS))
+def test_a_kill_inside_a_save_leaves_one_whole_checkpoint(fault, store):
+    """A process saving a checkpoint twice, SIGKILLed at each step of the save: recovery leaves
+    the old or the new checkpoint whole, with nothing beside it."""
+    said, epoch = SAVE_KILLS[fault]
+    done = subprocess.run([sys.executable, "-c", SAVE_TWICE], cwd=ROOT, capture_output=True,
+                          env={**os.environ, "LAB_STORE": str(store), "LAB_FAULTS": fault})
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    lines = checkpoints.recover()
+    assert any(said in line for line in lines), lines
+    assert _leftovers(store) == []
+    assert checkpoints.info("victim")["metrics"]["epoch"] == epoch
+    checkpoints.load("victim")                       # whole and loadable
 
 
 @pytest.mark.parametrize("fault", list(KILLS))

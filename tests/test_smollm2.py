@@ -10,8 +10,8 @@ from lab.data import load_split
 
 
 @pytest.fixture(scope="module")
-def hf():
-    return smollm2.load_hf()
+def hf(smollm2_hf):
+    return smollm2_hf
 
 
 @pytest.fixture(scope="module")

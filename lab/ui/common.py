@@ -208,7 +208,7 @@ def _settings_of(decoder: str) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)} if cls else set()
 
 
-def decoder_inputs(default: str = "top_p", label_prefix: str = "") -> DecoderInputs:
+def decoder_inputs(default: str = "top_p", label_prefix: str = "", elem_id: str | None = None) -> DecoderInputs:
     """Decoder dropdown and a field per decoder setting, from the decoders' own settings classes
     (a new decoder plugin needs no UI code); the fields of settings the chosen decoder does not
     have are hidden."""
@@ -216,7 +216,8 @@ def decoder_inputs(default: str = "top_p", label_prefix: str = "") -> DecoderInp
     names = DecodeConfig.setting_names()
     with gr.Row():
         decoder = Dropdown(DECODERS.names(), value=default, label=f"{label_prefix}decoder",
-                           info="how the next token is chosen", allow_custom_value=True)
+                           info="how the next token is chosen", allow_custom_value=True,
+                           elem_id=elem_id)
         fields = []
         for name in names:
             f = _declared(name)

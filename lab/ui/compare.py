@@ -224,7 +224,7 @@ def build(ctx: Context) -> SideBySide:
                 "same seed and position; each generated token is shaded by the probability the model "
                 "gave it (hover for the number).")
     chosen = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, elem_id="compare-checkpoints")
-    dec = decoder_inputs("top_p")
+    dec = decoder_inputs("top_p", elem_id="compare-decoder")
     with gr.Row():
         seed = Number(0, label="seed", step=1)
         prefix = Textbox("", label="prefix (optional)", placeholder="A man")
