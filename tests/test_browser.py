@@ -237,6 +237,7 @@ def test_checkpoints_tab_lists_the_store(page):
 
 def test_evaluate_streams_results(page):
     _tab(page, "Evaluate")
+    _choose(page, "#evaluate-decoder", "greedy")     # random weights: sampling costs, not the point
     page.get_by_text("100", exact=True).first.click()
     page.locator("#evaluate-go").click()
     page.locator("#evaluate-provenance").get_by_text("100 / 100").wait_for(timeout=120_000)

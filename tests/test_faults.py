@@ -1,4 +1,4 @@
-"""Fault injection: real job processes killed at every stage of training and saving, a process
+"""Fault injection: real processes killed at every stage of training and saving, a process
 stopped far beyond any timeout, resumes racing, and the app stopped (SIGTERM) and killed (SIGKILL)
 then started again. Faults land at named points through LAB_FAULTS (lab/store.py), so the waits are
 seconds, not the minutes a real run would take."""
