@@ -104,10 +104,13 @@ def test_bad_form_value_shows_its_message(page, server):
     page.locator("#train-name textarea, #train-name input").first.fill("bad-heads")
     page.get_by_text("model", exact=True).first.click()           # open the model accordion
     heads = page.locator("#train-n_head input")
+    from playwright.sync_api import expect
+    expect(heads).to_have_value("4", timeout=30_000)               # the page has loaded its values
+    page.wait_for_timeout(1000)                 # the on-load events have settled: none overwrites
     heads.fill("5")
     heads.press("Tab")
+    expect(heads).to_have_value("5")
     page.locator("#train-start").click()
-    from playwright.sync_api import expect
     expect(page.locator("#train-message")).to_contain_text("Not queued: n_embd=64 is not divisible "
                                                            "by n_head=5", timeout=60_000)
     from lab import jobs
@@ -125,6 +128,8 @@ def test_a_plugins_settings_show_beside_it_only_while_it_is_chosen(page, server)
     """The sliding window's `window` appears once sliding attention is chosen, and its bounds are
     checked on Start; choosing the llama family fills its parts and shows gqa's kv_groups."""
     from playwright.sync_api import expect
+    from lab import jobs
+    before = jobs.list_jobs(server[1])
     _tab(page, "Train")
     page.get_by_text("model", exact=True).first.click()
     window, groups = page.locator("#train-attention-window"), page.locator("#train-attention-kv_groups")
@@ -149,8 +154,7 @@ def test_a_plugins_settings_show_beside_it_only_while_it_is_chosen(page, server)
     expect(page.locator("#train-positional-theta")).to_be_visible()
     expect(window).to_be_hidden()
     _shot(page, "train-plugin-settings")
-    from lab import jobs
-    assert jobs.list_jobs(server[1]) == []                          # nothing was queued
+    assert jobs.list_jobs(server[1]) == before                      # nothing was queued
 
 
 def test_finetune_job_from_the_form_survives_a_reload_and_stops(page, server):
