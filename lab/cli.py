@@ -6,7 +6,6 @@ prints one line, `error: ...`, and exits with status 2; no traceback.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -274,16 +273,8 @@ def cmd_jobs(args):
 def _add_decode_args(p):
     """--decoder, then a flag per decoder setting (from the decoders' own settings classes); a
     flag left out takes the chosen decoder's default, a flag the decoder does not have is refused."""
-    from lab.registry import DECODERS, load_plugins
-    load_plugins()
     p.add_argument("--decoder", default="random", help="decoder plugin (see `plugins`)")
-    declared = {}
-    for name in DECODERS.names():
-        cls = DECODERS.get(name).settings
-        for f in dataclasses.fields(cls) if cls else ():
-            declared.setdefault(f.name, (f, []))[1].append(name)
-    for setting in DecodeConfig.setting_names():
-        f, owners = declared[setting]
+    for setting, (f, owners) in DecodeConfig.declared().items():
         p.add_argument("--" + setting.replace("_", "-"), dest=setting, type=type(f.default),
                        default=None, help=f"{f.metadata.get('help', '')} ({', '.join(owners)}; "
                                           f"default {f.default})")

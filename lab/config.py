@@ -488,22 +488,36 @@ class DecodeConfig(_Config):
             self.settings = fill_settings(cls, self.settings, "")
 
     def _settings_class(self):
-        from lab.registry import DECODERS, load_plugins
-        load_plugins()
-        return DECODERS.get(self.decoder).settings if isinstance(self.decoder, str) and \
-            self.decoder in DECODERS else None
+        return self.settings_class(self.decoder)
 
     @staticmethod
-    def setting_names() -> list[str]:
-        """Every decoder's setting names, the sampling ones first (the forms' field order)."""
+    def settings_class(decoder) -> type | None:
+        """The settings dataclass of a decoder plugin (None: it has none, or no such decoder)."""
         from lab.registry import DECODERS, load_plugins
         load_plugins()
-        names = []
+        return DECODERS.get(decoder).settings if isinstance(decoder, str) and decoder in DECODERS \
+            else None
+
+    @staticmethod
+    def declared() -> dict[str, tuple[dataclasses.Field, list[str]]]:
+        """Every decoder setting: its first declaration (default, help, bounds) and the decoders
+        that have it, the sampling ones first: the order of the forms' fields and CLI flags."""
+        from lab.registry import DECODERS, load_plugins
+        load_plugins()
+        found: dict = {}
         for name in DECODERS.names():
             cls = DECODERS.get(name).settings
-            names += [f.name for f in dataclasses.fields(cls) if f.name not in names] if cls else []
+            for f in dataclasses.fields(cls) if cls else ():
+                found.setdefault(f.name, (f, []))[1].append(name)
         order = ["temperature", "top_k", "top_p", "num_beams"]
-        return sorted(names, key=lambda n: (order.index(n) if n in order else len(order), names.index(n)))
+        first = list(found)
+        return {n: found[n] for n in sorted(found, key=lambda n: (
+            order.index(n) if n in order else len(order), first.index(n)))}
+
+    @classmethod
+    def setting_names(cls) -> list[str]:
+        """Every decoder's setting names, in the forms' field order."""
+        return list(cls.declared())
 
     @classmethod
     def from_dict(cls, d: dict, lenient: bool = False):
@@ -519,8 +533,7 @@ class DecodeConfig(_Config):
                               f"{settings!r}"[:200])
         settings = dict(settings)
         known = set(cls.setting_names())
-        own = cls(decoder=d.get("decoder", "random"))._settings_class() \
-            if isinstance(d.get("decoder", "random"), str) else None
+        own = cls.settings_class(d.get("decoder", "random"))
         own_names = {f.name for f in dataclasses.fields(own)} if own else set()
         for key in [k for k in d if k in known]:
             value = d.pop(key)

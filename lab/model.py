@@ -136,15 +136,46 @@ class TfmrLM(nn.Module):
             presents.append(present)
             attentions.append(w)
         logits = self.lm_head(self.transformer.ln_f(x))               # (B, T, V)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),
-                                   labels[:, 1:].reshape(-1), ignore_index=-100)
         return LMOutput(logits, KVCache(presents, t0 + T), attentions if output_attentions else None,
-                        loss)
+                        lm_loss(logits, labels))
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def lm_loss(logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:
+    """HF's mean next-token loss: labels (B, T) aligned with the logits, shifted here, -100 ignored."""
+    if labels is None:
+        return None
+    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1),
+                           ignore_index=-100)
+
+
+class PrefixLM(TfmrLM):
+    """A decoder that reads its whole prefix again for each new token (its outputs for a token may
+    change with later ones, or a cache would cost more than the recompute): the families with a
+    bottleneck, recurrent steps or segment memory. A subclass writes `run`; `forward` joins the
+    cached tokens to the new ones, checks the context and returns the new positions only."""
+
+    def run(self, idx: torch.Tensor, output_attentions: bool):
+        """idx (B, T) -> hidden states (B, T, C) before the final norm, attentions (per layer
+        (B, nh, T, T), or None) and extras: `aux_loss` and `per_token` {name: (B, T)}."""
+        raise NotImplementedError
+
+    def forward(self, idx, past_key_values=None, output_attentions=False, labels=None):
+        n_new = idx.size(1)
+        if past_key_values:
+            idx = torch.cat([past_key_values[0], idx], dim=1)
+        if idx.size(1) > self.config.n_positions:
+            raise ValueError(f"sequence of {idx.size(1)} tokens is longer than the model's context "
+                             f"(n_positions={self.config.n_positions})")
+        hidden, attentions, extras = self.run(idx, output_attentions)
+        new = slice(idx.size(1) - n_new, None)
+        logits = self.lm_head(self.transformer.ln_f(hidden[:, new]))
+        per_token = {k: v[:, new] for k, v in extras.get("per_token", {}).items()} or None
+        return LMOutput(logits, PrefixCache(idx),
+                        [a[:, :, new] for a in attentions] if output_attentions else None,
+                        lm_loss(logits, labels), aux_loss=extras.get("aux_loss"), per_token=per_token)
 
 
 def _init_weights(model: TfmrLM, std: float) -> None:

@@ -86,13 +86,21 @@ def scaled(n_embd, eps, settings):
 """
 
 
+def _python(args, cwd, env) -> str:
+    """`python ARGS` in a fresh process; it must succeed, and its output is returned."""
+    import subprocess
+    done = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout
+
+
 def test_third_party_plugin_with_a_setting_works_everywhere(tmp_path, corpus_dir):
     """A package installed through the entry point, with a setting of its own, and no edit to
     lab/: listed by the CLI, trained from a config file and from --set, rebuilt from the
     checkpoint, queued from the Train form's values, and run through the contract tests."""
     import json
     import os
-    import subprocess
     from tests.conftest import ROOT
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "thirdparty_scaled.py").write_text(THIRD_PARTY_NORM)
@@ -104,10 +112,7 @@ def test_third_party_plugin_with_a_setting_works_everywhere(tmp_path, corpus_dir
            "LAB_STORE": str(tmp_path / "store")}
 
     def run(*args):
-        done = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=600)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        return done.stdout
+        return _python(args, ROOT, env)
 
     listed = json.loads(run("-m", "lab", "plugins", "--json"))
     scaled = [e for e in listed["norm"] if e["name"] == "scaled"][0]
@@ -221,7 +226,6 @@ def test_readme_plugin_example_is_one_new_file(tmp_path):
     import json
     import os
     import shutil
-    import subprocess
     from tests.conftest import ROOT
     readme = (ROOT / "README.md").read_text()
     code = re.search(r"## Writing a plugin.*?```python\n(.*?)```", readme, re.S).group(1)
@@ -231,10 +235,7 @@ def test_readme_plugin_example_is_one_new_file(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
 
     def run(*args):
-        done = subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=600)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        return done.stdout
+        return _python(args, tmp_path, env)
 
     listed = json.loads(run("-m", "lab", "plugins", "--json"))
     strided = [e for e in listed["attention"] if e["name"] == "strided"][0]

@@ -17,7 +17,7 @@ from lab.ui.fields import Dropdown, Number
 from lab import checkpoints
 from lab.config import ConfigError, DecodeConfig
 from lab.errors import LabError
-from lab.registry import DECODERS, load_plugins
+from lab.registry import DECODERS
 
 log = logging.getLogger("lab.ui")
 
@@ -193,18 +193,8 @@ class DecoderInputs:
         return [self.decoder, *self.fields]
 
 
-def _declared(name: str) -> dataclasses.Field:
-    """The first decoder's declaration of a setting: its default and help."""
-    for dec in DECODERS.names():
-        cls = DECODERS.get(dec).settings
-        for f in dataclasses.fields(cls) if cls else ():
-            if f.name == name:
-                return f
-    raise KeyError(name)
-
-
 def _settings_of(decoder: str) -> set[str]:
-    cls = DECODERS.get(decoder).settings if decoder in DECODERS else None
+    cls = DecodeConfig.settings_class(decoder)
     return {f.name for f in dataclasses.fields(cls)} if cls else set()
 
 
@@ -212,15 +202,14 @@ def decoder_inputs(default: str = "top_p", label_prefix: str = "", elem_id: str 
     """Decoder dropdown and a field per decoder setting, from the decoders' own settings classes
     (a new decoder plugin needs no UI code); the fields of settings the chosen decoder does not
     have are hidden."""
-    load_plugins()
-    names = DecodeConfig.setting_names()
+    declared = DecodeConfig.declared()
+    names = list(declared)
     with gr.Row():
         decoder = Dropdown(DECODERS.names(), value=default, label=f"{label_prefix}decoder",
                            info="how the next token is chosen", allow_custom_value=True,
                            elem_id=elem_id)
         fields = []
-        for name in names:
-            f = _declared(name)
+        for name, (f, _) in declared.items():
             fields.append(Number(f.default, label=name, info=f.metadata.get("help"),
                                  **({"step": 1} if isinstance(f.default, int) else {}),
                                  visible=name in _settings_of(default)))

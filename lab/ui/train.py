@@ -416,16 +416,16 @@ def build(ctx: Context):
     ctx.add_dropdown(parent, "blank")
     parent_note = gr.Markdown(elem_id="train-parent-note")
     m0, t0 = get_preset("tiny")
-    m0_dict = m0.to_dict()
+    values0 = setting_values(m0.to_dict())
     with gr.Accordion("model", open=False):
         with gr.Row():
             model_inputs, setting_inputs = [], []
             for f in MODEL_FIELDS:          # a plugin's settings sit right after its dropdown
                 model_inputs.append(_field_component(ModelConfig, f, getattr(m0, f)))
-                for i, (kind, plugin, sf) in enumerate(setting_fields()):
+                for (kind, plugin, sf), value in zip(setting_fields(), values0):
                     if kind == f:
                         setting_inputs.append(_setting_component(
-                            kind, plugin, sf, getattr(m0, kind) == plugin, setting_values(m0_dict)[i]))
+                            kind, plugin, sf, getattr(m0, kind) == plugin, value))
     with gr.Accordion("training", open=True):
         with gr.Row():
             train_inputs = [_field_component(TrainConfig, f, getattr(t0, f)) for f in TRAIN_FIELDS]

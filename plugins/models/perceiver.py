@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from lab.config import ConfigError
-from lab.model import Block, LMOutput, PrefixCache, TfmrLM, _init_weights, offered, part
+from lab.model import Block, PrefixLM, _init_weights, offered, part
 from lab.registry import MODELS
 
 
@@ -71,21 +71,15 @@ class ProjectBlock(nn.Module):
         return x + self.mlp(self.ln_2(x)), w
 
 
-class PerceiverLM(TfmrLM):
+class PerceiverLM(PrefixLM):
     def __init__(self, config, wte, wpe, down, blocks, up, ln_f, lm_head, bottleneck_dim):
         super().__init__(config, wte, wpe, blocks, ln_f, lm_head)
         self.transformer["down"], self.transformer["up"] = down, up
         self.basis = nn.Parameter(torch.empty(1, bottleneck_dim, config.n_embd))
         nn.init.xavier_uniform_(self.basis)
 
-    def forward(self, idx, past_key_values=None, output_attentions=False, labels=None):
-        n_new = idx.size(1)
-        if past_key_values:
-            idx = torch.cat([past_key_values[0], idx], dim=1)
+    def run(self, idx, output_attentions):
         B, T = idx.size()
-        if T > self.config.n_positions:
-            raise ValueError(f"sequence of {T} tokens is longer than the model's context "
-                             f"(n_positions={self.config.n_positions})")
         h = self.transformer
         pos = torch.arange(T, device=idx.device)
         x = h.drop(h.wpe.embed(h.wte(idx), pos))                          # (B, T, C)
@@ -96,21 +90,15 @@ class PerceiverLM(TfmrLM):
             rows, _, w = block(rows, rows_pos, h.wpe, None, output_attentions)
             middle.append(w)
         x, up_w = h.up(x, rows)                                          # (B, T, C), (B, nh, T, m)
-        logits = self.lm_head(h.ln_f(x))[:, T - n_new:]
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),
-                                   labels[:, 1:].reshape(-1), ignore_index=-100)
-        attentions = None
-        if output_attentions:          # token x token: up x (middle ...) x down, per head
-            through = [up_w @ down_w]
-            flow = up_w
+        views = None
+        if output_attentions:   # token x token, per head: the down block's up x down, each middle
+            flow = up_w         # block's up x (middle ...) x down, and the up block's whole path
+            views = [up_w @ down_w]
             for w in middle:
                 flow = flow @ w
-                through.append(flow @ down_w)
-            attentions = [through[0]] + through[1:] + [through[-1]]
-            attentions = [a[:, :, T - n_new:] for a in attentions[:self.config.n_layer]]
-        return LMOutput(logits, PrefixCache(idx), attentions, loss)
+                views.append(flow @ down_w)
+            views.append(views[-1])
+        return x, views, {}
 
 
 @MODELS.register("perceiver", "Perceiver bottleneck (CS224N HW5): down-projection to a learned "

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
-from lab.model import Block, LMOutput, PrefixCache, TfmrLM, _init_weights, offered, part
+from lab.model import Block, PrefixLM, _init_weights, offered, part
 from lab.registry import MODELS
 
 
@@ -30,7 +29,7 @@ class UniversalSettings:
         "help": "weight of the steps taken in the training loss", "min": 0.0, "max": 10.0})
 
 
-class UniversalLM(TfmrLM):
+class UniversalLM(PrefixLM):
     def __init__(self, config, wte, wpe, blocks, ln_f, lm_head, settings: UniversalSettings):
         super().__init__(config, wte, wpe, blocks, ln_f, lm_head)
         self.max_steps, self.threshold, self.ponder_weight = (
@@ -39,14 +38,8 @@ class UniversalLM(TfmrLM):
         self.halt = nn.Linear(config.n_embd, 1)
         nn.init.constant_(self.halt.bias, 1.0)   # start by pondering a few steps, not one
 
-    def forward(self, idx, past_key_values=None, output_attentions=False, labels=None):
-        n_new = idx.size(1)
-        if past_key_values:
-            idx = torch.cat([past_key_values[0], idx], dim=1)
+    def run(self, idx, output_attentions):
         B, T = idx.size()
-        if T > self.config.n_positions:
-            raise ValueError(f"sequence of {T} tokens is longer than the model's context "
-                             f"(n_positions={self.config.n_positions})")
         h = self.transformer
         pos = torch.arange(T, device=idx.device)
         state = h.drop(h.wpe.embed(h.wte(idx), pos))                     # (B, T, C)
@@ -75,15 +68,9 @@ class UniversalLM(TfmrLM):
             output = output + weight[..., None] * state
             if not bool(goes_on.any()):
                 break
-        logits = self.lm_head(h.ln_f(output))[:, T - n_new:]
         ponder = self.ponder_weight * (steps + remainder).mean()
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),
-                                   labels[:, 1:].reshape(-1), ignore_index=-100)
-        return LMOutput(logits, PrefixCache(idx),
-                        [a[:, :, T - n_new:] for a in attentions] if output_attentions else None,
-                        loss, aux_loss=ponder, per_token={"steps": steps[:, T - n_new:]})
+        return output, attentions if output_attentions else None, \
+            {"aux_loss": ponder, "per_token": {"steps": steps}}
 
 
 @MODELS.register("universal", "Universal Transformer: one block applied recurrently, Adaptive "

@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from lab.config import ConfigError
-from lab.model import LMOutput, Positional, PrefixCache, TfmrLM, _init_weights, offered, part
+from lab.model import Positional, PrefixLM, _init_weights, offered, part
 from lab.registry import MODELS
 
 
@@ -99,7 +99,7 @@ class XLBlock(nn.Module):
         return self.ln_2(x + self.mlp(x)), w
 
 
-class XLLM(TfmrLM):
+class XLLM(PrefixLM):
     def __init__(self, config, wte, blocks, ln_f, lm_head, settings: XLSettings):
         super().__init__(config, wte, Positional(), blocks, ln_f, lm_head)
         self.segment_len, self.mem_len = settings.segment_len, settings.mem_len
@@ -112,28 +112,15 @@ class XLLM(TfmrLM):
         start = i // self.segment_len * self.segment_len
         return (j <= i) & (j >= start - self.mem_len), j < start
 
-    def forward(self, idx, past_key_values=None, output_attentions=False, labels=None):
-        n_new = idx.size(1)
-        if past_key_values:
-            idx = torch.cat([past_key_values[0], idx], dim=1)
-        B, T = idx.size()
-        if T > self.config.n_positions:
-            raise ValueError(f"sequence of {T} tokens is longer than the model's context "
-                             f"(n_positions={self.config.n_positions})")
+    def run(self, idx, output_attentions):
         h = self.transformer
-        allowed, is_mem = self.spans(T, idx.device)
+        allowed, is_mem = self.spans(idx.size(1), idx.device)
         x = h.drop(h.wte(idx))                       # positions enter as relative distances
         attentions = []
         for block in h.h:
             x, w = block(x, allowed, is_mem, output_attentions)
             attentions.append(w)
-        logits = self.lm_head(h.ln_f(x))[:, T - n_new:]
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),
-                                   labels[:, 1:].reshape(-1), ignore_index=-100)
-        return LMOutput(logits, PrefixCache(idx),
-                        [a[:, :, T - n_new:] for a in attentions] if output_attentions else None, loss)
+        return x, attentions if output_attentions else None, {}
 
 
 @MODELS.register("xl", "Transformer-XL: segment-level recurrence with a memory of mem_len hidden "
