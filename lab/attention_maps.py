@@ -99,6 +99,9 @@ def _edited(body: str, view: str) -> str:
     return body
 
 
+TITLE_PX = 28         # the checkpoint's name above a view (view_height leaves room for it)
+
+
 def bertviz_html(cap: Capture, view: str = "head", asset_url: str = "/lab-static",
                  title: str = "") -> str:
     """A complete HTML document with bertviz's head or model view, assets loaded from asset_url,
@@ -111,8 +114,8 @@ def bertviz_html(cap: Capture, view: str = "head", asset_url: str = "/lab-static
     body = _script_safe(_edited(fn(attention, cap.tokens, html_action="return").data, view))
     for cdn, local in CDN.items():
         body = body.replace(cdn, f"{asset_url}/{local}")
-    heading = (f"<div style='font:bold 15px sans-serif;margin-bottom:6px'>{html.escape(title)}</div>"
-               if title else "")
+    heading = (f"<div style='font:bold 15px sans-serif;height:{TITLE_PX - 6}px;margin-bottom:6px'>"
+               f"{html.escape(title)}</div>" if title else "")
     return ("<!doctype html><html><head><meta charset='utf-8'></head>"
             "<body style='background:white;color:black;margin:8px'>" + heading + body + "</body></html>")
 
@@ -129,10 +132,10 @@ def view_height(cap: Capture, view: str) -> int:
     """The iframe height (px) that shows a whole bertviz view, from bertviz's layout constants."""
     T = len(cap.tokens)
     if view == "head":          # title, layer menu, margins; head_view.js: TEXT_TOP + BOXHEIGHT a token
-        return 70 + 30 + round(22.5 * T)
+        return TITLE_PX + 70 + 30 + round(22.5 * T)
     thumbnails = T * min(84 / cap.n_head, 900 / cap.n_head / T) + 10   # one layer's row (EDITS)
     detail = T * 18 + 55                       # the detail panel a click on a thumbnail opens
-    return 50 + round(max(cap.n_layer * thumbnails + 38, detail))      # title, margins, the drawing
+    return TITLE_PX + 50 + round(max(cap.n_layer * thumbnails + 38, detail))   # margins, the drawing
 
 
 def iframe(document: str, height: int = 620) -> str:

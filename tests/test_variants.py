@@ -173,6 +173,10 @@ def test_the_attention_tab_shows_the_steps_each_token_took():
     assert len(cap.per_token["steps"]) == len(cap.tokens) == 7
     shown = groups_markdown(cap)
     assert "**steps per token**: `<bos>` 2, `A` 2" in shown
+    from types import SimpleNamespace
+    from lab.ui.attention import views
+    note = views(cap, SimpleNamespace(name="ut", config=model.config, meta={}), "7 tokens")[0]
+    assert "the views' 2 layers are its 1 block(s) at each step they were applied" in note
 
 
 def _xl(**settings):

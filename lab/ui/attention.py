@@ -93,9 +93,12 @@ def blocks(ck) -> str:
 def views(cap, ck, note: str) -> tuple:
     """note, head view, model view, grid and head groups of one checkpoint's capture."""
     head = attention_maps.iframe(attention_maps.bertviz_html(cap, "head", asset_url(), title=ck.name),
-                            height=attention_maps.view_height(cap, "head"))
+                                 height=attention_maps.view_height(cap, "head"))
     model = attention_maps.iframe(attention_maps.bertviz_html(cap, "model", asset_url(), title=ck.name),
-                             height=min(3000, attention_maps.view_height(cap, "model")))
+                                  height=min(3000, attention_maps.view_height(cap, "model")))
+    if cap.n_layer != ck.config.n_layer:     # a block applied more than once (recurrent steps)
+        note += (f"; the views' {cap.n_layer} layers are its {ck.config.n_layer} block(s) at each "
+                 f"step they were applied")
     return (f"**{ck.name}**: {note}{blocks(ck)}", head, model,
             attention_maps.heatmap_grid(cap, title=ck.name), groups_markdown(cap))
 

@@ -181,6 +181,12 @@ def names_list(value, what: str, limit: int = 8, store=None) -> list[str]:
     return value
 
 
+def outputs(updates: list):
+    """A handler's value for a list of output components built at start-up (their number comes
+    from the registries): Gradio takes one output's value bare, several as a list."""
+    return updates[0] if len(updates) == 1 else updates
+
+
 # ---------------------------------------------------------------- decoder settings
 
 
@@ -216,8 +222,7 @@ def decoder_inputs(default: str = "top_p", label_prefix: str = "", elem_id: str 
 
     def show(chosen):
         has = _settings_of(chosen)
-        updates = [gr.update(visible=n in has) for n in names]
-        return updates[0] if len(updates) == 1 else updates     # one output takes a bare update
+        return outputs([gr.update(visible=n in has) for n in names])
     decoder.change(show, decoder, fields, api_visibility="private")
     return DecoderInputs(decoder, fields)
 

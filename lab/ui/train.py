@@ -22,7 +22,7 @@ from lab.presets import PRESETS, configs, get as get_preset
 from lab.registry import REGISTRIES, load_plugins
 from lab.runs import run_dir_for
 from lab.train import format_duration, phase_text
-from lab.ui.common import Context, friendly, whole
+from lab.ui.common import Context, friendly, outputs, whole
 from lab.ui.common import text as bounded_text
 
 MODEL_FIELDS = ["model", "n_layer", "n_head", "n_embd", "n_positions", "norm", "norm_position",
@@ -189,8 +189,7 @@ def _model_updates(m: dict, interactive: bool) -> list:
 
 def _visibility(kind: str, chosen: str) -> list:
     """Show the settings of the plugin chosen for `kind`, hide the others'."""
-    updates = [gr.update(visible=plugin == chosen) for k, plugin, _ in setting_fields() if k == kind]
-    return updates[0] if len(updates) == 1 else updates      # one output takes a bare update
+    return outputs([gr.update(visible=plugin == chosen) for k, plugin, _ in setting_fields() if k == kind])
 
 
 def family_parts(model: str) -> list:
