@@ -268,6 +268,126 @@ def cmd_jobs(args):
         print(f"queued job {jobs.resume(args.job_id, args.store)}")
 
 
+def _grid(pairs: list[str] | None) -> dict:
+    """--grid KEY=V1,V2 (or KEY=A;B when the values hold commas, e.g. layers=1,2,3;5,6,7)."""
+    grid = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise ConfigError(f"--grid expects KEY=V1,V2, got {pair!r}")
+        key, values = pair.split("=", 1)
+        sep = ";" if ";" in values else ","
+        vals = [v.strip() for v in values.split(sep) if v.strip()]
+        if not vals:
+            raise ConfigError(f"--grid {key}: no values; give them as {key}=V1,V2")
+        grid[key.strip()] = vals
+    return grid
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise ConfigError(f"--seeds expects whole numbers separated by commas, e.g. 0,1,2; got {text!r}") from None
+
+
+def sweep_definition(args) -> dict:
+    """The sweep a `sweep start` command line asks for: a recipe at a budget (or nothing), then
+    the flags over it."""
+    from lab import sweeps
+    doc = sweeps.recipe(args.recipe, args.budget) if args.recipe else {}
+    if args.budget != "cpu" and not args.recipe:
+        raise ConfigError("--budget chooses one of a recipe's budgets; give --recipe too")
+    doc["name"] = args.name
+    for key in ("preset", "parent"):
+        if getattr(args, key):
+            doc[key] = getattr(args, key)
+    if args.checkpoints:
+        doc["checkpoints"] = args.checkpoints
+    doc["grid"] = {**doc.get("grid", {}), **_grid(args.grid)}
+    doc["set"] = doc.get("set", []) + (args.set or [])
+    if args.seeds:
+        doc["seeds"] = _seeds(args.seeds)
+    score = dict(doc.get("score", {}))
+    if args.n:
+        score["n"] = args.n
+    if args.split:
+        score["split"] = args.split
+    if args.decoders:
+        score["decoders"] = args.decoders
+    doc["score"] = score
+    return doc
+
+
+def cmd_sweep(args):
+    from lab import sweeps
+    if args.action == "recipes":
+        for name in sweeps.recipe_names():
+            info = sweeps.recipe_info(name)
+            print(f"{name:<14} {info.get('about', '')}")
+            for budget, b in info.get("budgets", {}).items():
+                print(f"{'':<14}   {budget}: {b.get('note', '')}")
+        return
+    if args.action == "splits":
+        result = sweeps.split_bleu(args.data_dir)
+        if args.json:
+            _print_json(result)
+            return
+        print("BLEU-4 between the splits (GPT-2 tokens; forward = the first split's captions against "
+              "the second's):")
+        for r in result["rows"]:
+            lo, hi = r["harmonic_ci"]
+            print(f"  {r['pair']:<11} {r['captions']:>17}  forward {r['forward']:.3f}  backward "
+                  f"{r['backward']:.3f}  harmonic {r['harmonic']:.3f} [{lo:.3f}, {hi:.3f}]  "
+                  f"(report: {r['report']:.3f})")
+        return
+    if args.action == "list":
+        rows = sweeps.list_sweeps(args.store)
+        if args.json:
+            _print_json(rows)
+        for r in rows if not args.json else []:
+            counts = ", ".join(f"{n} {s}" for s, n in r["statuses"].items())
+            print(f"{r['name']:<24} {r['runs']} runs ({counts})" + (f"  recipe {r['recipe']}" if r["recipe"] else ""))
+        if not rows and not args.json:
+            print("no sweeps yet: `python -m lab sweep start NAME --recipe heads` starts one "
+                  "(`python -m lab sweep recipes` lists the recipes)")
+        return
+    if not args.name:
+        raise ConfigError(f"sweep {args.action} needs the sweep's NAME")
+    if args.action == "start" and args.dry_run:
+        spec, runs = sweeps.check(sweep_definition(args), args.store)
+        print(f"sweep {spec.name}: {len(runs)} runs ({sweeps.budget_text(spec.to_dict())}); nothing queued")
+        for r in runs:
+            print(f"  {r.name}: {sweeps._describe(r.values, r.seed)}")
+        return
+    if args.action == "start":
+        runs = sweeps.start(sweep_definition(args), args.store)
+        if args.json and not args.wait:
+            _print_json([{"run": r.name, "values": r.values, "seed": r.seed} for r in runs])
+        elif not args.json:
+            print(f"sweep {args.name}: queued {len(runs)} runs: {', '.join(r.name for r in runs)}")
+    elif args.action == "stop":
+        print("\n".join(sweeps.stop(args.name, args.run, args.mode, args.store)))
+    elif args.action == "resume":
+        print("\n".join(sweeps.resume(args.name, args.run, args.store)))
+    elif args.action == "show":
+        t = sweeps.table(args.name, args.store, baseline=args.baseline)
+        if args.json:
+            _print_json(t)
+        else:
+            print(sweeps.markdown(t), end="")
+    elif args.action == "export":
+        for path in sweeps.export(args.name, args.out, args.store):
+            print(path)
+    if args.action in ("start", "resume") and args.wait:
+        sweeps.wait(args.name, args.store, args.data_dir,
+                    say=(lambda line: None) if args.json else (lambda line: print(line, flush=True)))
+        t = sweeps.table(args.name, args.store)
+        if args.json:
+            _print_json(t)
+        else:
+            print(sweeps.markdown(t), end="")
+
+
 # ---------------------------------------------------------------- parser
 
 def _add_decode_args(p):
@@ -410,6 +530,40 @@ def _parser_jobs(sub) -> None:
     p.set_defaults(fn=cmd_jobs)
 
 
+def _parser_sweep(sub) -> None:
+    p = sub.add_parser("sweep", help="start, watch, stop, resume and read sweeps of training runs")
+    p.add_argument("action", choices=["start", "show", "list", "stop", "resume", "export", "recipes",
+                                           "splits"])
+    p.add_argument("name", nargs="?", help="the sweep's name (its runs are NAME-...)")
+    p.add_argument("--recipe", help="start from a recipe (`sweep recipes` lists them)")
+    p.add_argument("--budget", default="cpu", help="the recipe's budget: cpu or full")
+    p.add_argument("--preset")
+    p.add_argument("--parent", help="fine-tune this stored checkpoint in every run")
+    p.add_argument("--checkpoint", dest="checkpoints", action="append", metavar="NAME",
+                   help="score this stored checkpoint as it is, no training (repeatable; the "
+                        "decoder-search recipe)")
+    p.add_argument("--grid", action="append", metavar="KEY=V1,V2",
+                   help="a key and its values (several --grid: every combination)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a setting of every run")
+    p.add_argument("--seeds", help="seeds, e.g. 0,1,2: each setting runs once per seed")
+    p.add_argument("--n", type=int, help="captions each run is scored on (default 500)")
+    p.add_argument("--split", choices=["dev", "test"], help="the split runs are scored on")
+    p.add_argument("--decoder", dest="decoders", action="append", metavar="DECODER[,K=V...]",
+                   help="a decoder to score with, e.g. top_p,temperature=0.7,top_p=0.9 (repeatable)")
+    p.add_argument("--run", help="stop/resume: one run (its name or number) instead of all")
+    p.add_argument("--mode", default="now", choices=["now", "after_checkpoint"])
+    p.add_argument("--baseline", type=int, help="show: the row (#) differences are paired "
+                                                "against (default the sweep's, 1)")
+    p.add_argument("--out", help="export: the folder to write into (default the store's exports)")
+    p.add_argument("--dry-run", dest="dry_run", action="store_true",
+                   help="start: check and list the runs, queue nothing")
+    p.add_argument("--wait", action="store_true", help="serve the runs with a local worker and "
+                   "return when all have ended, printing the table")
+    p.add_argument("--data-dir")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_sweep)
+
+
 def _parser_export(sub) -> None:
     p = sub.add_parser("export", help="export a checkpoint")
     p.add_argument("format", choices=["hf"])
@@ -434,6 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
     _parser_worker(sub)
     _parser_run_job(sub)
     _parser_jobs(sub)
+    _parser_sweep(sub)
     _parser_export(sub)
     return ap
 

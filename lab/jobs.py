@@ -49,6 +49,22 @@ CREATE TABLE IF NOT EXISTS jobs (
     error TEXT,
     resumed_from INTEGER
 );
+CREATE TABLE IF NOT EXISTS sweeps (   -- lab/sweeps.py: a named set of runs, each a job above
+    name TEXT PRIMARY KEY,
+    spec TEXT NOT NULL,            -- JSON: the SweepSpec
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sweep_runs (
+    sweep TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    run TEXT NOT NULL,             -- the checkpoint it writes; its status is its newest job's
+    vals TEXT NOT NULL,            -- JSON: the swept keys' values
+    seed INTEGER NOT NULL,
+    model TEXT NOT NULL,           -- JSON: the run's model config (null for a fine-tune)
+    train TEXT NOT NULL,           -- JSON: its train config
+    parent TEXT,
+    PRIMARY KEY (sweep, idx)
+);
 """
 FINAL = ("done", "failed", "stopped", "interrupted")
 
@@ -93,12 +109,24 @@ def _row(r: sqlite3.Row | None) -> dict | None:
 
 
 def validate_spec(name: str, model: dict | None, train: dict, parent: str | None, store=None,
-                  resume: bool = False) -> dict:
-    """Check everything before a job is queued: a bad value never reaches the worker."""
+                  resume: bool = False, score: dict | None = None, score_only: bool = False) -> dict:
+    """Check everything before a job is queued: a bad value never reaches the worker. score: the
+    sweep's scoring after training (lab/sweeps.py); score_only: the run `name` trained already."""
     from lab.runs import resume_state
+    from lab.sweeps import Score, check_sweep_name
     from lab.train import parse_train_layers
     checkpoints.check_name(name)
+    if score is not None:
+        check_sweep_name(score.get("sweep") if isinstance(score, dict) else None)
+        score = {**Score.from_dict({k: v for k, v in score.items() if k != "sweep"}).to_dict(),
+                 "sweep": score["sweep"]}
     train_cfg = TrainConfig.from_dict(train)
+    if score_only:
+        if score is None:
+            raise ConfigError("a scoring job needs the sweep's scoring settings")
+        checkpoints.check_loadable(name, store)
+        return {"model": None, "train": train_cfg.to_dict(), "parent": None, "score": score,
+                "score_only": True}
     if train_cfg.device == "cuda":
         import torch
         if not torch.cuda.is_available():
@@ -117,13 +145,14 @@ def validate_spec(name: str, model: dict | None, train: dict, parent: str | None
             n_layer = model_cfg.n_layer
     parse_train_layers(train_cfg.train_layers, n_layer)
     return {"model": model_cfg and model_cfg.to_dict(), "train": train_cfg.to_dict(),
-            "parent": None if resume else parent}
+            "parent": None if resume else parent} | ({"score": score} if score else {})
 
 
 def submit(name: str, model: dict | None, train: dict, parent: str | None = None,
-           preset: str | None = None, store=None, resumed_from: int | None = None) -> int:
-    resume = resumed_from is not None
-    spec = validate_spec(name, model, train, parent, store, resume) | {"preset": preset}
+           preset: str | None = None, store=None, resumed_from: int | None = None,
+           score: dict | None = None, score_only: bool = False) -> int:
+    resume = resumed_from is not None and not score_only
+    spec = validate_spec(name, model, train, parent, store, resume, score, score_only) | {"preset": preset}
     if resume:                               # go on with the run `name` itself
         spec |= {"model": None, "resume": True}
     if lab_store.is_held(lab_store.name_lock(name, store)):
@@ -188,8 +217,14 @@ def resume(job_id: int, store=None) -> int:
         if time.time() > deadline:
             raise ConfigError(f"job {job_id}'s process is still ending; resume it in a moment")
         time.sleep(0.2)
+    score = job["spec"].get("score")
+    if score is not None:              # a sweep's run whose training ended: only its scoring is left
+        from lab.sweeps import trained
+        if job["spec"].get("score_only") or trained(job["name"], store):
+            return submit(job["name"], None, job["spec"]["train"], preset=job["spec"].get("preset"),
+                          store=store, resumed_from=job_id, score=score, score_only=True)
     return submit(job["name"], None, job["spec"]["train"], preset=job["spec"].get("preset"),
-                  store=store, resumed_from=job_id)
+                  store=store, resumed_from=job_id, score=score)
 
 
 def mark_dead(store=None) -> list[int]:
@@ -277,10 +312,19 @@ def run_job(job_id: int, store=None, data_dir=None) -> str:
     spec = job["spec"]
 
     def events(should_stop=None):
-        return runs.train(job["name"], spec["model"] and ModelConfig.from_dict(spec["model"]),
-                          TrainConfig.from_dict(spec["train"]), parent=spec["parent"],
-                          preset=spec.get("preset"), data_dir=data_dir, store=store,
-                          should_stop=should_stop, resume=spec.get("resume", False))
+        ended = None
+        if not spec.get("score_only"):
+            for ended in runs.train(job["name"], spec["model"] and ModelConfig.from_dict(spec["model"]),
+                                    TrainConfig.from_dict(spec["train"]), parent=spec["parent"],
+                                    preset=spec.get("preset"), data_dir=data_dir, store=store,
+                                    should_stop=should_stop, resume=spec.get("resume", False)):
+                yield ended
+        if spec.get("score") and distributed.rank() == 0 and (spec.get("score_only") or (
+                ended and ended["event"] in ("done", "final_dev", "final_dev_aborted"))):
+            from lab.sweeps import score_run
+            with lab_store.hold(lab_store.name_lock(job["name"], store), f"checkpoint {job['name']!r}",
+                                wait_s=10):
+                yield from score_run(job["name"], spec["score"], store, data_dir, should_stop)
     if distributed.rank() != 0:
         signal.signal(signal.SIGTERM, lambda *a: None)    # rank 0 decides, and tells every rank
         for _ in events():

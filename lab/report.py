@@ -104,3 +104,65 @@ def _scores_table(scores: dict) -> str:
             + (f"<p><b>Verdicts</b> (paired bootstrap by caption, 95%; the first checkpoint is the "
                f"baseline):</p><ul>{verdicts}</ul>" if verdicts else "")
             + f"<p>Provenance:</p><pre>{prov}</pre>")
+
+
+# ---------------------------------------------------------------- a sweep's report
+
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf"]
+
+
+def _svg_curves(series: dict[str, list], title: str, width: int = 620, height: int = 300) -> str:
+    """Overlaid line plots as inline SVG (no script, no network): {label: [[x, y], ...]}."""
+    pts = [(x, y) for s in series.values() for x, y in s if x is not None and y is not None]
+    if not pts:
+        return f"<p>{html.escape(title)}: no points yet.</p>"
+    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
+    y0, y1 = min(p[1] for p in pts), max(p[1] for p in pts)
+    x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
+    L, R, T, B = 60, 10, 24, 30
+
+    def sx(x):
+        return L + (x - x0) / (x1 - x0) * (width - L - R)
+
+    def sy(y):
+        return height - B - (y - y0) / (y1 - y0) * (height - T - B)
+    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height + 18 * len(series)}' "
+             f"font-size='11' font-family='sans-serif'>",
+             f"<text x='{L}' y='14' font-size='13'>{html.escape(title)}</text>",
+             f"<line x1='{L}' y1='{height - B}' x2='{width - R}' y2='{height - B}' stroke='#999'/>",
+             f"<line x1='{L}' y1='{T}' x2='{L}' y2='{height - B}' stroke='#999'/>",
+             f"<text x='{L}' y='{height - 12}'>{x0:g}</text>",
+             f"<text x='{width - R}' y='{height - 12}' text-anchor='end'>step {x1:g}</text>",
+             f"<text x='{L - 4}' y='{T + 8}' text-anchor='end'>{y1:.3g}</text>",
+             f"<text x='{L - 4}' y='{height - B}' text-anchor='end'>{y0:.3g}</text>"]
+    for i, (label, s) in enumerate(series.items()):
+        color = PALETTE[i % len(PALETTE)]
+        line = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s if x is not None and y is not None)
+        if line:
+            parts.append(f"<polyline fill='none' stroke='{color}' stroke-width='1.5' points='{line}'/>")
+        parts.append(f"<text x='{L}' y='{height + 14 + 18 * i}' fill='{color}'>— {html.escape(label)}</text>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def sweep_report(t: dict, shown: tuple[list[str], list[list[str]]], how: str, curves: dict,
+                 budget: str) -> str:
+    """A sweep as one self-contained HTML file: its table (intervals, paired differences, the best
+    rows marked), the overlaid curves of every run, the definition it ran."""
+    headers, rows = shown
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    best_col = headers.index("best")
+    body = "".join("<tr" + (" style='background:#eef7ee'" if r[best_col] else "") + ">"
+                   + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in rows)
+    parts = [f"<h1>tfmr-lab sweep: {html.escape(t['sweep'])}</h1>",
+             f"<p>Saved {time.strftime('%Y-%m-%d %H:%M:%S')}. This file needs no network.</p>",
+             f"<p><b>Budget:</b> {html.escape(budget)}.</p>",
+             f"<div style='overflow-x:auto'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>",
+             f"<p>{html.escape(how)}</p>", "<h2>Curves</h2><div class='attention'>",
+             "<div>" + _svg_curves({k: v["dev"] for k, v in curves.items()}, "dev perplexity") + "</div>",
+             "<div>" + _svg_curves({k: v["loss"] for k, v in curves.items()}, "training loss") + "</div>",
+             "</div>", "<h2>Definition</h2>",
+             f"<pre>{html.escape(json.dumps(t['spec'], indent=2, default=str))}</pre>"]
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>tfmr-lab sweep</title>"
+            f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>")

@@ -455,6 +455,10 @@ def format_event(ev: dict, name: str = "") -> str:
         return (f"the kept checkpoint on all {ev['final_dev_captions']:,} dev captions: perplexity "
                 f"{ev['final_dev_perplexity']:.3f} (token-weighted {ev['final_dev_token_perplexity']:.3f}, "
                 f"per word {ev['final_dev_word_perplexity']:.3f})")
+    if e == "scoring":
+        return f"scoring: {ev['what']} ({format_duration(ev['elapsed_s'])} in)"
+    if e == "scored":
+        return f"scored for sweep {ev['sweep']} in {format_duration(ev['elapsed_s'])}: {ev['summary']}"
     if e == "done":
         ppl = ev["best_dev_perplexity"]
         return (f"done: best epoch {ev['best_epoch']}, dev perplexity "

@@ -11,7 +11,7 @@ from lab import store as lab_store
 from lab.attention_maps import VENDOR_DIR
 from lab.errors import LabError
 from lab.report import CAPTIONS_CSS
-from lab.ui import attention, checkpoints, compare, evaluate, start, train
+from lab.ui import attention, checkpoints, compare, evaluate, experiments, start, train
 from lab.ui.common import Context, friendly
 
 CSS = CAPTIONS_CSS + """
@@ -52,6 +52,8 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
                 evaluate.build(ctx)
             with gr.Tab("Train", id="train"):
                 attached, latest = train.build(ctx)
+            with gr.Tab("Experiments", id="experiments"):
+                experiments.build(ctx)
             with gr.Tab("Checkpoints", id="checkpoints"):
                 table = checkpoints.build(ctx)
 

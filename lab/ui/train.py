@@ -221,6 +221,10 @@ def progress_html(job: dict) -> str:
         doing = phase_text(p) if event == "progress" else f"training, loss {p['train_loss']:.3f}"
         text = (f"{doing} — epoch {p['epoch']}, step {p['step']}/{p['total_steps']}, "
                 f"elapsed {format_duration(p['elapsed_s'])}, ETA {format_duration(p['eta_s'])}")
+    elif event == "scoring":
+        text = f"{status}: training ended; scoring {html.escape(p['what'])}"
+    elif event == "scored":
+        text = f"{status}: {html.escape(p['summary'])}"
     elif event == "final_dev":
         text = f"{status}: all {p['final_dev_captions']:,} dev captions, perplexity {p['final_dev_perplexity']:.2f}"
     elif event == "eval":

@@ -1,0 +1,901 @@
+"""Sweeps: a named set of training runs over a grid of config keys times seeds, under one budget.
+
+Every run is a job in the ledger (so liveness, one writer per name and exact resume hold for each)
+and is scored the same way when its training ends, inside the same job: perplexity of a seeded
+subset of a split, and forward / backward / harmonic BLEU-4 of the captions each chosen decoder
+writes for it. The per-caption figures are kept, so the table can give every figure a bootstrap
+interval and every row a paired difference against a baseline row (same captions, same seeds).
+
+    STORE/.lab/sweeps/NAME/RUN.json    what scoring RUN found (written whole, by its job alone)
+
+A sweep's definition and its runs live in the ledger (tables `sweeps` and `sweep_runs`); a run's
+status is that of the newest job with its name. Recipes (experiments/recipes/*.json) are sweep
+definitions with two budgets, `cpu` and `full`.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab import checkpoints, jobs
+from lab import store as lab_store
+from lab.config import ConfigError, DecodeConfig, TrainConfig
+
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "experiments" / "recipes"
+MAX_RUNS = 200                      # runs in one sweep (each is a training job)
+MAX_SCORE_N = 5000
+SPLITS = ("train", "dev", "test")
+DEFAULT_DECODER = {"decoder": "random", "temperature": 1.0}
+
+
+@dataclass
+class Score:
+    """How each run is scored when its training ends: the first `n` captions of a seeded subset
+    of `split`, and the captions each decoder writes (same seeds for every run: paired).
+    pick_on_test: also score, on the test split, the decoder with the best harmonic BLEU here
+    (the decoder search)."""
+    split: str = "test"
+    n: int = 500
+    decoders: list = field(default_factory=lambda: [dict(DEFAULT_DECODER)])
+    seed: int = 0
+    pick_on_test: bool = False
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "Score":
+        d = dict(d or {})
+        unknown = sorted(set(d) - {"split", "n", "decoders", "seed", "pick_on_test"})
+        if unknown:
+            raise ConfigError(f"score: unknown key(s) {', '.join(unknown)}; valid keys are: split, "
+                              f"n, decoders, seed, pick_on_test")
+        s = cls(**d)
+        if s.split not in SPLITS:
+            raise ConfigError(f"score.split must be one of {', '.join(SPLITS)}, got {s.split!r}")
+        if isinstance(s.n, bool) or not isinstance(s.n, int) or not 1 <= s.n <= MAX_SCORE_N:
+            raise ConfigError(f"score.n must be a whole number from 1 to {MAX_SCORE_N}, got {s.n!r}")
+        if isinstance(s.seed, bool) or not isinstance(s.seed, int) or s.seed < 0:
+            raise ConfigError(f"score.seed must be a whole number from 0, got {s.seed!r}")
+        if not isinstance(s.decoders, list) or not 1 <= len(s.decoders) <= 32:
+            raise ConfigError("score.decoders must be a list of 1 to 32 decoders, e.g. "
+                              '[{"decoder": "top_p", "top_p": 0.9, "temperature": 0.7}]')
+        s.decoders = [decode_config(d).to_dict() for d in s.decoders]
+        s.pick_on_test = bool(s.pick_on_test)
+        if s.pick_on_test and s.split == "test":
+            raise ConfigError("score.pick_on_test chooses a decoder on another split (dev) and "
+                              "reports it on test; set score.split to dev")
+        return s
+
+    def to_dict(self) -> dict:
+        return {"split": self.split, "n": self.n, "decoders": self.decoders, "seed": self.seed,
+                "pick_on_test": self.pick_on_test}
+
+
+def decode_config(d) -> DecodeConfig:
+    if isinstance(d, str):                  # "top_p" or "top_p,temperature=0.7,top_p=0.9"
+        head, *rest = d.split(",")
+        pairs = dict(p.split("=", 1) for p in rest if "=" in p)
+        bad = [p for p in rest if "=" not in p]
+        if bad:
+            raise ConfigError(f"decoder {d!r}: settings are NAME=VALUE, got {bad[0]!r}")
+        d = {"decoder": head.strip(), **{k.strip(): v.strip() for k, v in pairs.items()}}
+    if not isinstance(d, dict):
+        raise ConfigError(f"a decoder is a JSON object such as {{\"decoder\": \"top_k\", \"top_k\": 40}}, "
+                          f"got {d!r}"[:200])
+    d = dict(d)
+    dec = DecodeConfig.from_dict({"decoder": d.pop("decoder", "random"),
+                                  **{k: v for k, v in d.items() if k not in ("seed",)}})
+    return dec
+
+
+def decoder_label(d: dict) -> str:
+    """'top_p t=0.7 p=0.9', 'greedy', 'beam 4'."""
+    short = {"temperature": "t", "top_p": "p", "top_k": "k", "num_beams": "beams"}
+    s = d.get("settings", {})
+    return " ".join([d["decoder"]] + [f"{short.get(k, k)}={_num(v)}" for k, v in s.items()])
+
+
+def _num(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+@dataclass
+class SweepSpec:
+    """A sweep's definition. grid: {key: [values]} over config keys (model, train, plugin
+    settings as KIND.SETTING, or `parent` for fine-tunes); runs: an explicit list of {key: value}
+    instead of (or before) the grid; set: KEY=VALUE for every run; budget: KEY=VALUE applied
+    last (epochs, max_train_captions, ...), said in the table. checkpoints: score these stored
+    checkpoints as they are, no training (the decoder search)."""
+    name: str
+    preset: str | None = None
+    parent: str | None = None
+    grid: dict = field(default_factory=dict)
+    runs: list = field(default_factory=list)
+    set: list = field(default_factory=list)
+    budget: list = field(default_factory=list)
+    seeds: list = field(default_factory=lambda: [0])
+    score: dict = field(default_factory=dict)
+    checkpoints: list = field(default_factory=list)
+    baseline: int = 1               # the row (1-based, as shown) differences are paired against
+    recipe: str | None = None
+    about: str = ""
+
+    KEYS = ("name", "preset", "parent", "grid", "runs", "set", "budget", "seeds", "score",
+            "checkpoints", "baseline", "recipe", "about")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SweepSpec":
+        if not isinstance(d, dict):
+            raise ConfigError(f"a sweep is a JSON object, got {type(d).__name__}")
+        unknown = sorted(set(d) - set(cls.KEYS))
+        if unknown:
+            raise ConfigError(f"sweep: unknown key(s) {', '.join(unknown)}; valid keys are: "
+                              f"{', '.join(cls.KEYS)}")
+        spec = cls(**d)
+        spec.check()
+        return spec
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.KEYS}
+
+    def check(self) -> None:
+        check_sweep_name(self.name)
+        if not isinstance(self.grid, dict) or not all(
+                isinstance(v, list) and v for v in self.grid.values()):
+            raise ConfigError("grid must map each key to a non-empty list of values, e.g. "
+                              '{"n_head": [1, 3, 6]}')
+        if not isinstance(self.runs, list) or not all(isinstance(r, dict) for r in self.runs):
+            raise ConfigError('runs must be a list of {key: value} objects, e.g. [{"n_layer": 3}]')
+        for key in ("set", "budget"):
+            if not isinstance(getattr(self, key), list) or not all(
+                    isinstance(p, str) for p in getattr(self, key)):
+                raise ConfigError(f"{key} must be a list of KEY=VALUE texts")
+        if not isinstance(self.seeds, list) or not self.seeds or not all(
+                isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2 ** 31 for s in self.seeds):
+            raise ConfigError(f"seeds must be a non-empty list of whole numbers from 0, got {self.seeds!r}"[:200])
+        if isinstance(self.baseline, bool) or not isinstance(self.baseline, int) or self.baseline < 1:
+            raise ConfigError(f"baseline is a row number from 1, got {self.baseline!r}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"seeds repeats a seed: {self.seeds}")
+        self.score = Score.from_dict(self.score).to_dict()
+        if not isinstance(self.checkpoints, list) or not all(isinstance(c, str) for c in self.checkpoints):
+            raise ConfigError("checkpoints must be a list of stored checkpoint names")
+        if self.checkpoints and (self.grid or self.runs or self.parent):
+            raise ConfigError("a sweep scores stored checkpoints as they are or trains runs over a "
+                              "grid, not both: drop checkpoints, or grid/runs/parent")
+
+    def points(self) -> list[dict]:
+        """Each run's swept values (explicit runs first, then the grid's product), without seeds."""
+        keys = list(self.grid)
+        grid = [dict(zip(keys, combo)) for combo in itertools.product(*self.grid.values())] \
+            if keys else []
+        pts = [dict(r) for r in self.runs] + grid
+        return pts or [{}]
+
+    def swept_keys(self) -> list[str]:
+        keys = []
+        for p in self.points():
+            keys += [k for k in p if k not in keys]
+        return keys
+
+
+SWEEP_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,59}")
+
+
+def check_sweep_name(name) -> str:
+    if not isinstance(name, str) or not SWEEP_NAME_RE.fullmatch(name):
+        raise ConfigError(f"sweep name {name!r} is not allowed: use 1-60 letters, digits, '.', '_' "
+                          f"or '-', starting with a letter or digit")
+    return name
+
+
+# ---------------------------------------------------------------- planning and starting
+
+@dataclass
+class Run:
+    index: int
+    name: str                 # the checkpoint it writes (and its jobs' name)
+    values: dict              # the swept keys' values
+    seed: int
+    model: dict | None        # the job's model config (None: a fine-tune of `parent`)
+    train: dict
+    parent: str | None
+    score_only: bool = False   # a stored checkpoint, scored as it is
+
+
+def _slug(values: dict, seed: int, many_seeds: bool, constant: set) -> str:
+    """A run's name part: text values as they are, numbers after their key ('n_head12'); keys
+    every run shares are left out."""
+    parts = [str(v) if isinstance(v, str) and not v.replace(".", "").isdigit()
+             else f"{k.split('.')[-1]}{_text(v)}" for k, v in values.items() if k not in constant]
+    if many_seeds:
+        parts.append(f"s{seed}")
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(parts)).strip("_.-")
+
+
+def plan(spec: SweepSpec, store=None) -> list[Run]:
+    """Every run of the sweep, each config built and checked: a bad value in any run refuses the
+    whole sweep before anything is queued."""
+    from lab.presets import configs
+    if spec.checkpoints:
+        if len(set(spec.checkpoints)) != len(spec.checkpoints):
+            raise ConfigError(f"checkpoints names a checkpoint twice: {spec.checkpoints}")
+        train = TrainConfig().to_dict()
+        return [Run(i, checkpoints.check_name(c), {"checkpoint": c}, spec.score["seed"], None, train,
+                    None, score_only=True) for i, c in enumerate(spec.checkpoints)]
+    points = spec.points()
+    total = len(points) * len(spec.seeds)
+    if total > MAX_RUNS:
+        raise ConfigError(f"this sweep has {total} runs ({len(points)} settings x {len(spec.seeds)} "
+                          f"seeds); a sweep runs at most {MAX_RUNS}")
+    runs, names = [], set()
+    keys = {k for p in points for k in p}
+    constant = {k for k in keys if len(points) > 1 and len({json.dumps(p.get(k)) for p in points}) == 1}
+    for i, (point, seed) in enumerate(itertools.product(points, spec.seeds)):
+        values = dict(point)
+        parent = values.pop("parent", spec.parent)
+        over = list(spec.set) + [f"{k}={_text(v)}" for k, v in values.items()] + list(spec.budget) \
+            + [f"seed={seed}"]
+        try:
+            model_cfg, train_cfg, changed = configs(spec.preset, over)
+        except ConfigError as e:
+            raise ConfigError(f"run {i + 1} ({_describe(point, seed)}): {e}") from None
+        if parent and changed:
+            raise ConfigError(f"run {i + 1} ({_describe(point, seed)}): a fine-tune of {parent!r} "
+                              f"keeps its parent's architecture; cannot set {', '.join(changed)}")
+        slug = _slug(point, seed, len(spec.seeds) > 1, constant)
+        name = f"{spec.name}-{slug}"
+        if not slug or len(name) > 100 or name in names:
+            name = f"{spec.name}-{i + 1:03d}"
+        names.add(name)
+        runs.append(Run(i, name, dict(point), seed, None if parent else model_cfg.to_dict(),
+                        train_cfg.to_dict(), parent))
+    return runs
+
+
+def _text(v) -> str:
+    return ",".join(map(str, v)) if isinstance(v, list) else str(v)
+
+
+def _describe(values: dict, seed: int) -> str:
+    return ", ".join([f"{k}={_text(v)}" for k, v in values.items()] + [f"seed={seed}"])
+
+
+def check(spec: SweepSpec | dict, store=None) -> tuple[SweepSpec, list[Run]]:
+    """The sweep's runs, every one checked as its job will be (nothing queued)."""
+    spec = spec if isinstance(spec, SweepSpec) else SweepSpec.from_dict(spec)
+    with jobs.connect(store) as con:
+        if con.execute("SELECT 1 FROM sweeps WHERE name=?", (spec.name,)).fetchone():
+            raise ConfigError(f"sweep {spec.name!r} already exists; choose another name "
+                              f"(`python -m lab sweep list` shows them)")
+    runs = plan(spec, store)
+    for run in runs:
+        try:
+            jobs.validate_spec(run.name, run.model, run.train, run.parent, store,
+                               score=_score_spec(spec), score_only=run.score_only)
+        except ConfigError as e:
+            raise ConfigError(f"run {run.index + 1} ({_describe(run.values, run.seed)}): {e}") from None
+    return spec, runs
+
+
+def start(spec: SweepSpec | dict, store=None) -> list[Run]:
+    """Check every run, then queue one job per run and record the sweep. A failure while queueing
+    (a name taken meanwhile) stops the jobs already queued and records nothing."""
+    spec, runs = check(spec, store)
+    queued = []
+    try:
+        for run in runs:
+            queued.append(jobs.submit(run.name, run.model, run.train, parent=run.parent,
+                                      preset=spec.preset, store=store, score=_score_spec(spec),
+                                      score_only=run.score_only))
+    except Exception:
+        for job_id in queued:
+            jobs.request_stop(job_id, store=store)
+        raise
+    with jobs.connect(store) as con:
+        con.execute("BEGIN IMMEDIATE")
+        con.execute("INSERT INTO sweeps (name, spec, created) VALUES (?, ?, ?)",
+                    (spec.name, json.dumps(spec.to_dict()), time.time()))
+        for run in runs:
+            con.execute("INSERT INTO sweep_runs (sweep, idx, run, vals, seed, model, train, parent) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (spec.name, run.index, run.name, json.dumps(run.values), run.seed,
+                         json.dumps(run.model), json.dumps(run.train), run.parent))
+        con.execute("COMMIT")
+    return runs
+
+
+def _score_spec(spec: SweepSpec) -> dict:
+    return {**spec.score, "sweep": spec.name}
+
+
+def get(name: str, store=None) -> tuple[SweepSpec, list[dict]]:
+    """The sweep's definition and its runs, each with its newest job (status, progress)."""
+    check_sweep_name(name)
+    jobs.mark_dead(store)
+    with jobs.connect(store) as con:
+        row = con.execute("SELECT spec FROM sweeps WHERE name=?", (name,)).fetchone()
+        if row is None:
+            raise ConfigError(f"no sweep {name!r}; `python -m lab sweep list` shows the sweeps")
+        spec = SweepSpec(**json.loads(row["spec"]))
+        runs = []
+        for r in con.execute("SELECT * FROM sweep_runs WHERE sweep=? ORDER BY idx", (name,)):
+            job = con.execute("SELECT * FROM jobs WHERE name=? AND json_extract(spec, '$.score.sweep')=? "
+                              "ORDER BY id DESC LIMIT 1", (r["run"], name)).fetchone()
+            runs.append({"index": r["idx"], "name": r["run"], "values": json.loads(r["vals"]),
+                         "seed": r["seed"], "model": json.loads(r["model"]),
+                         "train": json.loads(r["train"]), "parent": r["parent"],
+                         "job": jobs._row(job)})
+    return spec, runs
+
+
+def list_sweeps(store=None) -> list[dict]:
+    with jobs.connect(store) as con:
+        names = [r["name"] for r in con.execute("SELECT name FROM sweeps ORDER BY created DESC")]
+    out = []
+    for name in names:
+        spec, runs = get(name, store)
+        counts = {}
+        for r in runs:
+            s = r["job"]["status"] if r["job"] else "missing"
+            counts[s] = counts.get(s, 0) + 1
+        out.append({"name": name, "recipe": spec.recipe, "runs": len(runs), "statuses": counts,
+                    "about": spec.about})
+    return out
+
+
+def run_status(run: dict, store=None) -> str:
+    """The run's status: its newest job's, with `scored` once its results are written."""
+    job = run["job"]
+    if job is None:
+        return "missing"
+    if job["status"] == "done" and not results_path(job["spec"].get("score", {}).get("sweep", ""),
+                                                    run["name"], store).exists():
+        return "done, not scored"
+    return job["status"]
+
+
+def _pick(runs: list[dict], only: str | None) -> list[dict]:
+    if only is None:
+        return runs
+    chosen = [r for r in runs if r["name"] == only or str(r["index"] + 1) == str(only)]
+    if not chosen:
+        raise ConfigError(f"the sweep has no run {only!r}; its runs are: "
+                          f"{', '.join(r['name'] for r in runs)}"[:400])
+    return chosen
+
+
+def stop(name: str, run: str | None = None, mode: str = "now", store=None) -> list[str]:
+    """Stop the sweep's queued and running jobs (or one run's); says what it did per run."""
+    _, runs = get(name, store)
+    said = []
+    for r in _pick(runs, run):
+        job = r["job"]
+        if job and job["status"] in ("queued", "running"):
+            after = jobs.request_stop(job["id"], mode, store)
+            said.append(f"{r['name']}: job {job['id']} {'stopped' if after['status'] == 'stopped' else 'asked to stop ' + mode}")
+    return said or ["nothing to stop: no run is queued or running"]
+
+
+def resume(name: str, run: str | None = None, store=None) -> list[str]:
+    """Go on with every run that did not end (stopped, interrupted, failed), or one: training
+    resumes where it stood; a run whose training ended but whose scoring did not is scored; a
+    run stopped before it started starts."""
+    spec, runs = get(name, store)
+    said = []
+    for r in _pick(runs, run):
+        job = r["job"]
+        if job is None or job["status"] not in ("stopped", "interrupted", "failed"):
+            continue
+        try:
+            if spec.checkpoints or trained(r["name"], store):
+                job_id = jobs.submit(r["name"], None, r["train"], store=store, score=_score_spec(spec),
+                                     score_only=True, resumed_from=None)
+            elif _saved_anything(r["name"], store):
+                job_id = jobs.resume(job["id"], store)
+            else:
+                job_id = jobs.submit(r["name"], r["model"], r["train"], parent=r["parent"],
+                                     preset=spec.preset, store=store, score=_score_spec(spec))
+        except ConfigError as e:
+            said.append(f"{r['name']}: {e}")
+            continue
+        said.append(f"{r['name']}: queued job {job_id}")
+    return said or ["nothing to resume: every run is queued, running or done"]
+
+
+def _saved_anything(run: str, store=None) -> bool:
+    from lab.runs import last_dir
+    return last_dir(run, store).is_dir() or run in checkpoints.names(store)
+
+
+def trained(run: str, store=None) -> bool:
+    """The run's training ended (its metrics log's last training segment says done) and its
+    checkpoint is stored."""
+    from lab.runs import run_dir_for
+    if run not in checkpoints.names(store):
+        return False
+    ended = False
+    for ev in read_events(run_dir_for(run, store) / "metrics.jsonl"):
+        if ev.get("event") == "start":
+            ended = False
+        elif ev.get("event") == "done":
+            ended = True
+    return ended
+
+
+def read_events(path: Path, limit_bytes: int = 64 * 2 ** 20) -> list[dict]:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(limit_bytes)
+    except OSError:
+        return []
+    out = []
+    for line in raw.decode("utf-8", "replace").splitlines():
+        try:
+            ev = json.loads(line)
+        except json.JSONDecodeError:
+            continue                       # a line cut short by a kill
+        if isinstance(ev, dict):
+            out.append(ev)
+    return out
+
+
+# ---------------------------------------------------------------- scoring (inside a run's job)
+
+def results_path(sweep: str, run: str, store=None) -> Path:
+    return lab_store.state_dir(store, "sweeps") / sweep / f"{run}.json"
+
+
+def score_run(run: str, score: dict, store=None, data_dir=None, should_stop=None):
+    """Score the stored checkpoint `run` as the sweep says; yields progress events and writes the
+    results file whole at the end (a stop leaves no file: resuming scores again)."""
+    import torch
+
+    from lab import data
+    from lab.evaluate import bleu_tokens_of, choose_bleu_tokens
+    from lab.generate import sample_captions
+    from lab.metrics import Aborted, References, sentence_nlls
+    from lab.runs import run_dir_for
+    sweep = score["sweep"]
+    sc = Score.from_dict({k: v for k, v in score.items() if k != "sweep"})
+    abort = (lambda: should_stop() == "now") if should_stop else None
+    ck = checkpoints.load(run, store)
+    model, tok = ck.model, ck.tokenizer
+    tokens = choose_bleu_tokens([tok.kind], "auto")
+    out = {"run": run, "sweep": sweep, "score": sc.to_dict(), "bleu_tokens": tokens,
+           "params": sum(p.numel() for p in model.parameters()),
+           "kv_bytes_per_token": kv_bytes_per_token(model), "splits": {}}
+    out.update(training_figures(run_dir_for(run, store) / "metrics.jsonl"))
+    out["dev_perplexity"] = ck.metrics.get("final_dev_perplexity", ck.metrics.get("dev_perplexity"))
+    splits = [sc.split] + (["test"] if sc.pick_on_test else [])
+    t0 = time.time()
+    try:
+        for split in splits:
+            caps = data.load_split(split, data_dir)
+            idx = data.subset_indices(len(caps), sc.n, sc.seed)
+            subset = [caps[i] for i in idx]
+            yield {"event": "scoring", "what": f"perplexity of {len(subset):,} {split} captions",
+                   "elapsed_s": time.time() - t0, "time": time.time()}
+            seqs = data.encode_captions(subset, tok, ck.config.n_positions)
+            nll, cnt = sentence_nlls(model, seqs, tok.eos_id, abort=abort)
+            part = {"n": len(subset), "subset_hash": data.subset_hash(subset),
+                    "nll": nll.tolist(), "count": cnt.tolist(),
+                    "words": [len(c.split()) + 1 for c in subset], "decoders": []}
+            refs_all = References(bleu_tokens_of(caps, tok, tokens))
+            refs = bleu_tokens_of(subset, tok, tokens)
+            decoders = sc.decoders
+            if split == "test" and sc.pick_on_test:
+                decoders = [best_decoder(out["splits"][sc.split])]
+            for d in decoders:
+                dec = DecodeConfig.from_dict({**d, "seed": sc.seed})
+                yield {"event": "scoring", "what": f"{len(subset):,} {split} captions with "
+                       f"{decoder_label(d)}", "elapsed_s": time.time() - t0, "time": time.time()}
+                g0 = time.time()
+                gen = sample_captions(model, tok, len(subset), dec, abort=abort)
+                gen_s = time.time() - g0
+                hyps = [g.tokens for g in gen] if tokens == "gpt2" else [g.text.split() for g in gen]
+                back = References(hyps)
+                part["decoders"].append({
+                    "decode": d, "label": decoder_label(d),
+                    "forward": [refs_all.sentence_bleu(h) for h in hyps],
+                    "backward": [back.sentence_bleu(r) for r in refs],
+                    "generate_s": gen_s,
+                    "tokens_per_s": sum(len(g.tokens) - g.n_prompt + g.finished for g in gen) / max(gen_s, 1e-9),
+                    "samples": [g.text for g in gen[:5]]})
+            out["splits"][split] = part
+    except Aborted:
+        yield {"event": "stopped", "reason": "stopped while scoring; resume scores it again"}
+        return
+    out["scored_s"] = time.time() - t0
+    path = results_path(sweep, run, store)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(out))
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    del torch
+    yield {"event": "scored", "sweep": sweep, "elapsed_s": time.time() - t0,
+           "summary": summary_line(out), "time": time.time()}
+
+
+def best_decoder(split_results: dict) -> dict:
+    """The decoder with the highest harmonic BLEU on a split's results."""
+    return max(split_results["decoders"], key=lambda d: _harmonic(d["forward"], d["backward"]))["decode"]
+
+
+def _harmonic(fwd: list, bwd: list) -> float:
+    f, b = sum(fwd) / len(fwd), sum(bwd) / len(bwd)
+    return 2 * f * b / (f + b) if f + b else 0.0
+
+
+def summary_line(res: dict) -> str:
+    parts = []
+    for split, s in res["splits"].items():
+        nll = [a / b for a, b in zip(s["nll"], s["count"])]
+        parts.append(f"{split} perplexity {math.exp(sum(nll) / len(nll)):.3f}")
+        parts += [f"{d['label']} harmonic BLEU {_harmonic(d['forward'], d['backward']):.4f}"
+                  for d in s["decoders"]]
+    return "; ".join(parts)
+
+
+def kv_bytes_per_token(model, tokens: int = 32) -> float:
+    """Bytes the generation cache holds per token after `tokens` tokens (every layer's keys and
+    values; a windowed attention keeps fewer, a recomputing family keeps only the ids)."""
+    import torch
+    n = min(tokens, model.config.n_positions)
+    with torch.no_grad():
+        past = model(torch.zeros(1, n, dtype=torch.long, device=next(model.parameters()).device)
+                     ).past_key_values
+    total = 0
+    for entry in past:
+        items = entry if isinstance(entry, (tuple, list)) else (entry,)
+        total += sum(t.numel() * t.element_size() for t in items if torch.is_tensor(t))
+    return total / n
+
+
+def training_figures(path: Path) -> dict:
+    """From a run's metrics log: training time (all its segments, resumes included), real tokens
+    per second (the last measured), and the dev curve."""
+    total, seg, rate, curve, losses = 0.0, 0.0, None, [], []
+    for ev in read_events(path):
+        e = ev.get("event")
+        if e == "start":
+            total, seg = total + seg, 0.0
+        if isinstance(ev.get("elapsed_s"), (int, float)) and e in ("step", "progress", "done"):
+            seg = max(seg, ev["elapsed_s"])
+        if isinstance(ev.get("tokens_per_s"), (int, float)):
+            rate = ev["tokens_per_s"]
+        if e == "eval" and "dev_perplexity" in ev:
+            curve.append([ev.get("step"), ev["dev_perplexity"]])
+        if e == "step" and "train_loss" in ev:
+            losses.append([ev.get("step"), ev["train_loss"]])
+    return {"train_s": total + seg, "tokens_per_s": rate, "dev_curve": curve, "loss_curve": losses}
+
+
+def read_results(sweep: str, run: str, store=None) -> dict | None:
+    try:
+        return json.loads(results_path(sweep, run, store).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+# ---------------------------------------------------------------- the results table
+
+def table(name: str, store=None, baseline: int | None = None, n_boot: int = 1000) -> dict:
+    """One row per run and decoder: the swept values, status, size, training time and speed, dev
+    and test perplexity, BLEU with 95% intervals, cache bytes and generation speed, and the paired
+    difference against the baseline row. {"columns", "rows", "best", "baseline", "spec", ...}."""
+    import torch
+
+    from lab.metrics import bootstrap_indices, percentile_interval
+    spec, runs = get(name, store)
+    swept = spec.swept_keys() + (["seed"] if len(spec.seeds) > 1 else [])
+    rows, samples = [], []
+    for r in runs:
+        res = read_results(name, r["name"], store)
+        base = {"row": 0, "run": r["name"], **{k: r["values"].get(k, r["seed"] if k == "seed" else "")
+                                              for k in swept},
+                "status": run_status(r, store)}
+        if res is None:
+            figs = training_figures(_metrics_path(r["name"], store))
+            rows.append({**base, "train_s": figs["train_s"] or None,
+                         "tokens_per_s": figs["tokens_per_s"]})
+            samples.append(None)
+            continue
+        for split, s in res["splits"].items():
+            nll = torch.tensor(s["nll"], dtype=torch.float64) / torch.tensor(s["count"], dtype=torch.float64)
+            for d in s["decoders"]:
+                rows.append({**base, "decoder": d["label"], "split": split, "params": res["params"],
+                             "train_s": res.get("train_s"), "tokens_per_s": res.get("tokens_per_s"),
+                             "dev_perplexity": res.get("dev_perplexity"),
+                             "kv_bytes_per_token": res.get("kv_bytes_per_token"),
+                             "gen_tokens_per_s": d["tokens_per_s"]})
+                samples.append({"nll": nll, "cap_nll": torch.tensor(s["nll"], dtype=torch.float64),
+                                "words": torch.tensor(s["words"], dtype=torch.float64),
+                                "fwd": torch.tensor(d["forward"], dtype=torch.float64),
+                                "bwd": torch.tensor(d["backward"], dtype=torch.float64),
+                                "hash": s["subset_hash"]})
+    for i, row in enumerate(rows):
+        row["row"] = i + 1
+    baseline = spec.baseline if baseline is None else baseline
+    scored = [i for i, s in enumerate(samples) if s is not None]
+    base_i = baseline - 1 if 0 < baseline <= len(rows) and samples[baseline - 1] is not None \
+        else (scored[0] if scored else None)
+    boot_cache = {}
+    for i in scored:
+        s, row = samples[i], rows[i]
+        n = len(s["nll"])
+        if n not in boot_cache:
+            boot_cache[n] = bootstrap_indices(n, n_boot, 0)
+        idx = boot_cache[n]
+        row["perplexity"] = math.exp(s["nll"].mean().item())
+        row["perplexity_ci"] = [math.exp(v) for v in percentile_interval(s["nll"][idx].mean(1))]
+        wp = (s["cap_nll"][idx].sum(1) / s["words"][idx].sum(1)).exp()
+        row["word_perplexity"] = math.exp(s["cap_nll"].sum().item() / s["words"].sum().item())
+        row["word_perplexity_ci"] = percentile_interval(wp)
+        fb, bb = s["fwd"][idx].mean(1), s["bwd"][idx].mean(1)
+        hb = 2 * fb * bb / (fb + bb).clamp_min(1e-300)
+        f, b = s["fwd"].mean().item(), s["bwd"].mean().item()
+        row.update({"forward_bleu": f, "forward_bleu_ci": percentile_interval(fb),
+                    "backward_bleu": b, "backward_bleu_ci": percentile_interval(bb),
+                    "harmonic_bleu": 2 * f * b / (f + b) if f + b else 0.0,
+                    "harmonic_bleu_ci": percentile_interval(hb)})
+        s["hb"], s["ppl_boot"] = hb, s["nll"][idx].mean(1).exp()
+    if base_i is not None:
+        b = samples[base_i]
+        for i in scored:
+            s, row = samples[i], rows[i]
+            if i == base_i or s["hash"] != b["hash"]:       # pairs only on the same captions
+                continue
+            d_h = s["hb"] - b["hb"]
+            d_p = s["ppl_boot"] - b["ppl_boot"]
+            row["harmonic_bleu_diff"] = row["harmonic_bleu"] - rows[base_i]["harmonic_bleu"]
+            row["harmonic_bleu_diff_ci"] = percentile_interval(d_h)
+            row["perplexity_diff"] = row["perplexity"] - rows[base_i]["perplexity"]
+            row["perplexity_diff_ci"] = percentile_interval(d_p)
+    best_ppl = min(scored, key=lambda i: rows[i]["perplexity"], default=None)
+    best_bleu = max(scored, key=lambda i: rows[i]["harmonic_bleu"], default=None)
+    for i in scored:
+        marks = (["lowest perplexity"] if i == best_ppl else []) + \
+                (["best harmonic BLEU"] if i == best_bleu else [])
+        rows[i]["best"] = ", ".join(marks)
+    columns = ["row", "run"] + swept + ["decoder", "split", "status", "params", "train_s",
+                                        "tokens_per_s", "dev_perplexity", "perplexity",
+                                        "perplexity_ci", "word_perplexity", "word_perplexity_ci",
+                                        "forward_bleu", "forward_bleu_ci", "backward_bleu",
+                                        "backward_bleu_ci", "harmonic_bleu", "harmonic_bleu_ci",
+                                        "kv_bytes_per_token", "gen_tokens_per_s",
+                                        "perplexity_diff", "perplexity_diff_ci",
+                                        "harmonic_bleu_diff", "harmonic_bleu_diff_ci", "best"]
+    return {"sweep": name, "spec": spec.to_dict(), "columns": columns,
+            "rows": [{c: row.get(c) for c in columns} for row in rows],
+            "baseline_row": rows[base_i]["row"] if base_i is not None else None,
+            "swept": swept, "bootstrap": n_boot}
+
+
+def _metrics_path(run: str, store=None) -> Path:
+    from lab.runs import run_dir_for
+    return run_dir_for(run, store) / "metrics.jsonl"
+
+
+def curves(name: str, store=None) -> dict[str, dict]:
+    """Each run's dev perplexity and training loss by step, for overlaid plots."""
+    _, runs = get(name, store)
+    out = {}
+    for r in runs:
+        figs = training_figures(_metrics_path(r["name"], store))
+        out[r["name"]] = {"dev": figs["dev_curve"], "loss": figs["loss_curve"]}
+    return out
+
+
+# ---------------------------------------------------------------- reading the table
+
+def _fmt(v, digits: int) -> str:
+    if v is None or v == "":
+        return ""
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def _with_ci(row: dict, key: str, digits: int) -> str:
+    v, ci = row.get(key), row.get(f"{key}_ci")
+    if v is None:
+        return ""
+    return f"{v:.{digits}f} [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]" if ci else f"{v:.{digits}f}"
+
+
+def display(t: dict) -> tuple[list[str], list[list[str]]]:
+    """The table as people read it: figures rounded, intervals in brackets, times in minutes."""
+    from lab.train import format_duration
+    headers = ["#", *t["swept"], "decoder", "split", "status", "params", "train time", "tok/s",
+               "dev ppl", "ppl [95%]", "ppl/word [95%]", "fwd BLEU", "bwd BLEU",
+               "harmonic BLEU [95%]", "KV B/tok", "gen tok/s",
+               f"Δppl vs #{t['baseline_row']} [95%]", f"Δharmonic vs #{t['baseline_row']} [95%]", "best"]
+    rows = []
+    for r in t["rows"]:
+        rows.append([str(r["row"]), *[_text(r[k]) if r[k] is not None else "" for k in t["swept"]],
+                     r["decoder"] or "", r["split"] or "", r["status"],
+                     f"{r['params'] / 1e6:.2f}M" if r["params"] else "",
+                     format_duration(r["train_s"]) if r["train_s"] else "",
+                     f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "",
+                     _fmt(r["dev_perplexity"], 2), _with_ci(r, "perplexity", 2),
+                     _with_ci(r, "word_perplexity", 2), _with_ci(r, "forward_bleu", 3),
+                     _with_ci(r, "backward_bleu", 3), _with_ci(r, "harmonic_bleu", 3),
+                     f"{r['kv_bytes_per_token']:,.0f}" if r["kv_bytes_per_token"] is not None else "",
+                     f"{r['gen_tokens_per_s']:,.0f}" if r["gen_tokens_per_s"] else "",
+                     _with_ci(r, "perplexity_diff", 2), _with_ci(r, "harmonic_bleu_diff", 3),
+                     r["best"] or ""])
+    return headers, rows
+
+
+def budget_text(spec: dict) -> str:
+    parts = [f"preset {spec['preset']}"] if spec.get("preset") else []
+    if spec.get("parent"):
+        parts.append(f"fine-tuning {spec['parent']}")
+    parts += spec.get("set", []) + spec.get("budget", [])
+    sc = spec["score"]
+    parts.append(f"scored on {sc['n']:,} {sc['split']} captions (seed {sc['seed']})"
+                 + ("; the best decoder on dev then on test" if sc.get("pick_on_test") else ""))
+    if len(spec.get("seeds", [])) > 1:
+        parts.append(f"seeds {', '.join(map(str, spec['seeds']))}")
+    return "; ".join(parts)
+
+
+def markdown(t: dict) -> str:
+    headers, rows = display(t)
+    esc = lambda s: str(s).replace("|", "\\|")
+    lines = [f"Sweep `{t['sweep']}`" + (f" (recipe {t['spec']['recipe']})" if t["spec"].get("recipe") else "")
+             + f": {budget_text(t['spec'])}.", "",
+             "| " + " | ".join(map(esc, headers)) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(map(esc, r)) + " |" for r in rows]
+    lines += ["", f"Perplexity is the assignment's (mean over captions of the per-token loss, then "
+                  f"exp), per word beside it; BLEU-4 forward = each generated caption against every "
+                  f"caption of the split, backward = each reference of the subset against the "
+                  f"generated ones; intervals: percentile bootstrap over captions "
+                  f"({t['bootstrap']} resamples), differences paired by caption against row "
+                  f"#{t['baseline_row']}."]
+    return "\n".join(lines) + "\n"
+
+
+def csv_rows(t: dict) -> tuple[list[str], list[list]]:
+    """Raw figures, each interval as two columns (_lo, _hi)."""
+    headers = []
+    for c in t["columns"]:
+        headers += [f"{c}_lo", f"{c}_hi"] if c.endswith("_ci") else [c]
+    rows = []
+    for r in t["rows"]:
+        row = []
+        for c in t["columns"]:
+            if c.endswith("_ci"):
+                row += list(r[c]) if r[c] else [None, None]
+            else:
+                row.append(_text(r[c]) if isinstance(r[c], list) else r[c])
+        rows.append(row)
+    return headers, rows
+
+
+def export(name: str, out_dir: Path | None = None, store=None) -> list[str]:
+    """The sweep's table as CSV, JSON, Markdown and a self-contained HTML report."""
+    from lab import exports
+    from lab.report import sweep_report
+    t = table(name, store)
+    files = {".csv": exports.table_csv(*csv_rows(t)),
+             ".json": json.dumps({**t, "curves": curves(name, store)}, indent=2, default=str),
+             ".md": markdown(t),
+             ".html": sweep_report(t, display(t), markdown(t).splitlines()[-1], curves(name, store),
+                                   budget_text(t["spec"]))}
+    written = []
+    for suffix, text in files.items():
+        path = Path(out_dir) / f"{name}{suffix}" if out_dir else exports.fresh(f"sweep-{name}", suffix, store)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(str(path))
+    return written
+
+
+# ---------------------------------------------------------------- recipes
+
+def recipe_names() -> list[str]:
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.json"))
+
+
+def recipe(name: str, budget: str = "cpu") -> dict:
+    """A recipe's sweep definition at a budget (without the sweep's name)."""
+    if name not in recipe_names():
+        raise ConfigError(f"unknown recipe {name!r}; the recipes are: {', '.join(recipe_names())}")
+    doc = json.loads((RECIPES_DIR / f"{name}.json").read_text(encoding="utf-8"))
+    budgets = doc.pop("budgets", {})
+    if budget not in budgets:
+        raise ConfigError(f"recipe {name!r} has the budgets {', '.join(budgets)}, not {budget!r}")
+    doc.pop("seed_table", None)
+    over = dict(budgets[budget])
+    doc["budget"] = over.pop("set", [])
+    doc.pop("note", None), over.pop("note", None)
+    doc["score"] = {**doc.get("score", {}), **over.pop("score", {})}
+    doc.update(over)
+    doc["recipe"] = f"{name} ({budget})"
+    return doc
+
+
+def recipe_info(name: str) -> dict:
+    if name not in recipe_names():
+        raise ConfigError(f"unknown recipe {name!r}; the recipes are: {', '.join(recipe_names())}")
+    return json.loads((RECIPES_DIR / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def all_ended(name: str, store=None) -> bool:
+    _, runs = get(name, store)
+    return all(r["job"] is None or r["job"]["status"] in jobs.FINAL for r in runs)
+
+
+def wait(name: str, store=None, data_dir=None, say=print, poll_s: float = 1.0) -> None:
+    """Serve the store's queued jobs with a local worker (or, when another worker serves the
+    store, watch it) until every run of the sweep has ended; a line per run as it moves on.
+    Interrupted (Ctrl-C), the runs stop where they stand, resumable with `sweep resume`."""
+    from lab.train import format_event
+    worker = jobs.Worker(store, data_dir=data_dir, poll_s=poll_s)
+    lock = lab_store.try_acquire(lab_store.lock_path("worker", store))
+    if lock is None:
+        say(f"another worker (pid {lab_store.holder(lab_store.lock_path('worker', store))}) serves "
+            f"this store; watching it run the sweep")
+    shown: dict[str, tuple] = {}
+    try:
+        while True:
+            if lock is not None:
+                worker.tick()
+            _, runs = get(name, store)
+            for r in runs:
+                job = r["job"] or {"status": "missing", "progress": {}, "error": None}
+                ev = job["progress"] or {}
+                line = format_event(ev, r["name"]) if ev.get("event") else ""
+                key = (job["status"], ev.get("event") in ("eval", "scored", "scoring") and line)
+                if shown.get(r["name"]) != key or (ev.get("event") == "step" and
+                                                   time.time() - shown.get(r["name"] + "@", 0) > 30):
+                    shown[r["name"]], shown[r["name"] + "@"] = key, time.time()
+                    say(f"{r['name']}: {job['status']}" + (f": {line}" if line else "")
+                        + (f" ({job['error']})" if job.get("error") else ""))
+            if all(r["job"] is None or r["job"]["status"] in jobs.FINAL for r in runs):
+                return
+            time.sleep(poll_s)
+    finally:
+        if lock is not None:
+            worker.shutdown()
+            os.close(lock)
+
+
+# ---------------------------------------------------------------- BLEU between the splits
+
+SEED_SPLIT_BLEU = {("train", "dev"): 0.550, ("train", "test"): 0.611, ("dev", "test"): 0.538}
+
+
+def split_bleu(data_dir=None, tokens: str = "gpt2", n_boot: int = 1000) -> dict:
+    """BLEU-4 of each split against another (all captions of both; GPT-2 tokens as the report):
+    how alike the splits are, the ceiling a caption model is read against. Intervals: bootstrap
+    over the captions of both sides (per-sentence scores computed once, resampled)."""
+    import torch
+
+    from lab import data
+    from lab.metrics import References, bootstrap_indices, percentile_interval
+    from lab.tokenizers import gpt2
+    tok = gpt2() if tokens == "gpt2" else None
+    splits = {s: data.load_split(s, data_dir) for s in ("train", "dev", "test")}
+    toks = {s: tok.encode_batch(c) if tok else [x.split() for x in c] for s, c in splits.items()}
+    prepared = {s: References(t) for s, t in toks.items()}
+    rows = []
+    for (a, b), seed_value in SEED_SPLIT_BLEU.items():
+        fwd = torch.tensor([prepared[b].sentence_bleu(h) for h in toks[a]], dtype=torch.float64)
+        bwd = torch.tensor([prepared[a].sentence_bleu(r) for r in toks[b]], dtype=torch.float64)
+        fb = fwd[bootstrap_indices(len(fwd), n_boot, 0)].mean(1)
+        bb = bwd[bootstrap_indices(len(bwd), n_boot, 1)].mean(1)
+        f, bk = fwd.mean().item(), bwd.mean().item()
+        rows.append({"pair": f"{a}-{b}", "captions": f"{len(fwd):,} vs {len(bwd):,}",
+                     "forward": f, "backward": bk, "harmonic": 2 * f * bk / (f + bk),
+                     "harmonic_ci": percentile_interval(2 * fb * bb / (fb + bb)),
+                     "report": seed_value if tokens == "gpt2" else None})
+    return {"tokens": tokens, "rows": rows}

@@ -1,0 +1,288 @@
+"""Experiments tab: build a sweep (from a recipe, or from the Train form's keys, a field becoming
+a list of values), start it through the job ledger, watch every run (a progress line each,
+overlaid curves) and read its results table with intervals; export CSV, JSON, Markdown, HTML."""
+from __future__ import annotations
+
+import html
+import json
+
+import gradio as gr
+
+from lab import sweeps
+from lab.config import ConfigError
+from lab.presets import PRESETS
+from lab.train import format_duration
+from lab.ui.common import Context, friendly, whole
+from lab.ui.common import text as bounded_text
+from lab.ui.fields import Dropdown, Number, Radio, Textbox
+from lab.ui.train import form_fields
+
+OWN = "(build your own)"
+EXAMPLE_GRID = "n_head=1,4\n"
+
+
+def _lines(value, what: str) -> list[str]:
+    return [line.strip() for line in bounded_text(value, what, 20000).splitlines() if line.strip()]
+
+
+def grid_of(text_value) -> dict:
+    """'KEY=V1,V2' per line ('KEY=A;B' when values hold commas) -> {KEY: [V1, V2]}."""
+    grid = {}
+    for line in _lines(text_value, "grid"):
+        if "=" not in line:
+            raise ConfigError(f"grid: each line is KEY=V1,V2 (e.g. n_head=1,4), got {line!r}"[:200])
+        key, values = line.split("=", 1)
+        sep = ";" if ";" in values else ","
+        vals = [v.strip() for v in values.split(sep) if v.strip()]
+        if not vals:
+            raise ConfigError(f"grid: {key.strip()} has no values; write them as {key.strip()}=V1,V2")
+        grid[key.strip()] = vals
+    return grid
+
+
+def seeds_of(value) -> list[int]:
+    try:
+        return [int(x) for x in bounded_text(value, "seeds", 400).replace(" ", "").split(",") if x]
+    except ValueError:
+        raise ConfigError(f"seeds are whole numbers separated by commas, e.g. 0,1,2; got {value!r}") from None
+
+
+def definition(name, recipe, budget, preset, parent, grid_text, set_text, seeds_text, n, split,
+               decoders_text, checkpoints_text="") -> dict:
+    """The sweep the form describes (the form is the whole definition: a recipe only fills it)."""
+    doc = {"name": bounded_text(name, "sweep name", 100).strip(),
+           "preset": preset or None, "parent": parent or None, "grid": grid_of(grid_text),
+           "set": _lines(set_text, "settings"), "seeds": seeds_of(seeds_text) or [0],
+           "score": {"n": whole(n, "captions scored", 1, sweeps.MAX_SCORE_N), "split": split,
+                     "decoders": _lines(decoders_text, "decoders") or [dict(sweeps.DEFAULT_DECODER)]},
+           "checkpoints": _lines(checkpoints_text, "checkpoints")}
+    if recipe and recipe != OWN:
+        doc["recipe"] = f"{recipe} ({budget})"
+        info = sweeps.recipe_info(recipe)
+        doc["about"] = info.get("about", "")
+        doc["runs"] = sweeps.recipe(recipe, budget).get("runs", [])
+        doc["score"]["pick_on_test"] = info.get("score", {}).get("pick_on_test", False)
+    return doc
+
+
+def recipe_form(recipe, budget) -> list:
+    """A recipe at a budget written into the form: preset, grid, settings, seeds, scoring."""
+    if not recipe or recipe == OWN:
+        return [gr.skip()] * 8 + ["Write a grid (one KEY=V1,V2 per line) or pick a field and its "
+                                  "values below; every combination runs once per seed."]
+    doc = sweeps.recipe(recipe, budget)
+    info = sweeps.recipe_info(recipe)
+    sc = doc["score"]
+    runs = doc.get("runs", [])
+    note = (f"**{html.escape(info.get('about', ''))}.** Budget *{budget}*: "
+            f"{html.escape(info['budgets'][budget].get('note', ''))}."
+            + (f" Runs: {'; '.join(', '.join(f'{k}={v}' for k, v in r.items()) for r in runs)}."
+               if runs else "")
+            + (" Name the checkpoint to search below." if recipe == "decoder-search" else ""))
+    decoders = [_decoder_line(d) for d in sc.get("decoders", [sweeps.DEFAULT_DECODER])]
+    grid_text = "\n".join(f"{k}={','.join(map(str, v))}" for k, v in doc.get("grid", {}).items())
+    return [doc.get("preset") or "", grid_text,
+            "\n".join(doc.get("set", []) + doc.get("budget", [])),
+            ",".join(map(str, doc.get("seeds", [0]))), sc.get("n", 500), sc.get("split", "test"),
+            "\n".join(decoders), f"{recipe}-{budget}", note]
+
+
+def _decoder_line(d: dict) -> str:
+    return ",".join([d.get("decoder", "random")] + [f"{k}={v}" for k, v in d.items() if k != "decoder"])
+
+
+def add_to_grid(grid_text, key, values) -> str:
+    if not key:
+        raise ConfigError("choose the field to sweep over first")
+    values = bounded_text(values, "values", 2000).strip()
+    if not values:
+        raise ConfigError(f"write the values of {key} to try, separated by commas, e.g. 1,4")
+    kept = [line for line in _lines(grid_text, "grid") if line.split("=", 1)[0].strip() != key]
+    return "\n".join(kept + [f"{key}={values}"]) + "\n"
+
+
+def sweep_choices(store=None) -> list[str]:
+    return [s["name"] for s in sweeps.list_sweeps(store)]
+
+
+def runs_html(name, store=None) -> str:
+    """A progress line per run: its status, what it does now, a bar."""
+    if not name:
+        return "<p>No sweep chosen. Start one above, or pick one.</p>"
+    spec, runs = sweeps.get(name, store)
+    lines = [f"<p><b>{html.escape(name)}</b>: {html.escape(sweeps.budget_text(spec.to_dict()))}.</p>"]
+    for r in runs:
+        job = r["job"] or {"status": "missing", "progress": {}, "error": None}
+        status, p = sweeps.run_status(r, store), job["progress"] or {}
+        frac = 1.0 if status == "done" else p["step"] / p["total_steps"] if p.get("total_steps") else 0.0
+        doing = ""
+        if job["status"] == "running":
+            ev = p.get("event")
+            doing = (f"scoring {p['what']}" if ev == "scoring" else
+                     f"step {p['step']}/{p['total_steps']}, ETA {format_duration(p['eta_s'])}"
+                     if ev in ("step", "progress") else "loading the data and the model")
+        elif p.get("event") == "scored":
+            doing = p["summary"]
+        if job.get("error"):
+            doing += f" — {job['error']}"
+        values = ", ".join(f"{k}={sweeps._text(v)}" for k, v in r["values"].items())
+        lines.append(f"<div class='lab-sweep-run' data-status='{html.escape(status)}'>"
+                     f"<div class='lab-progress-text'><b>{html.escape(r['name'])}</b> "
+                     f"({html.escape(values or 'seed ' + str(r['seed']))}): {html.escape(status)}"
+                     f"{': ' + html.escape(doing) if doing else ''}</div>"
+                     f"<div class='lab-progress' data-status='{html.escape(status)}'>"
+                     f"<div class='bar' style='width:{100 * frac:.1f}%'></div></div></div>")
+    return "".join(lines)
+
+
+def curves_plot(name, store=None):
+    from plotly.subplots import make_subplots
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("training loss", "dev perplexity"))
+    if name:
+        for i, (run, c) in enumerate(sweeps.curves(name, store).items()):
+            color = f"hsl({(i * 47) % 360}, 65%, 45%)"
+            if c["loss"]:
+                fig.add_scatter(x=[p[0] for p in c["loss"]], y=[p[1] for p in c["loss"]], name=run,
+                                legendgroup=run, line={"color": color}, row=1, col=1)
+            if c["dev"]:
+                fig.add_scatter(x=[p[0] for p in c["dev"]], y=[p[1] for p in c["dev"]], name=run,
+                                legendgroup=run, showlegend=not c["loss"], mode="lines+markers",
+                                line={"color": color}, row=1, col=2)
+    fig.update_layout(height=360, margin={"l": 40, "r": 10, "t": 40, "b": 30})
+    fig.update_xaxes(title_text="step")
+    return fig
+
+
+def results(name, store=None):
+    if not name:
+        return gr.update(value=None), ""
+    t = sweeps.table(name, store)
+    headers, rows = sweeps.display(t)
+    return {"headers": headers, "data": rows}, sweeps.markdown(t).splitlines()[-1]
+
+
+def signature(name, store=None) -> str:
+    """What changed since the last poll: each run's status and last event."""
+    if not name:
+        return ""
+    _, runs = sweeps.get(name, store)
+    return json.dumps([(r["job"] or {}).get("status") for r in runs]
+                      + [((r["job"] or {}).get("progress") or {}).get("event") for r in runs])
+
+
+def build(ctx: Context):
+    gr.Markdown("Run a set of training runs over a grid of settings and seeds, each scored the same "
+                "way when it ends, and read them as one table with 95% intervals. Each run is a job "
+                "in the background worker, like the Train tab's. Start from a recipe (the assignment's "
+                "tables) or build your own.")
+    with gr.Row():
+        recipe = Dropdown([OWN] + sweeps.recipe_names(), value=OWN, label="recipe",
+                          elem_id="sweep-recipe")
+        budget = Radio(["cpu", "full"], value="cpu", label="budget",
+                       info="cpu: minutes on this machine; full: the assignment's settings (a GPU)",
+                       elem_id="sweep-budget")
+        name = Textbox("", label="sweep name", placeholder="heads-cpu", elem_id="sweep-name")
+    note = gr.Markdown("Write a grid (one KEY=V1,V2 per line) or pick a field and its values below; "
+                       "every combination runs once per seed.", elem_id="sweep-note")
+    with gr.Row():
+        preset = Dropdown([""] + sorted(PRESETS), value="tiny", label="preset", elem_id="sweep-preset")
+        parent = Dropdown([""] + ctx.checkpoint_names(), value="", label="fine-tune from (optional)",
+                          elem_id="sweep-parent", allow_custom_value=True)
+        ctx.add_dropdown(parent, "blank")
+        seeds = Textbox("0", label="seeds", info="each setting runs once per seed, e.g. 0,1,2",
+                        elem_id="sweep-seeds")
+    with gr.Row():
+        key = Dropdown([""] + form_fields() + ["parent"], value="", label="sweep over (a form field)",
+                       elem_id="sweep-key", allow_custom_value=True)
+        key_values = Textbox("", label="its values", placeholder="1,4,8", elem_id="sweep-values")
+        add = gr.Button("Add to the grid", elem_id="sweep-add")
+    with gr.Row():
+        grid = Textbox(EXAMPLE_GRID, label="grid: one KEY=V1,V2 per line", lines=4, elem_id="sweep-grid")
+        settings = Textbox("epochs=1\nmax_train_captions=1000", label="every run: one KEY=VALUE per line",
+                           lines=4, elem_id="sweep-set")
+    with gr.Row():
+        n = Number(200, label="captions scored", precision=0, elem_id="sweep-n",
+                   info=f"per run and decoder, 1 to {sweeps.MAX_SCORE_N:,}")
+        split = Radio(["test", "dev"], value="test", label="scored on", elem_id="sweep-split")
+        decoders = Textbox("random,temperature=1.0", label="decoders: one per line", lines=3,
+                           elem_id="sweep-decoders",
+                           info="e.g. top_p,temperature=0.7,top_p=0.9 or greedy or beam,num_beams=4")
+        checkpoints_box = Textbox("", label="checkpoints to score as they are (decoder search)",
+                                  lines=2, elem_id="sweep-checkpoints",
+                                  info="one name per line; no training, no grid")
+    with gr.Row():
+        check_btn = gr.Button("Check (queue nothing)", elem_id="sweep-check")
+        go = gr.Button("Start sweep", variant="primary", elem_id="sweep-start")
+    message = gr.Markdown(elem_id="sweep-message")
+
+    gr.Markdown("### Sweeps")
+    with gr.Row():
+        chosen = Dropdown(sweep_choices(ctx.store), value=None, label="sweep", elem_id="sweep-chosen",
+                          allow_custom_value=True, scale=3)
+        stop_btn = gr.Button("Stop all", elem_id="sweep-stop")
+        resume_btn = gr.Button("Resume all", elem_id="sweep-resume")
+        export_btn = gr.Button("Export", elem_id="sweep-export")
+    runs_view = gr.HTML(elem_id="sweep-runs")
+    plot = gr.Plot(label="curves of every run")
+    table = gr.Dataframe(label="results (best rows marked; Δ: paired difference against the baseline row)",
+                         interactive=False, wrap=True, elem_id="sweep-table")
+    how = gr.Markdown(elem_id="sweep-how")
+    files = gr.File(label="downloads", file_count="multiple", elem_id="sweep-files")
+
+    form = [name, recipe, budget, preset, parent, grid, settings, seeds, n, split, decoders,
+            checkpoints_box]
+    recipe_outputs = [preset, grid, settings, seeds, n, split, decoders, name, note]
+    recipe.input(friendly(recipe_form), [recipe, budget], recipe_outputs, api_visibility="private")
+    budget.input(friendly(recipe_form), [recipe, budget], recipe_outputs, api_visibility="private")
+    add.click(friendly(add_to_grid), [grid, key, key_values], grid, api_visibility="private")
+
+    def check(*values):
+        try:
+            spec, runs = sweeps.check(definition(*values), ctx.store)
+        except ConfigError as e:
+            return f"**Not valid:** {e}"
+        return (f"{len(runs)} runs would be queued ({sweeps.budget_text(spec.to_dict())}):\n\n"
+                + "\n".join(f"- `{r.name}`: {sweeps._describe(r.values, r.seed)}" for r in runs))
+
+    def start(*values):
+        try:
+            doc = definition(*values)
+            runs = sweeps.start(doc, ctx.store)
+        except ConfigError as e:
+            return gr.skip(), f"**Not started:** {e}"
+        return (gr.update(choices=sweep_choices(ctx.store), value=doc["name"]),
+                f"Queued {len(runs)} runs of sweep **{doc['name']}**; they run one after another in "
+                f"the background worker. Their progress is below.")
+    check_btn.click(friendly(check), form, message, api_name="check_sweep")
+    go.click(friendly(start), form, [chosen, message], api_name="start_sweep")
+
+    def show(s):
+        table_value, how_text = results(s, ctx.store)
+        return runs_html(s, ctx.store), curves_plot(s, ctx.store), table_value, how_text, signature(s, ctx.store)
+    seen = gr.State("")
+    chosen.change(friendly(show), chosen, [runs_view, plot, table, how, seen], api_name="sweep_status")
+
+    def poll(s, last):
+        if not s:
+            return [gr.skip()] * 5
+        sig = signature(s, ctx.store)
+        if sig == last and '"running"' not in sig:
+            return [gr.skip()] * 5
+        if sig == last:                         # a run moves on: its line, not the whole table
+            return runs_html(s, ctx.store), gr.skip(), gr.skip(), gr.skip(), sig
+        return show(s)
+    gr.Timer(3.0).tick(friendly(poll), [chosen, seen], [runs_view, plot, table, how, seen],
+                       api_visibility="private", show_progress="hidden")
+    stop_btn.click(friendly(lambda s: "\n\n".join(sweeps.stop(_need(s), store=ctx.store))), chosen,
+                   message, api_name="stop_sweep")
+    resume_btn.click(friendly(lambda s: "\n\n".join(sweeps.resume(_need(s), store=ctx.store))), chosen,
+                     message, api_name="resume_sweep")
+    export_btn.click(friendly(lambda s: sweeps.export(_need(s), store=ctx.store)), chosen, files,
+                     api_name="export_sweep")
+    return chosen
+
+
+def _need(s):
+    if not s:
+        raise ConfigError("choose a sweep first (start one above)")
+    return sweeps.check_sweep_name(s)
