@@ -148,6 +148,18 @@ def validate_spec(name: str, model: dict | None, train: dict, parent: str | None
             "parent": None if resume else parent} | ({"score": score} if score else {})
 
 
+def refuse_busy(name: str, store=None) -> None:
+    """A queued or running job, or another process, writes checkpoint `name`: say which."""
+    if lab_store.is_held(lab_store.name_lock(name, store)):
+        raise ConfigError(f"checkpoint {name!r} is being written by another process; choose another "
+                          f"name or wait for it to end")
+    with connect(store) as con:
+        busy = con.execute("SELECT id FROM jobs WHERE name=? AND status IN ('queued','running')",
+                           (name,)).fetchone()
+    if busy:
+        raise ConfigError(f"job {busy['id']} is already writing checkpoint {name!r}; choose another name")
+
+
 def submit(name: str, model: dict | None, train: dict, parent: str | None = None,
            preset: str | None = None, store=None, resumed_from: int | None = None,
            score: dict | None = None, score_only: bool = False) -> int:

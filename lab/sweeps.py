@@ -277,6 +277,7 @@ def check(spec: SweepSpec | dict, store=None) -> tuple[SweepSpec, list[Run]]:
         try:
             jobs.validate_spec(run.name, run.model, run.train, run.parent, store,
                                score=_score_spec(spec), score_only=run.score_only)
+            jobs.refuse_busy(run.name, store)
         except ConfigError as e:
             raise ConfigError(f"run {run.index + 1} ({_describe(run.values, run.seed)}): {e}") from None
     return spec, runs

@@ -1,0 +1,160 @@
+"""Sweeps: a grid of runs x seeds queued through the job ledger, each scored in its own job when its
+training ends; the table's intervals and paired differences; stop / resume run by run; recipes;
+the BLEU between the splits that the reports give."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab import jobs, sweeps
+from lab.config import ConfigError
+from lab.errors import LabError
+from lab.jobs import Worker
+from tests.conftest import ROOT
+
+TINY = ["max_train_captions=120", "max_dev_captions=40", "epochs=1", "log_every=1"]
+
+
+def _lab(store, *args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "lab", "--store", str(store), *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def _serve(store, name, timeout=300):
+    import time
+    worker, t0 = Worker(store, poll_s=0.2), time.time()
+    while not sweeps.all_ended(name, store):
+        assert time.time() - t0 < timeout, sweeps.get(name, store)[1]
+        worker.tick()
+        time.sleep(0.3)
+    for proc in worker.children.values():
+        proc.wait(timeout=60)
+
+
+def test_sweep_from_the_command_line_trains_scores_and_reads_as_one_table(store, tmp_path):
+    """Two settings, two decoders: every run trains in its own job, is scored on the same captions
+    with the same seeds, and the table pairs each row with the baseline row."""
+    out = _lab(store, "sweep", "start", "heads", "--preset", "tiny", "--grid", "n_head=1,2",
+               *[a for s in TINY for a in ("--set", s)], "--n", "24",
+               "--decoder", "random", "--decoder", "greedy", "--wait")
+    assert out.returncode == 0, out.stderr
+    assert "heads-n_head1: done" in out.stdout and "| # | n_head | decoder |" in out.stdout
+    t = json.loads(_lab(store, "sweep", "show", "heads", "--json").stdout)
+    rows = t["rows"]
+    assert [(r["run"], r["n_head"], r["decoder"]) for r in rows] == [
+        ("heads-n_head1", "1", "random t=1"), ("heads-n_head1", "1", "greedy"),
+        ("heads-n_head2", "2", "random t=1"), ("heads-n_head2", "2", "greedy")]
+    for r in rows:
+        assert r["status"] == "done" and r["params"] > 0 and r["train_s"] > 0 and r["tokens_per_s"] > 0
+        for key in ("perplexity", "word_perplexity", "forward_bleu", "backward_bleu", "harmonic_bleu"):
+            lo, hi = r[f"{key}_ci"]
+            assert lo <= r[key] <= hi, (key, r)
+        assert r["kv_bytes_per_token"] == 2 * 2 * 64 * 4       # 2 layers x (k, v) x width 64 x fp32
+    # rows of one run share its perplexity; the baseline row has no difference with itself
+    assert rows[0]["perplexity"] == rows[1]["perplexity"] and rows[0]["perplexity_diff"] is None
+    assert rows[1]["perplexity_diff"] == pytest.approx(0.0)
+    assert rows[2]["perplexity_diff"] == pytest.approx(rows[2]["perplexity"] - rows[0]["perplexity"])
+    lo, hi = rows[3]["harmonic_bleu_diff_ci"]
+    assert lo <= rows[3]["harmonic_bleu_diff"] <= hi
+    assert sum(bool(r["best"]) for r in rows) >= 1
+    # the runs' jobs are ordinary jobs, their checkpoints ordinary checkpoints
+    assert {j["name"] for j in jobs.list_jobs(store)} == {"heads-n_head1", "heads-n_head2"}
+    listed = json.loads(_lab(store, "sweep", "list", "--json").stdout)
+    assert listed[0]["name"] == "heads" and listed[0]["statuses"] == {"done": 2}
+    out = _lab(store, "sweep", "export", "heads", "--out", str(tmp_path / "x"))
+    files = sorted(Path(p).suffix for p in out.stdout.split())
+    assert files == [".csv", ".html", ".json", ".md"], out.stderr
+    report = (tmp_path / "x" / "heads.html").read_text()
+    assert "<svg" in report and "heads-n_head2" in report and "src=\"http" not in report
+    csv_head = (tmp_path / "x" / "heads.csv").read_text().splitlines()[0]
+    assert "harmonic_bleu_ci_lo" in csv_head and "harmonic_bleu_ci_hi" in csv_head
+
+
+def test_a_run_stopped_while_scoring_resumes_by_scoring_only(store):
+    """The worst moment: the run trained, and its job died while scoring. Resume scores it again
+    (no training), and a run stopped before it started starts."""
+    sweeps.start({"name": "s", "preset": "tiny", "set": TINY, "grid": {"n_layer": [1, 2]},
+                  "score": {"n": 12}}, store)
+    _, runs = sweeps.get("s", store)
+    jobs.request_stop(runs[1]["job"]["id"], store=store)           # queued: stopped before it started
+    _serve(store, "s")
+    _, runs = sweeps.get("s", store)
+    assert [sweeps.run_status(r, store) for r in runs] == ["done", "stopped"]
+    first = runs[0]
+    sweeps.results_path("s", first["name"], store).unlink()       # as if killed while scoring
+    with jobs.connect(store) as con:
+        con.execute("UPDATE jobs SET status='interrupted' WHERE id=?", (first["job"]["id"],))
+    said = sweeps.resume("s", store=store)
+    assert len(said) == 2 and all("queued job" in line for line in said), said
+    _, runs = sweeps.get("s", store)
+    assert runs[0]["job"]["spec"].get("score_only") is True
+    assert runs[1]["job"]["spec"].get("score_only") is None
+    _serve(store, "s")
+    _, runs = sweeps.get("s", store)
+    assert [sweeps.run_status(r, store) for r in runs] == ["done", "done"]
+    starts = [e for e in sweeps.read_events(Path(store) / "_runs" / first["name"] / "metrics.jsonl")
+              if e["event"] == "start"]
+    assert len(starts) == 1                                        # scored again, not trained again
+    assert sweeps.resume("s", store=store) == ["nothing to resume: every run is queued, running or done"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"grid": {"n_head": [1, 5]}}, "run 2 (n_head=5, seed=0): n_embd=64 is not divisible by n_head=5"),
+    ({"grid": {"nope": [1]}}, "run 1 (nope=1, seed=0): --set: unknown key 'nope'"),
+    ({"grid": {"attention.window": [4]}}, "the attention plugin 'mha' has no setting 'window'"),
+    ({"seeds": [0, 0]}, "seeds repeats a seed"),
+    ({"grid": {"n_head": list(range(1, 202))}}, "a sweep runs at most 200"),
+    ({"score": {"n": 0}}, "score.n must be a whole number from 1 to 5000"),
+    ({"score": {"decoders": ["top_k,top_p=0.9"]}}, "top_p is not a setting of the top_k decoder"),
+    ({"score": {"split": "test", "pick_on_test": True}}, "set score.split to dev"),
+    ({"name": "../x"}, "sweep name '../x' is not allowed"),
+    ({"checkpoints": ["a"], "grid": {"n_head": [1]}}, "not both"),
+    ({"checkpoints": ["missing"]}, "missing"),
+    ({"parent": "missing"}, "missing"),
+])
+def test_a_bad_sweep_is_refused_whole_with_one_message(store, change, message):
+    spec = {"name": "bad", "preset": "tiny", "set": TINY, **change}
+    with pytest.raises(LabError) as e:
+        sweeps.start(spec, store)
+    assert message in str(e.value) and "\n" not in str(e.value)
+    with jobs.connect(store) as con:                      # nothing was queued, nothing recorded
+        assert con.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 0
+        assert con.execute("SELECT COUNT(*) FROM sweeps").fetchone()[0] == 0
+
+
+def test_a_sweep_name_and_its_run_names_are_never_taken_twice(store):
+    sweeps.start({"name": "once", "preset": "tiny", "set": TINY}, store)
+    with pytest.raises(ConfigError, match="sweep 'once' already exists"):
+        sweeps.start({"name": "once", "preset": "tiny", "set": TINY}, store)
+    # a run whose checkpoint a queued job will write: the sweep is refused before anything queues
+    other = jobs.submit("c-n_layer2", {"n_layer": 1}, {"max_train_captions": 5}, store=store)
+    with pytest.raises(ConfigError, match=f"run 2 .*job {other} is already writing checkpoint 'c-n_layer2'"):
+        sweeps.start({"name": "c", "preset": "tiny", "set": TINY, "grid": {"n_layer": [1, 2]}}, store)
+    assert [s["name"] for s in sweeps.list_sweeps(store)] == ["once"]
+    assert {j["name"] for j in jobs.list_jobs(store)} == {"once-001", "c-n_layer2"}
+
+
+def test_every_recipe_plans_at_both_budgets(store):
+    """Each shipped recipe is a valid sweep at `cpu` and `full` (checked as its jobs will be)."""
+    for name in sweeps.recipe_names():
+        for budget in ("cpu", "full"):
+            doc = sweeps.recipe(name, budget)
+            if name == "decoder-search":
+                continue                              # needs a stored checkpoint: planned below
+            spec, runs = sweeps.check({**doc, "name": f"r-{name}-{budget}"}, store)
+            assert runs and spec.recipe == f"{name} ({budget})"
+    heads = sweeps.check({**sweeps.recipe("heads", "cpu"), "name": "h"}, store)[1]
+    assert [r.values["n_head"] for r in heads] == [1, 3, 6, 12, 24, 48, 96, 192]
+    gqa = sweeps.check({**sweeps.recipe("gqa", "cpu"), "name": "g"}, store)[1]
+    assert [r.model["settings"]["attention"]["kv_groups"] for r in gqa] == [1, 2, 3, 4, 6, 12]
+    assert [r.name for r in gqa][:2] == ["g-kv_groups1", "g-kv_groups2"]
+
+
+def test_split_to_split_bleu_reproduces_the_reports_figures():
+    """GPT-2 tokens, every caption of both splits: 0.550, 0.611, 0.538 harmonic."""
+    rows = sweeps.split_bleu(n_boot=200)["rows"]
+    for r in rows:
+        assert round(r["harmonic"], 3) == r["report"], r
+        assert r["harmonic_ci"][0] < r["harmonic"] < r["harmonic_ci"][1]
