@@ -230,11 +230,11 @@ def cmd_attention(args):
 def cmd_worker(args):
     from lab.jobs import Worker
     worker = Worker(args.store, slots=args.slots, data_dir=args.data_dir, nproc=args.nproc,
-                    exit_with_parent=args.exit_with_parent)
+                    exit_with_parent=args.exit_with_parent, executor=args.executor)
     from lab.checkpoints import store_dir
     print(f"worker: serving jobs from {store_dir(args.store)} ({args.slots} at a time"
-          + (f", each under torchrun with {args.nproc} processes" if args.nproc > 1 else "") + ")",
-          flush=True)
+          + (f", each under torchrun with {args.nproc} processes" if args.nproc > 1 else "")
+          + (", each a Ray task" if worker.executor == "ray" else "") + ")", flush=True)
     worker.serve()
 
 
@@ -379,7 +379,7 @@ def cmd_sweep(args):
         for path in sweeps.export(args.name, args.out, args.store):
             print(path)
     if args.action in ("start", "resume") and args.wait:
-        sweeps.wait(args.name, args.store, args.data_dir,
+        sweeps.wait(args.name, args.store, args.data_dir, executor=args.executor,
                     say=(lambda line: None) if args.json else (lambda line: print(line, flush=True)))
         t = sweeps.table(args.name, args.store)
         if args.json:
@@ -506,6 +506,9 @@ def _parser_worker(sub) -> None:
     p.add_argument("--nproc", type=int, default=1, help="processes per job under torchrun (DDP): "
                    "the GPUs one job shares; 1 runs it in one plain process")
     p.add_argument("--data-dir")
+    p.add_argument("--executor", choices=["local", "ray"],
+                   help="local: child processes here (default); ray: each job a Ray task on the "
+                        "cluster RAY_ADDRESS names, or a local Ray instance (default $LAB_EXECUTOR)")
     p.add_argument("--exit-with-parent", dest="exit_with_parent", action="store_true",
                    help=argparse.SUPPRESS)     # app.py's worker: ends (cleanly) when the app is gone
     p.set_defaults(fn=cmd_worker)
@@ -555,6 +558,9 @@ def _parser_sweep(sub) -> None:
     p.add_argument("--baseline", type=int, help="show: the row (#) differences are paired "
                                                 "against (default the sweep's, 1)")
     p.add_argument("--out", help="export: the folder to write into (default the store's exports)")
+    p.add_argument("--executor", choices=["local", "ray"],
+                   help="--wait: where the runs run: local processes (default) or Ray tasks, one "
+                        "per run (RAY_ADDRESS names a cluster; default $LAB_EXECUTOR)")
     p.add_argument("--dry-run", dest="dry_run", action="store_true",
                    help="start: check and list the runs, queue nothing")
     p.add_argument("--wait", action="store_true", help="serve the runs with a local worker and "

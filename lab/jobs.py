@@ -384,11 +384,17 @@ class Worker:
     this worker (the web app) is gone."""
 
     def __init__(self, store=None, slots: int = 1, poll_s: float = 1.0, data_dir=None, nproc: int = 1,
-                 exit_with_parent: bool = False):
+                 exit_with_parent: bool = False, executor: str | None = None):
+        from lab.executors import RayTasks, executor_name
         if nproc < 1 or slots < 1:
             raise ConfigError(f"slots and nproc must be at least 1, got slots={slots} nproc={nproc}")
         self.store, self.slots, self.poll_s, self.data_dir = store, slots, poll_s, data_dir
         self.nproc = nproc
+        self.executor = executor_name(executor)
+        if self.executor == "ray" and nproc > 1:
+            raise ConfigError("--nproc runs a job under torchrun on this machine; with the ray "
+                              "executor each job is one Ray task (leave nproc at 1)")
+        self.ray = RayTasks() if self.executor == "ray" else None
         self.children: dict[int, subprocess.Popen] = {}
         self.running = True
         self.parent = os.getppid() if exit_with_parent else None
@@ -397,6 +403,11 @@ class Worker:
         env = {**os.environ, "LAB_STORE": str(checkpoints.store_dir(self.store)), "LAB_JOB_LOCK_FD": str(fd)}
         if self.data_dir:
             env["LAB_DATA_DIR"] = str(Path(self.data_dir).resolve())
+        if self.ray is not None:           # the worker keeps the lock while the task runs
+            shared = {k: env[k] for k in ("LAB_STORE", "LAB_DATA_DIR") if k in env}
+            self.ray.submit(job["id"], fd, {**shared, "LAB_JOB_LOCKED": str(job["id"])},
+                            str(lab_store.log_path(job["id"], self.store)))
+            return
         launcher = []
         if self.nproc > 1:        # the launcher holds the lock; its ranks know it is held
             launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(self.nproc)]
@@ -417,6 +428,8 @@ class Worker:
         for job_id, proc in list(self.children.items()):
             if proc.poll() is not None:
                 del self.children[job_id]
+        if self.ray is not None:
+            self.ray.reap()
         mark_dead(self.store)
         with connect(self.store) as con:
             busy = con.execute("SELECT COUNT(*) FROM jobs WHERE status='running'").fetchone()[0]
@@ -466,9 +479,11 @@ class Worker:
         The request goes through the ledger, not a signal: a job still starting up sees it when
         its first step begins, where a signal would have killed it before it could save."""
         with connect(self.store) as con:
-            for job_id in self.children:
+            for job_id in [*self.children, *(self.ray.tasks if self.ray else ())]:
                 con.execute("UPDATE jobs SET stop='shutdown' WHERE id=? AND status='running'", (job_id,))
         deadline = time.time() + shutdown_grace_s()
+        if self.ray is not None:
+            self.ray.wait_all(deadline)
         for proc in self.children.values():
             try:
                 proc.wait(timeout=max(0.1, deadline - time.time()))

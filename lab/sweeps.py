@@ -835,13 +835,15 @@ def all_ended(name: str, store=None) -> bool:
     return all(r["job"] is None or r["job"]["status"] in jobs.FINAL for r in runs)
 
 
-def wait(name: str, store=None, data_dir=None, say=print, poll_s: float = 1.0) -> None:
+def wait(name: str, store=None, data_dir=None, say=print, poll_s: float = 1.0,
+         executor: str | None = None) -> None:
     """Serve the store's queued jobs with a local worker (or, when another worker serves the
     store, watch it) until every run of the sweep has ended; a line per run as it moves on.
     Interrupted (Ctrl-C), the runs stop where they stand, resumable with `sweep resume`."""
     from lab.train import format_event
-    worker = jobs.Worker(store, data_dir=data_dir, poll_s=poll_s)
     lock = lab_store.try_acquire(lab_store.lock_path("worker", store))
+    worker = jobs.Worker(store, data_dir=data_dir, poll_s=poll_s,
+                         executor=executor if lock is not None else "local")
     if lock is None:
         say(f"another worker (pid {lab_store.holder(lab_store.lock_path('worker', store))}) serves "
             f"this store; watching it run the sweep")
