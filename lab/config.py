@@ -430,7 +430,10 @@ class TrainConfig(_Config):
     shuffle: bool = True              # reshuffle the training captions every epoch
     early_stop: str = "perplexity"    # "perplexity", "bleu" (dev harmonic BLEU) or "none"
     patience: int = 1                 # epochs without improvement before stopping
-    bleu_samples: int = 500           # dev captions sampled per epoch when early_stop="bleu"
+    bleu_samples: int = 500           # dev captions sampled per epoch for dev BLEU (early_stop="bleu"
+                                      # or keep_bleu_best)
+    keep_bleu_best: bool = False      # also keep the epoch with the best dev harmonic BLEU, as the
+                                      # checkpoint NAME-bleu (NAME keeps the best dev perplexity)
     eval_batch_size: int = 128        # captions per forward pass in evaluation
     max_train_captions: int | None = None  # use only the first N training captions (quick runs)
     max_dev_captions: int | None = None    # use only the first N dev captions
@@ -467,6 +470,10 @@ class TrainConfig(_Config):
                               f"of steps, got {self.eval_every}")
         if self.patience < 1:
             raise ConfigError(f"patience must be at least 1, got {self.patience}")
+        if self.keep_bleu_best and self.early_stop == "bleu":
+            raise ConfigError("keep_bleu_best keeps the best-BLEU epoch beside the best-perplexity "
+                              "one; with early_stop=bleu the checkpoint is already the best-BLEU "
+                              "one: use early_stop=perplexity (or none) with keep_bleu_best")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
         if self.precision not in ("auto", "bf16", "fp32"):

@@ -138,6 +138,9 @@ def validate_spec(name: str, model: dict | None, train: dict, parent: str | None
         n_layer = checkpoints.read_config(folder)[0].n_layer
     else:
         checkpoints.refuse_existing(name, store)
+        if train_cfg.keep_bleu_best:
+            from lab.runs import bleu_name
+            checkpoints.refuse_existing(bleu_name(name), store)
         if parent:
             n_layer = checkpoints.check_loadable(parent, store).n_layer
         else:

@@ -48,6 +48,8 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
     state, source_dir = resume_state(name, train_cfg, store) if resume else (None, None)
     if not resume:
         checkpoints.refuse_existing(name, store)
+        if train_cfg.keep_bleu_best:
+            checkpoints.refuse_existing(bleu_name(name), store)
         if distributed.rank() == 0:
             shutil.rmtree(run_dir_for(name, store), ignore_errors=True)   # an old run's leftovers
     root = data.resolve_data_dir(data_dir)
@@ -89,11 +91,20 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
                               provenance={**provenance, "stopped_at_step": train_state["step"]},
                               metrics={"step": train_state["step"]}, train_state=train_state)
 
+    def save_best_bleu(record: dict, train_state: dict):
+        """The epoch with the best dev harmonic BLEU so far, as NAME-bleu (keep_bleu_best)."""
+        checkpoints.save(model, tok, bleu_name(name), store,
+                         provenance={**provenance, "epoch": record["epoch"], "run": name,
+                                     "kept_by": "dev harmonic BLEU"},
+                         metrics={k: v for k, v in record.items() if k.startswith("dev_")}
+                         | {"epoch": record["epoch"]}, overwrite=True)
+
     dev_bleu = None
-    if train_cfg.early_stop == "bleu":
+    if train_cfg.early_stop == "bleu" or train_cfg.keep_bleu_best:
         dev_bleu = _dev_bleu_fn(tok, dev_caps, train_cfg)
     trainer = Trainer(model, train_seqs, dev_seqs, tok.eos_id, train_cfg, run_dir,
                       on_best=save_best, on_stop=save_last, dev_bleu=dev_bleu, should_stop=should_stop,
+                      on_best_bleu=save_best_bleu if train_cfg.keep_bleu_best else None,
                       dev_words=[len(c.split()) for c in dev_caps], resume=state)
     if distributed.rank() == 0:
         yield {"event": "data", "train_captions": len(train_seqs), "dev_captions": len(dev_seqs),
@@ -127,6 +138,11 @@ def _final_dev(name: str, tok, root, trainer: Trainer, store=None) -> Iterator[d
              "final_dev_word_perplexity": ppl["word_perplexity"]}
     checkpoints.add_metrics(name, extra, store)
     yield {"event": "final_dev", "time": time.time(), **extra}
+
+
+def bleu_name(name: str) -> str:
+    """Where a run with keep_bleu_best keeps its best-BLEU epoch."""
+    return checkpoints.check_name(f"{name}-bleu")
 
 
 def resume_state(name: str, train_cfg: TrainConfig, store) -> tuple[dict, Path]:

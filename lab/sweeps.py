@@ -451,65 +451,38 @@ def results_path(sweep: str, run: str, store=None) -> Path:
     return lab_store.state_dir(store, "sweeps") / sweep / f"{run}.json"
 
 
-def score_run(run: str, score: dict, store=None, data_dir=None, should_stop=None):
-    """Score the stored checkpoint `run` as the sweep says; yields progress events and writes the
-    results file whole at the end (a stop leaves no file: resuming scores again)."""
-    import torch
+def kept_checkpoints(run: str, store=None) -> list[tuple[str, str]]:
+    """The checkpoints a run keeps, with what chose each: its own name (the best dev perplexity,
+    or dev BLEU under early_stop=bleu), and NAME-bleu when it kept the best-BLEU epoch too."""
+    from lab.runs import bleu_name
+    train = checkpoints.info(run, store).get("train") or {}
+    if not train:
+        return [(run, "as stored")]
+    kept = [(run, "dev harmonic BLEU" if train.get("early_stop") == "bleu" else "dev perplexity")]
+    other = f"{run}-bleu"
+    if train.get("keep_bleu_best") and len(other) <= 100 and other in checkpoints.names(store):
+        kept.append((bleu_name(run), "dev harmonic BLEU"))
+    return kept
 
-    from lab import data
-    from lab.evaluate import bleu_tokens_of, choose_bleu_tokens
-    from lab.generate import sample_captions
-    from lab.metrics import Aborted, References, sentence_nlls
+
+def score_run(run: str, score: dict, store=None, data_dir=None, should_stop=None):
+    """Score the checkpoints the run `run` keeps as the sweep says; yields progress events and
+    writes the results file whole at the end (a stop leaves no file: resuming scores again)."""
+    from lab.metrics import Aborted
     from lab.runs import run_dir_for
     sweep = score["sweep"]
     sc = Score.from_dict({k: v for k, v in score.items() if k != "sweep"})
     abort = (lambda: should_stop() == "now") if should_stop else None
-    ck = checkpoints.load(run, store)
-    model, tok = ck.model, ck.tokenizer
-    tokens = choose_bleu_tokens([tok.kind], "auto")
-    out = {"run": run, "sweep": sweep, "score": sc.to_dict(), "bleu_tokens": tokens,
-           "params": sum(p.numel() for p in model.parameters()),
-           "kv_bytes_per_token": kv_bytes_per_token(model), "splits": {}}
+    out = {"run": run, "sweep": sweep, "score": sc.to_dict(), "kept": []}
     out.update(training_figures(run_dir_for(run, store) / "metrics.jsonl"))
-    out["dev_perplexity"] = ck.metrics.get("final_dev_perplexity", ck.metrics.get("dev_perplexity"))
-    splits = [sc.split] + (["test"] if sc.pick_on_test else [])
     t0 = time.time()
     try:
-        for split in splits:
-            caps = data.load_split(split, data_dir)
-            idx = data.subset_indices(len(caps), sc.n, sc.seed)
-            subset = [caps[i] for i in idx]
-            yield {"event": "scoring", "what": f"perplexity of {len(subset):,} {split} captions",
-                   "elapsed_s": time.time() - t0, "time": time.time()}
-            seqs = data.encode_captions(subset, tok, ck.config.n_positions)
-            nll, cnt = sentence_nlls(model, seqs, tok.eos_id, abort=abort)
-            part = {"n": len(subset), "subset_hash": data.subset_hash(subset),
-                    "nll": nll.tolist(), "count": cnt.tolist(),
-                    "words": [len(c.split()) + 1 for c in subset], "decoders": []}
-            refs_all = References(bleu_tokens_of(caps, tok, tokens))
-            refs = bleu_tokens_of(subset, tok, tokens)
-            decoders = sc.decoders
-            if split == "test" and sc.pick_on_test:
-                decoders = [best_decoder(out["splits"][sc.split])]
-            for d in decoders:
-                dec = DecodeConfig.from_dict({**d, "seed": sc.seed})
-                yield {"event": "scoring", "what": f"{len(subset):,} {split} captions with "
-                       f"{decoder_label(d)}", "elapsed_s": time.time() - t0, "time": time.time()}
-                g0 = time.time()
-                gen = sample_captions(model, tok, len(subset), dec, abort=abort)
-                gen_s = time.time() - g0
-                hyps = [g.tokens for g in gen] if tokens == "gpt2" else [g.text.split() for g in gen]
-                back = References(hyps)
-                part["decoders"].append({
-                    "decode": d, "label": decoder_label(d),
-                    "forward": [refs_all.sentence_bleu(h) for h in hyps],
-                    "backward": [back.sentence_bleu(r) for r in refs],
-                    "generate_s": gen_s,
-                    "tokens_per_s": sum(len(g.tokens) - g.n_prompt + g.finished for g in gen) / max(gen_s, 1e-9),
-                    "samples": [g.text for g in gen[:5]]})
-            out["splits"][split] = part
+        for name, kept_by in kept_checkpoints(run, store):
+            entry = yield from _score_checkpoint(name, sc, store, data_dir, abort, t0)
+            out["kept"].append({**entry, "kept_by": kept_by})
     except Aborted:
-        yield {"event": "stopped", "reason": "stopped while scoring; resume scores it again"}
+        yield {"event": "stopped", "reason": "stopped while scoring; resume scores it again",
+               "time": time.time()}
         return
     out["scored_s"] = time.time() - t0
     path = results_path(sweep, run, store)
@@ -519,9 +492,55 @@ def score_run(run: str, score: dict, store=None, data_dir=None, should_stop=None
     with open(tmp, "rb+") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    del torch
     yield {"event": "scored", "sweep": sweep, "elapsed_s": time.time() - t0,
            "summary": summary_line(out), "time": time.time()}
+
+
+def _score_checkpoint(name: str, sc: Score, store, data_dir, abort, t0: float):
+    """One checkpoint: perplexity of the subset, and each decoder's captions scored (a generator
+    of progress events that returns the figures)."""
+    from lab import data
+    from lab.evaluate import bleu_tokens_of, choose_bleu_tokens
+    from lab.generate import sample_captions
+    from lab.metrics import References, sentence_nlls
+    ck = checkpoints.load(name, store)
+    model, tok = ck.model, ck.tokenizer
+    tokens = choose_bleu_tokens([tok.kind], "auto")
+    entry = {"checkpoint": name, "bleu_tokens": tokens, "params": sum(p.numel() for p in model.parameters()),
+             "kv_bytes_per_token": kv_bytes_per_token(model), "epoch": ck.metrics.get("epoch"),
+             "dev_perplexity": ck.metrics.get("final_dev_perplexity", ck.metrics.get("dev_perplexity")),
+             "dev_harmonic_bleu": ck.metrics.get("dev_harmonic_bleu"), "splits": {}}
+    for split in [sc.split] + (["test"] if sc.pick_on_test else []):
+        caps = data.load_split(split, data_dir)
+        subset = [caps[i] for i in data.subset_indices(len(caps), sc.n, sc.seed)]
+        yield {"event": "scoring", "what": f"{name}: perplexity of {len(subset):,} {split} captions",
+               "elapsed_s": time.time() - t0, "time": time.time()}
+        nll, cnt = sentence_nlls(model, data.encode_captions(subset, tok, ck.config.n_positions),
+                                 tok.eos_id, abort=abort)
+        part = {"n": len(subset), "subset_hash": data.subset_hash(subset), "nll": nll.tolist(),
+                "count": cnt.tolist(), "words": [len(c.split()) + 1 for c in subset], "decoders": []}
+        refs_all = References(bleu_tokens_of(caps, tok, tokens))
+        refs = bleu_tokens_of(subset, tok, tokens)
+        decoders = [best_decoder(entry["splits"][sc.split])] if split == "test" and sc.pick_on_test \
+            else sc.decoders
+        for d in decoders:
+            yield {"event": "scoring", "what": f"{name}: {len(subset):,} {split} captions with "
+                   f"{decoder_label(d)}", "elapsed_s": time.time() - t0, "time": time.time()}
+            g0 = time.time()
+            gen = sample_captions(model, tok, len(subset), DecodeConfig.from_dict({**d, "seed": sc.seed}),
+                                  abort=abort)
+            gen_s = time.time() - g0
+            hyps = [g.tokens for g in gen] if tokens == "gpt2" else [g.text.split() for g in gen]
+            back = References(hyps)
+            part["decoders"].append({
+                "decode": d, "label": decoder_label(d),
+                "forward": [refs_all.sentence_bleu(h) for h in hyps],
+                "backward": [back.sentence_bleu(r) for r in refs],
+                "generate_s": gen_s,
+                "tokens_per_s": sum(len(g.tokens) - g.n_prompt + g.finished for g in gen) / max(gen_s, 1e-9),
+                "samples": [g.text for g in gen[:5]]})
+        entry["splits"][split] = part
+    return entry
 
 
 def best_decoder(split_results: dict) -> dict:
@@ -536,11 +555,13 @@ def _harmonic(fwd: list, bwd: list) -> float:
 
 def summary_line(res: dict) -> str:
     parts = []
-    for split, s in res["splits"].items():
-        nll = [a / b for a, b in zip(s["nll"], s["count"])]
-        parts.append(f"{split} perplexity {math.exp(sum(nll) / len(nll)):.3f}")
-        parts += [f"{d['label']} harmonic BLEU {_harmonic(d['forward'], d['backward']):.4f}"
-                  for d in s["decoders"]]
+    for entry in res["kept"]:
+        for split, s in entry["splits"].items():
+            nll = [a / b for a, b in zip(s["nll"], s["count"])]
+            who = f"{entry['checkpoint']} " if len(res["kept"]) > 1 else ""
+            parts.append(f"{who}{split} perplexity {math.exp(sum(nll) / len(nll)):.3f}")
+            parts += [f"{d['label']} harmonic BLEU {_harmonic(d['forward'], d['backward']):.4f}"
+                      for d in s["decoders"]]
     return "; ".join(parts)
 
 
@@ -608,19 +629,24 @@ def table(name: str, store=None, baseline: int | None = None, n_boot: int = 1000
                          "tokens_per_s": figs["tokens_per_s"]})
             samples.append(None)
             continue
-        for split, s in res["splits"].items():
-            nll = torch.tensor(s["nll"], dtype=torch.float64) / torch.tensor(s["count"], dtype=torch.float64)
-            for d in s["decoders"]:
-                rows.append({**base, "decoder": d["label"], "split": split, "params": res["params"],
-                             "train_s": res.get("train_s"), "tokens_per_s": res.get("tokens_per_s"),
-                             "dev_perplexity": res.get("dev_perplexity"),
-                             "kv_bytes_per_token": res.get("kv_bytes_per_token"),
-                             "gen_tokens_per_s": d["tokens_per_s"]})
-                samples.append({"nll": nll, "cap_nll": torch.tensor(s["nll"], dtype=torch.float64),
-                                "words": torch.tensor(s["words"], dtype=torch.float64),
-                                "fwd": torch.tensor(d["forward"], dtype=torch.float64),
-                                "bwd": torch.tensor(d["backward"], dtype=torch.float64),
-                                "hash": s["subset_hash"]})
+        for entry in res["kept"]:
+            for split, s in entry["splits"].items():
+                cap_nll = torch.tensor(s["nll"], dtype=torch.float64)
+                nll = cap_nll / torch.tensor(s["count"], dtype=torch.float64)
+                for d in s["decoders"]:
+                    rows.append({**base, "kept_by": entry["kept_by"], "checkpoint": entry["checkpoint"],
+                                 "epoch": entry["epoch"], "decoder": d["label"], "split": split,
+                                 "params": entry["params"], "train_s": res.get("train_s"),
+                                 "tokens_per_s": res.get("tokens_per_s"),
+                                 "dev_perplexity": entry["dev_perplexity"],
+                                 "dev_harmonic_bleu": entry["dev_harmonic_bleu"],
+                                 "kv_bytes_per_token": entry["kv_bytes_per_token"],
+                                 "gen_tokens_per_s": d["tokens_per_s"]})
+                    samples.append({"nll": nll, "cap_nll": cap_nll,
+                                    "words": torch.tensor(s["words"], dtype=torch.float64),
+                                    "fwd": torch.tensor(d["forward"], dtype=torch.float64),
+                                    "bwd": torch.tensor(d["backward"], dtype=torch.float64),
+                                    "hash": s["subset_hash"]})
     for i, row in enumerate(rows):
         row["row"] = i + 1
     baseline = spec.baseline if baseline is None else baseline
@@ -659,14 +685,17 @@ def table(name: str, store=None, baseline: int | None = None, n_boot: int = 1000
             row["harmonic_bleu_diff_ci"] = percentile_interval(d_h)
             row["perplexity_diff"] = row["perplexity"] - rows[base_i]["perplexity"]
             row["perplexity_diff_ci"] = percentile_interval(d_p)
-    best_ppl = min(scored, key=lambda i: rows[i]["perplexity"], default=None)
-    best_bleu = max(scored, key=lambda i: rows[i]["harmonic_bleu"], default=None)
-    for i in scored:
-        marks = (["lowest perplexity"] if i == best_ppl else []) + \
-                (["best harmonic BLEU"] if i == best_bleu else [])
-        rows[i]["best"] = ", ".join(marks)
-    columns = ["row", "run"] + swept + ["decoder", "split", "status", "params", "train_s",
-                                        "tokens_per_s", "dev_perplexity", "perplexity",
+    for split in {rows[i]["split"] for i in scored}:     # the best of each split's rows
+        here = [i for i in scored if rows[i]["split"] == split]
+        low = min(rows[i]["perplexity"] for i in here)
+        top = max(here, key=lambda i: rows[i]["harmonic_bleu"])
+        for i in here:
+            marks = (["lowest perplexity"] if rows[i]["perplexity"] == low else []) + \
+                    (["best harmonic BLEU"] if i == top else [])
+            rows[i]["best"] = ", ".join(marks)
+    columns = ["row", "run"] + swept + ["kept_by", "checkpoint", "epoch", "decoder", "split", "status",
+                                        "params", "train_s", "tokens_per_s", "dev_perplexity",
+                                        "dev_harmonic_bleu", "perplexity",
                                         "perplexity_ci", "word_perplexity", "word_perplexity_ci",
                                         "forward_bleu", "forward_bleu_ci", "backward_bleu",
                                         "backward_bleu_ci", "harmonic_bleu", "harmonic_bleu_ci",
@@ -714,14 +743,15 @@ def _with_ci(row: dict, key: str, digits: int) -> str:
 def display(t: dict) -> tuple[list[str], list[list[str]]]:
     """The table as people read it: figures rounded, intervals in brackets, times in minutes."""
     from lab.train import format_duration
-    headers = ["#", *t["swept"], "decoder", "split", "status", "params", "train time", "tok/s",
-               "dev ppl", "ppl [95%]", "ppl/word [95%]", "fwd BLEU", "bwd BLEU",
+    two = any(r["kept_by"] == "dev harmonic BLEU" for r in t["rows"])
+    headers = ["#", *t["swept"], *(["kept by", "epoch"] if two else []), "decoder", "split", "status",
+               "params", "train time", "tok/s", "dev ppl", "ppl [95%]", "ppl/word [95%]", "fwd BLEU", "bwd BLEU",
                "harmonic BLEU [95%]", "KV B/tok", "gen tok/s",
                f"Δppl vs #{t['baseline_row']} [95%]", f"Δharmonic vs #{t['baseline_row']} [95%]", "best"]
     rows = []
     for r in t["rows"]:
         rows.append([str(r["row"]), *[_text(r[k]) if r[k] is not None else "" for k in t["swept"]],
-                     r["decoder"] or "", r["split"] or "", r["status"],
+                     *([r["kept_by"] or "", _fmt(r["epoch"], 0)] if two else []), r["decoder"] or "", r["split"] or "", r["status"],
                      f"{r['params'] / 1e6:.2f}M" if r["params"] else "",
                      format_duration(r["train_s"]) if r["train_s"] else "",
                      f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "",

@@ -128,12 +128,14 @@ class Trainer:
                  cfg: TrainConfig, run_dir: Path, on_best: Callable[[dict, dict], None] | None = None,
                  dev_bleu: Callable[..., float] | None = None,
                  should_stop: Callable[[], bool] | None = None, dev_words: list[int] | None = None,
-                 resume: dict | None = None, on_stop: Callable[[dict], None] | None = None):
+                 resume: dict | None = None, on_stop: Callable[[dict], None] | None = None,
+                 on_best_bleu: Callable[[dict, dict], None] | None = None):
         self.model, self.train_seqs, self.dev_seqs, self.pad_id = model, train_seqs, dev_seqs, pad_id
         self.dev_words = dev_words      # words per dev caption: adds a per-word dev perplexity
         self.resume = resume            # a checkpoint's train state: go on where it stood
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.on_best, self.on_stop, self.dev_bleu = on_best, on_stop, dev_bleu
+        self.on_best_bleu = on_best_bleu   # keep_bleu_best: the best dev harmonic BLEU so far
         self.should_stop = should_stop or (lambda: None)
         self.device = pick_device(cfg.device)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -192,6 +194,7 @@ class Trainer:
         self.steps_per_epoch = math.ceil(len(self.train_seqs) / cfg.batch_size)
         self.total_steps = self.steps_per_epoch * cfg.epochs
         self.epoch_done, self.step, self.skip, self.best, self.bad_epochs = 0, 0, 0, None, 0
+        self.best_bleu = None
         if self.resume:
             try:
                 self.opt.load_state_dict(self.resume["optimizer"])
@@ -201,11 +204,13 @@ class Trainer:
             r = self.resume
             self.epoch_done, self.step, self.skip = r["epoch"], r["step"], r.get("batches_done", 0)
             self.best, self.bad_epochs = r["best"], r.get("bad_epochs", 0)
+            self.best_bleu = r.get("best_bleu")
             set_rng_state(r.get("rng") or {}, self.device)
 
     def _train_state(self, epochs_completed: int, batches_done: int) -> dict:
         return {"optimizer": self.opt.state_dict(), "epoch": epochs_completed, "step": self.step,
                 "batches_done": batches_done, "best": self.best, "bad_epochs": self.bad_epochs,
+                "best_bleu": self.best_bleu,
                 "rng": rng_state(self.device)}
 
     def _stop(self, writer, epochs_completed: int, batches_done: int, reason: str) -> dict:
@@ -350,6 +355,12 @@ class Trainer:
                         self.on_best(record, self._train_state(epoch, 0))
                 else:
                     self.bad_epochs += 1
+                if cfg.keep_bleu_best and "dev_harmonic_bleu" in record and (
+                        self.best_bleu is None
+                        or record["dev_harmonic_bleu"] > self.best_bleu["dev_harmonic_bleu"]):
+                    self.best_bleu, record["best_bleu"] = dict(record), True
+                    if self.on_best_bleu:
+                        self.on_best_bleu(record, self._train_state(epoch, 0))
         early = int(self.main and evaluated and cfg.early_stop != "none" and self.bad_epochs >= cfg.patience)
         if self.main:
             yield self._log(record, writer)
@@ -380,7 +391,7 @@ class Trainer:
                       "dev_perplexity": ppl["perplexity"], "dev_token_perplexity": ppl["token_perplexity"]}
             if "word_perplexity" in ppl:
                 record["dev_word_perplexity"] = ppl["word_perplexity"]
-            if self.cfg.early_stop == "bleu" and self.dev_bleu is not None:
+            if (self.cfg.early_stop == "bleu" or self.cfg.keep_bleu_best) and self.dev_bleu is not None:
                 record["dev_harmonic_bleu"] = self.dev_bleu(self.model, abort=self.abort_eval)
         except Aborted:
             self.model.train()
@@ -441,7 +452,8 @@ def format_event(ev: dict, name: str = "") -> str:
                 f"(token-weighted {ev['dev_token_perplexity']:.3f}"
                 + (f", per word {ev['dev_word_perplexity']:.3f}" if "dev_word_perplexity" in ev else "") + ")"
                 + (f" dev harmonic BLEU {ev['dev_harmonic_bleu']:.4f}" if "dev_harmonic_bleu" in ev else "")
-                + (" best, saved" if ev.get("best") else ""))
+                + (" best, saved" if ev.get("best") else "")
+                + (" best dev BLEU, saved as the -bleu checkpoint" if ev.get("best_bleu") else ""))
     if e == "early_stop":
         return f"early stop after epoch {ev['epoch']}: {ev['reason']}"
     if e == "stopped":

@@ -74,9 +74,11 @@ def test_sweep_from_the_command_line_trains_scores_and_reads_as_one_table(store,
 
 def test_a_run_stopped_while_scoring_resumes_by_scoring_only(store):
     """The worst moment: the run trained, and its job died while scoring. Resume scores it again
-    (no training), and a run stopped before it started starts."""
-    sweeps.start({"name": "s", "preset": "tiny", "set": TINY, "grid": {"n_layer": [1, 2]},
-                  "score": {"n": 12}}, store)
+    (no training), and a run stopped before it started starts. The runs keep two bests (the best
+    dev perplexity and the best dev BLEU), and both are scored."""
+    sweeps.start({"name": "s", "preset": "tiny", "grid": {"n_layer": [1, 2]}, "score": {"n": 12},
+                  "set": TINY + ["epochs=3", "early_stop=none", "keep_bleu_best=true", "bleu_samples=8"]},
+                 store)
     _, runs = sweeps.get("s", store)
     jobs.request_stop(runs[1]["job"]["id"], store=store)           # queued: stopped before it started
     _serve(store, "s")
@@ -97,6 +99,19 @@ def test_a_run_stopped_while_scoring_resumes_by_scoring_only(store):
     starts = [e for e in sweeps.read_events(Path(store) / "_runs" / first["name"] / "metrics.jsonl")
               if e["event"] == "start"]
     assert len(starts) == 1                                        # scored again, not trained again
+    evals = [e for e in sweeps.read_events(Path(store) / "_runs" / first["name"] / "metrics.jsonl")
+             if e["event"] == "eval"]
+    res = sweeps.read_results("s", first["name"], store)
+    by = {k["kept_by"]: k for k in res["kept"]}
+    assert by["dev perplexity"]["checkpoint"] == first["name"]
+    assert by["dev harmonic BLEU"]["checkpoint"] == first["name"] + "-bleu"
+    best_ppl = min(evals, key=lambda e: e["dev_perplexity"])
+    best_bleu = max(evals, key=lambda e: e["dev_harmonic_bleu"])     # the first of ties
+    assert by["dev perplexity"]["epoch"] == best_ppl["epoch"]
+    assert by["dev harmonic BLEU"]["epoch"] == best_bleu["epoch"]
+    assert by["dev harmonic BLEU"]["dev_harmonic_bleu"] == best_bleu["dev_harmonic_bleu"]
+    rows = sweeps.table("s", store)["rows"]
+    assert [r["kept_by"] for r in rows] == ["dev perplexity", "dev harmonic BLEU"] * 2
     assert sweeps.resume("s", store=store) == ["nothing to resume: every run is queued, running or done"]
 
 

@@ -29,7 +29,7 @@ MODEL_FIELDS = ["model", "n_layer", "n_head", "n_embd", "n_positions", "norm", "
                 "attention", "positional", "mlp", "tie_embeddings", "dropout"]
 TRAIN_FIELDS = ["epochs", "batch_size", "lr", "weight_decay", "grad_clip", "seed", "shuffle",
                 "early_stop", "patience", "eval_every", "max_train_captions", "max_dev_captions",
-                "final_dev", "log_every", "train_layers", "device", "precision", "compile"]
+                "final_dev", "keep_bleu_best", "log_every", "train_layers", "device", "precision", "compile"]
 
 
 @functools.cache
