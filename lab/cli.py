@@ -308,7 +308,7 @@ def sweep_definition(args) -> dict:
     if args.seeds:
         doc["seeds"] = _seeds(args.seeds)
     score = dict(doc.get("score", {}))
-    if args.n:
+    if args.n is not None:
         score["n"] = args.n
     if args.split:
         score["split"] = args.split

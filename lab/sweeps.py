@@ -679,12 +679,11 @@ def table(name: str, store=None, baseline: int | None = None, n_boot: int = 1000
             s, row = samples[i], rows[i]
             if i == base_i or s["hash"] != b["hash"]:       # pairs only on the same captions
                 continue
-            d_h = s["hb"] - b["hb"]
-            d_p = s["ppl_boot"] - b["ppl_boot"]
+            if rows[i]["checkpoint"] != rows[base_i]["checkpoint"] or rows[i]["split"] != rows[base_i]["split"]:
+                row["perplexity_diff"] = row["perplexity"] - rows[base_i]["perplexity"]
+                row["perplexity_diff_ci"] = percentile_interval(s["ppl_boot"] - b["ppl_boot"])
             row["harmonic_bleu_diff"] = row["harmonic_bleu"] - rows[base_i]["harmonic_bleu"]
-            row["harmonic_bleu_diff_ci"] = percentile_interval(d_h)
-            row["perplexity_diff"] = row["perplexity"] - rows[base_i]["perplexity"]
-            row["perplexity_diff_ci"] = percentile_interval(d_p)
+            row["harmonic_bleu_diff_ci"] = percentile_interval(s["hb"] - b["hb"])
     for split in {rows[i]["split"] for i in scored}:     # the best of each split's rows
         here = [i for i in scored if rows[i]["split"] == split]
         low = min(rows[i]["perplexity"] for i in here)

@@ -190,6 +190,31 @@ def _cli_cases():
         (["bleu", "--hypotheses", F + "/binary.txt", "--references", F + "/a-file.txt"], "not utf-8"),
         (["bleu", "--hypotheses", F + "/empty.txt", "--references", F + "/a-file.txt"], "holds no lines"),
         (["bleu", "--hypotheses", F + "/a-file.txt", "--references", F], "cannot read"),
+        (["sweep", "start", "../x", "--preset", "tiny"], "sweep name '../x' is not allowed"),
+        (["sweep", "start"], "sweep start needs the sweep's NAME"),
+        (["sweep", "start", "s", "--preset", "tiny", "--grid", "n_head"], "--grid expects KEY=V1,V2"),
+        (["sweep", "start", "s", "--preset", "tiny", "--grid", "n_head=5"],
+         "run 1 (n_head=5, seed=0): n_embd=64 is not divisible by n_head=5"),
+        (["sweep", "start", "s", "--preset", "tiny", "--grid", "nope=1"], "unknown key 'nope'"),
+        (["sweep", "start", "s", "--preset", "tiny", "--seeds", "a"], "--seeds expects whole numbers"),
+        (["sweep", "start", "s", "--preset", "tiny", "--seeds", "0,0"], "seeds repeats a seed"),
+        (["sweep", "start", "s", "--preset", "tiny", "--n", "0"], "score.n must be a whole number"),
+        (["sweep", "start", "s", "--preset", "tiny", "--decoder", "top_k,top_p=0.9"],
+         "top_p is not a setting of the top_k decoder"),
+        (["sweep", "start", "s", "--preset", "tiny", "--decoder", "top_k,40"], "settings are NAME=VALUE"),
+        (["sweep", "start", "s", "--recipe", "nope"], "unknown recipe 'nope'"),
+        (["sweep", "start", "s", "--recipe", "heads", "--budget", "huge"], "not 'huge'"),
+        (["sweep", "start", "s", "--checkpoint", "missing"], "no checkpoint 'missing'"),
+        (["sweep", "start", "s", "--checkpoint", "badconfig"], "damaged"),
+        (["sweep", "start", "s", "--preset", "tiny", "--parent", "good", "--grid", "n_layer=1,2"],
+         "keeps its parent's architecture"),
+        (["sweep", "start", "s", "--preset", "tiny", "--grid", "n_head=" + ",".join(["1"] * 300)],
+         "a sweep runs at most 200"),
+        (["sweep", "start", "s", "--preset", "tiny", "--executor", "slurm", "--wait"], "invalid choice"),
+        (["sweep", "show", "missing"], "no sweep 'missing'"),
+        (["sweep", "stop", "../x"], "is not allowed"),
+        (["sweep", "resume", "missing"], "no sweep 'missing'"),
+        (["sweep", "export", "missing"], "no sweep 'missing'"),
         (["jobs", "stop"], "a job id is a positive whole number"),
         (["jobs", "stop", "999"], "no job 999"),
         (["jobs", "resume", "999"], "no job 999"),
@@ -419,7 +444,52 @@ def _api_cases():
               ("/delete_checkpoint", ["../x", "../x"], "is not allowed"),
               ("/delete_checkpoint", ["good", "goo"], "type the checkpoint's name"),
               ("/delete_checkpoint", ["good", None], "type the checkpoint's name")]
+    for endpoint in ("/sweep_status", "/stop_sweep", "/resume_sweep", "/export_sweep"):
+        cases += [(endpoint, ["missing"], "no sweep 'missing'"), (endpoint, ["../x"], "is not allowed")]
+    cases += [(e, [None], "choose a sweep first") for e in ("/stop_sweep", "/resume_sweep", "/export_sweep")]
     return cases
+
+
+def _sweep_form_cases():
+    """/start_sweep's and /check_sweep's form: name, recipe, budget, preset, parent, grid, every
+    run's settings, seeds, captions scored, split, decoders, checkpoints to score."""
+    F = dict(name="s", recipe="(build your own)", budget="cpu", preset="tiny", parent="",
+             grid="n_head=1,4", settings="epochs=1", seeds="0", n=20, split="test",
+             decoders="random", checkpoints="")
+    bad = [({"name": "../x"}, "sweep name '../x' is not allowed"),
+           ({"grid": "n_head"}, "each line is KEY=V1,V2"),
+           ({"grid": "n_head=5"}, "n_embd=64 is not divisible by n_head=5"),
+           ({"grid": "x" * 30000}, "at most 20000 are accepted"),
+           ({"grid": "n_head=" + ",".join(["1"] * 300)}, "a sweep runs at most 200"),
+           ({"settings": "lr"}, "--set expects key=value"),
+           ({"settings": "lr=nan"}, "lr: expected a finite number"),
+           ({"seeds": "a"}, "seeds are whole numbers"),
+           ({"n": 0}, "captions scored must be a whole number from 1 to 5000"),
+           ({"n": 10 ** 9}, "captions scored must be a whole number from 1 to 5000"),
+           ({"decoders": "top_k,top_p=0.9"}, "top_p is not a setting of the top_k decoder"),
+           ({"recipe": "nope"}, "recipe: value: nope is not in the list of choices"),
+           ({"checkpoints": "missing", "grid": ""}, "no checkpoint 'missing'"),
+           ({"parent": "good", "grid": "n_layer=1,2"}, "keeps its parent's architecture")]
+    return [({**F, **over}, expected) for over, expected in bad]
+
+
+SWEEP_FORM_CASES = _sweep_form_cases()
+
+
+@pytest.mark.parametrize("form, expected", SWEEP_FORM_CASES,
+                         ids=[f"sweep_form{i}" for i in range(len(SWEEP_FORM_CASES))])
+def test_api_sweep_form_refuses_before_queueing(form, expected, api):
+    client, _, store = api
+    before = snapshot(store)
+    for endpoint in ("/check_sweep", "/start_sweep"):
+        message = _message(lambda: client.predict(*form.values(), api_name=endpoint))
+        if message.startswith("["):              # the form's own answer, said under the button
+            message = json.loads(message)[1]
+        elif message.startswith('"'):
+            message = json.loads(message)
+        message = message.replace("**Not valid:** ", "").replace("**Not started:** ", "")
+        one_clear_line(message, expected)
+    assert snapshot(store) == before
 
 
 API_CASES = _api_cases()

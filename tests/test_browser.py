@@ -382,3 +382,39 @@ def test_dark_theme_keeps_attention_and_charts_readable(browser, server):
         "e => getComputedStyle(e).fillOpacity") == "0"
     _shot(page, "attention-dark")
     page.close()
+
+
+def test_a_sweep_from_the_experiments_tab_runs_and_reads_as_a_table(page, server):
+    """A recipe fills the form and Check lists its runs without queueing; a small sweep of our own
+    runs in the worker, its line per run moves to done, its table and downloads appear."""
+    from playwright.sync_api import expect
+    from lab import sweeps
+    _tab(page, "Experiments")
+    _choose(page, "#sweep-recipe", "heads")
+    expect(page.locator("#sweep-grid textarea")).to_have_value("n_head=1,3,6,12,24,48,96,192",
+                                                              timeout=30_000)
+    expect(page.locator("#sweep-note")).to_contain_text("Head count")
+    page.locator("#sweep-check").click()
+    expect(page.locator("#sweep-message")).to_contain_text("8 runs would be queued", timeout=60_000)
+    assert sweeps.list_sweeps(server[1]) == []                       # checking queued nothing
+    _choose(page, "#sweep-recipe", "(build your own)")
+    page.locator("#sweep-name textarea, #sweep-name input").first.fill("ui-sweep")
+    page.locator("#sweep-grid textarea").fill("")
+    page.locator("#sweep-key input").fill("n_layer")
+    page.get_by_role("option", name="n_layer", exact=True).click()
+    page.locator("#sweep-values textarea, #sweep-values input").first.fill("1")
+    page.locator("#sweep-add").click()
+    expect(page.locator("#sweep-grid textarea")).to_have_value("n_layer=1\n", timeout=30_000)
+    page.locator("#sweep-set textarea").fill("epochs=1\nmax_train_captions=60\nmax_dev_captions=20")
+    page.locator("#sweep-n input").fill("10")
+    page.locator("#sweep-start").click()
+    expect(page.locator("#sweep-message")).to_contain_text("Queued 1 runs of sweep ui-sweep",
+                                                           timeout=60_000)
+    run = page.locator(".lab-sweep-run").first
+    expect(run).to_have_attribute("data-status", "done", timeout=300_000)
+    expect(page.locator("#sweep-table")).to_contain_text("random t=1", timeout=30_000)
+    _shot(page, "experiments")
+    page.locator("#sweep-export").click()
+    files = page.locator("#sweep-files")
+    for suffix in (".csv", ".json", ".md", ".html"):
+        expect(files).to_contain_text(suffix, timeout=60_000)

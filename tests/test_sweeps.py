@@ -54,7 +54,7 @@ def test_sweep_from_the_command_line_trains_scores_and_reads_as_one_table(store,
         assert r["kv_bytes_per_token"] == 2 * 2 * 64 * 4       # 2 layers x (k, v) x width 64 x fp32
     # rows of one run share its perplexity; the baseline row has no difference with itself
     assert rows[0]["perplexity"] == rows[1]["perplexity"] and rows[0]["perplexity_diff"] is None
-    assert rows[1]["perplexity_diff"] == pytest.approx(0.0)
+    assert rows[1]["perplexity_diff"] is None                      # the same checkpoint as #1
     assert rows[2]["perplexity_diff"] == pytest.approx(rows[2]["perplexity"] - rows[0]["perplexity"])
     lo, hi = rows[3]["harmonic_bleu_diff_ci"]
     assert lo <= rows[3]["harmonic_bleu_diff"] <= hi
