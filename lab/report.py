@@ -141,6 +141,9 @@ def _svg_curves(series: dict[str, list], title: str, width: int = 620, height: i
         line = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s if x is not None and y is not None)
         if line:
             parts.append(f"<polyline fill='none' stroke='{color}' stroke-width='1.5' points='{line}'/>")
+        if len(s) <= 30:                          # few points (an evaluation per epoch): mark each
+            parts += [f"<circle cx='{sx(x):.1f}' cy='{sy(y):.1f}' r='3' fill='{color}'/>"
+                      for x, y in s if x is not None and y is not None]
         parts.append(f"<text x='{L}' y='{height + 14 + 18 * i}' fill='{color}'>— {html.escape(label)}</text>")
     parts.append("</svg>")
     return "".join(parts)

@@ -90,6 +90,20 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     for j in (scratch, fine):                       # a running one saves, then ends stopped
         wait_job(j["id"], ("stopped",), store=store, timeout=120)
     assert call("/start_all").count("Queued job") == 2           # both start anew (or go on)
+    # a sweep scoring what was made after start (no training): checked, started, stopped, resumed
+    form = ["live", "(build your own)", "cpu", "", "", "", "", "0", 5, "test", "greedy", "made-later"]
+    assert "1 runs would be queued" in call("/check_sweep", *form)
+    assert "Queued 1 runs of sweep" in call("/start_sweep", *form)[1]
+    assert "made-later" in call("/stop_sweep", "live")
+    from lab import sweeps
+    live_job = sweeps.get("live", store)[1][0]["job"]["id"]
+    wait_job(live_job, ("stopped", "done", "interrupted"), store=store, timeout=120)
+    if jobs.get(live_job, store)["status"] != "done":         # it may have finished first
+        assert "queued job" in call("/resume_sweep", "live")
+    else:
+        assert "nothing to resume" in call("/resume_sweep", "live")
+    assert "made-later" in call("/sweep_status", "live")[0]
+    assert len(call("/export_sweep", "live")) == 4
     for j in jobs.list_jobs(store):
         if j["status"] in ("queued", "running"):
             jobs.request_stop(j["id"], "now", store)
