@@ -876,8 +876,8 @@ def wait(name: str, store=None, data_dir=None, say=print, poll_s: float = 1.0,
     if lock is None:
         say(f"another worker (pid {lab_store.holder(lab_store.lock_path('worker', store))}) serves "
             f"this store; watching it run the sweep")
-    shown: dict[str, tuple] = {}
-    try:
+    said: dict[str, tuple] = {}      # run -> (what was said, when): a line when it changes,
+    try:                              # and a training step's line at most every 30 s
         while True:
             if lock is not None:
                 worker.tick()
@@ -886,10 +886,10 @@ def wait(name: str, store=None, data_dir=None, say=print, poll_s: float = 1.0,
                 job = r["job"] or {"status": "missing", "progress": {}, "error": None}
                 ev = job["progress"] or {}
                 line = format_event(ev, r["name"]) if ev.get("event") else ""
-                key = (job["status"], ev.get("event") in ("eval", "scored", "scoring") and line)
-                if shown.get(r["name"]) != key or (ev.get("event") == "step" and
-                                                   time.time() - shown.get(r["name"] + "@", 0) > 30):
-                    shown[r["name"]], shown[r["name"] + "@"] = key, time.time()
+                key = (job["status"], line if ev.get("event") in ("eval", "scored", "scoring") else "")
+                last_key, last_t = said.get(r["name"], (None, 0.0))
+                if key != last_key or (ev.get("event") == "step" and time.time() - last_t > 30):
+                    said[r["name"]] = (key, time.time())
                     say(f"{r['name']}: {job['status']}" + (f": {line}" if line else "")
                         + (f" ({job['error']})" if job.get("error") else ""))
             if all(r["job"] is None or r["job"]["status"] in jobs.FINAL for r in runs):
