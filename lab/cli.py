@@ -268,28 +268,6 @@ def cmd_jobs(args):
         print(f"queued job {jobs.resume(args.job_id, args.store)}")
 
 
-def _grid(pairs: list[str] | None) -> dict:
-    """--grid KEY=V1,V2 (or KEY=A;B when the values hold commas, e.g. layers=1,2,3;5,6,7)."""
-    grid = {}
-    for pair in pairs or []:
-        if "=" not in pair:
-            raise ConfigError(f"--grid expects KEY=V1,V2, got {pair!r}")
-        key, values = pair.split("=", 1)
-        sep = ";" if ";" in values else ","
-        vals = [v.strip() for v in values.split(sep) if v.strip()]
-        if not vals:
-            raise ConfigError(f"--grid {key}: no values; give them as {key}=V1,V2")
-        grid[key.strip()] = vals
-    return grid
-
-
-def _seeds(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise ConfigError(f"--seeds expects whole numbers separated by commas, e.g. 0,1,2; got {text!r}") from None
-
-
 def sweep_definition(args) -> dict:
     """The sweep a `sweep start` command line asks for: a recipe at a budget (or nothing), then
     the flags over it."""
@@ -303,10 +281,10 @@ def sweep_definition(args) -> dict:
             doc[key] = getattr(args, key)
     if args.checkpoints:
         doc["checkpoints"] = args.checkpoints
-    doc["grid"] = {**doc.get("grid", {}), **_grid(args.grid)}
+    doc["grid"] = {**doc.get("grid", {}), **sweeps.parse_grid(args.grid or [], "--grid")}
     doc["set"] = doc.get("set", []) + (args.set or [])
     if args.seeds:
-        doc["seeds"] = _seeds(args.seeds)
+        doc["seeds"] = sweeps.parse_seeds(args.seeds, "--seeds")
     score = dict(doc.get("score", {}))
     if args.n is not None:
         score["n"] = args.n
@@ -318,74 +296,79 @@ def sweep_definition(args) -> dict:
     return doc
 
 
-def cmd_sweep(args):
-    from lab import sweeps
-    if args.action == "recipes":
-        for name in sweeps.recipe_names():
-            info = sweeps.recipe_info(name)
-            print(f"{name:<14} {info.get('about', '')}")
-            for budget, b in info.get("budgets", {}).items():
-                print(f"{'':<14}   {budget}: {b.get('note', '')}")
-        return
-    if args.action == "splits":
-        result = sweeps.split_bleu(args.data_dir)
-        if args.json:
-            _print_json(result)
-            return
-        print("BLEU-4 between the splits (GPT-2 tokens; forward = the first split's captions against "
-              "the second's):")
-        for r in result["rows"]:
-            lo, hi = r["harmonic_ci"]
-            print(f"  {r['pair']:<11} {r['captions']:>17}  forward {r['forward']:.3f}  backward "
-                  f"{r['backward']:.3f}  harmonic {r['harmonic']:.3f} [{lo:.3f}, {hi:.3f}]  "
-                  f"(report: {r['report']:.3f})")
-        return
-    if args.action == "list":
-        rows = sweeps.list_sweeps(args.store)
-        if args.json:
-            _print_json(rows)
-        for r in rows if not args.json else []:
-            counts = ", ".join(f"{n} {s}" for s, n in r["statuses"].items())
-            print(f"{r['name']:<24} {r['runs']} runs ({counts})" + (f"  recipe {r['recipe']}" if r["recipe"] else ""))
-        if not rows and not args.json:
-            print("no sweeps yet: `python -m lab sweep start NAME --recipe heads` starts one "
-                  "(`python -m lab sweep recipes` lists the recipes)")
-        return
-    if not args.name:
-        raise ConfigError(f"sweep {args.action} needs the sweep's NAME")
-    if args.action == "start" and args.dry_run:
+def _sweep_recipes(args, sweeps):
+    for name in sweeps.recipe_names():
+        info = sweeps.recipe_info(name)
+        print(f"{name:<14} {info.get('about', '')}")
+        for budget, b in info.get("budgets", {}).items():
+            print(f"{'':<14}   {budget}: {b.get('note', '')}")
+
+
+def _sweep_splits(args, sweeps):
+    result = sweeps.split_bleu(args.data_dir)
+    if args.json:
+        return _print_json(result)
+    print("BLEU-4 between the splits (GPT-2 tokens; forward = the first split's captions against "
+          "the second's):")
+    for r in result["rows"]:
+        lo, hi = r["harmonic_ci"]
+        print(f"  {r['pair']:<11} {r['captions']:>17}  forward {r['forward']:.3f}  backward "
+              f"{r['backward']:.3f}  harmonic {r['harmonic']:.3f} [{lo:.3f}, {hi:.3f}]  "
+              f"(report: {r['report']:.3f})")
+
+
+def _sweep_list(args, sweeps):
+    rows = sweeps.list_sweeps(args.store)
+    if args.json:
+        return _print_json(rows)
+    for r in rows:
+        counts = ", ".join(f"{n} {s}" for s, n in r["statuses"].items())
+        print(f"{r['name']:<24} {r['runs']} runs ({counts})"
+              + (f"  recipe {r['recipe']}" if r["recipe"] else ""))
+    if not rows:
+        print("no sweeps yet: `python -m lab sweep start NAME --recipe heads` starts one "
+              "(`python -m lab sweep recipes` lists the recipes)")
+
+
+def _sweep_start(args, sweeps):
+    if args.dry_run:
         spec, runs = sweeps.check(sweep_definition(args), args.store)
         print(f"sweep {spec.name}: {len(runs)} runs ({sweeps.budget_text(spec.to_dict())}); nothing queued")
         for r in runs:
             print(f"  {r.name}: {sweeps._describe(r.values, r.seed)}")
         return
-    if args.action == "start":
-        runs = sweeps.start(sweep_definition(args), args.store)
-        if args.json and not args.wait:
-            _print_json([{"run": r.name, "values": r.values, "seed": r.seed} for r in runs])
-        elif not args.json:
-            print(f"sweep {args.name}: queued {len(runs)} runs: {', '.join(r.name for r in runs)}")
-    elif args.action == "stop":
-        print("\n".join(sweeps.stop(args.name, args.run, args.mode, args.store)))
-    elif args.action == "resume":
-        print("\n".join(sweeps.resume(args.name, args.run, args.store)))
-    elif args.action == "show":
-        t = sweeps.table(args.name, args.store, baseline=args.baseline)
-        if args.json:
-            _print_json(t)
-        else:
-            print(sweeps.markdown(t), end="")
-    elif args.action == "export":
-        for path in sweeps.export(args.name, args.out, args.store):
-            print(path)
-    if args.action in ("start", "resume") and args.wait:
+    runs = sweeps.start(sweep_definition(args), args.store)
+    if args.json and not args.wait:
+        _print_json([{"run": r.name, "values": r.values, "seed": r.seed} for r in runs])
+    elif not args.json:
+        print(f"sweep {args.name}: queued {len(runs)} runs: {', '.join(r.name for r in runs)}")
+
+
+def _sweep_table(args, sweeps, baseline=None):
+    t = sweeps.table(args.name, args.store, baseline=baseline)
+    if args.json:
+        _print_json(t)
+    else:
+        print(sweeps.markdown(t), end="")
+
+
+def cmd_sweep(args):
+    from lab import sweeps
+    named = {"start": _sweep_start,
+             "stop": lambda a, sw: print("\n".join(sw.stop(a.name, a.run, a.mode, a.store))),
+             "resume": lambda a, sw: print("\n".join(sw.resume(a.name, a.run, a.store))),
+             "show": lambda a, sw: _sweep_table(a, sw, a.baseline),
+             "export": lambda a, sw: print("\n".join(sw.export(a.name, a.out, a.store)))}
+    unnamed = {"recipes": _sweep_recipes, "splits": _sweep_splits, "list": _sweep_list}
+    if args.action in unnamed:
+        return unnamed[args.action](args, sweeps)
+    if not args.name:
+        raise ConfigError(f"sweep {args.action} needs the sweep's NAME")
+    named[args.action](args, sweeps)
+    if args.action in ("start", "resume") and args.wait and not args.dry_run:
         sweeps.wait(args.name, args.store, args.data_dir, executor=args.executor,
                     say=(lambda line: None) if args.json else (lambda line: print(line, flush=True)))
-        t = sweeps.table(args.name, args.store)
-        if args.json:
-            _print_json(t)
-        else:
-            print(sweeps.markdown(t), end="")
+        _sweep_table(args, sweeps)
 
 
 # ---------------------------------------------------------------- parser

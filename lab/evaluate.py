@@ -128,68 +128,77 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
         yield _snapshot(state, provenance, per_word, n_boot, done=min(start + chunk, len(subset)))
 
 
-def _word_perplexity(state: dict, rows=None):
-    """Per-word perplexity of a model's captions so far (summed NLL / words), or one per bootstrap
-    row of `rows` (the same rows for every model: paired)."""
+def _word_perplexity(s: dict, rows=None):
+    """Per-word perplexity of a model's captions (summed NLL / words), or one per bootstrap row
+    of `rows` (the same rows for every model: paired)."""
     import math
-
-    import torch
-    nll, words = (torch.tensor(state[k], dtype=torch.float64) for k in ("cap_nll", "cap_words"))
     if rows is None:
-        return math.exp(nll.sum().item() / words.sum().item())
-    return (nll[rows].sum(1) / words[rows].sum(1)).exp()
+        return math.exp(s["cap_nll"].sum().item() / s["cap_words"].sum().item())
+    return (s["cap_nll"][rows].sum(1) / s["cap_words"][rows].sum(1)).exp()
 
 
-def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: int) -> dict:
+def paired_intervals(per_caption: dict, n_boot: int, seed: int, per_word: bool = False) -> tuple[dict, list]:
+    """Every figure with its 95% percentile-bootstrap interval, and each model's paired difference
+    against the first, from per-caption figures computed once. per_caption: {name: {"nll": mean
+    token NLL per caption, "cap_nll": summed NLL, "cap_words": words + 1, "fwd": forward BLEU per
+    generated caption, "bwd": backward BLEU per reference}}, all on the same captions in the same
+    order (the generated set held fixed for backward BLEU). Returns ({name: row}, [difference])."""
     import math
 
     import torch
-    from lab.metrics import References
-    rows = {}
-    m = len(next(iter(state.values()))["nll"])
-    idx = bootstrap_indices(m, n_boot, provenance["seed"])
-    word_ppl = _word_perplexity
-    harmonic_boot = {}
-    for name, s in state.items():
-        nll = torch.tensor(s["nll"], dtype=torch.float64)
-        fwd = torch.tensor(s["fwd"], dtype=torch.float64)
-        back_refs = References(s["gen"])
-        # per reference, its BLEU against the captions generated so far: computed once, then
-        # resampled with the same rows as forward BLEU (the generated set held fixed)
-        bwd = torch.tensor([back_refs.sentence_bleu(r) for r in s["refs"]], dtype=torch.float64)
-        backward, forward = bwd.mean().item(), fwd.mean().item()
-        fb, bb = fwd[idx].mean(1), bwd[idx].mean(1)
+    s = {name: {k: torch.as_tensor(v, dtype=torch.float64) for k, v in figs.items()}
+         for name, figs in per_caption.items()}
+    m = len(next(iter(s.values()))["nll"])
+    idx = bootstrap_indices(m, n_boot, seed)
+    rows, harmonic_boot, ppl_boot = {}, {}, {}
+    for name, x in s.items():
+        forward, backward = x["fwd"].mean().item(), x["bwd"].mean().item()
+        fb, bb = x["fwd"][idx].mean(1), x["bwd"][idx].mean(1)
         harmonic_boot[name] = 2 * fb * bb / (fb + bb).clamp_min(1e-300)
+        ppl_boot[name] = x["nll"][idx].mean(1)
         rows[name] = {
             "n": m,
-            "perplexity": math.exp(nll.mean().item()),
-            "perplexity_ci": [math.exp(v) for v in percentile_interval(nll[idx].mean(1))],
-            "word_perplexity": word_ppl(s), "word_perplexity_ci": percentile_interval(word_ppl(s, idx)),
-            "forward_bleu": forward, "forward_bleu_ci": percentile_interval(fwd[idx].mean(1)),
-            "backward_bleu": backward, "backward_n": len(s["refs"]),
+            "perplexity": math.exp(x["nll"].mean().item()),
+            "perplexity_ci": [math.exp(v) for v in percentile_interval(ppl_boot[name])],
+            "word_perplexity": _word_perplexity(x),
+            "word_perplexity_ci": percentile_interval(_word_perplexity(x, idx)),
+            "forward_bleu": forward, "forward_bleu_ci": percentile_interval(fb),
+            "backward_bleu": backward, "backward_n": len(x["bwd"]),
             "backward_bleu_ci": percentile_interval(bb),
             "harmonic_bleu": 2 * forward * backward / (forward + backward) if forward + backward else 0.0,
             "harmonic_bleu_ci": percentile_interval(harmonic_boot[name]),
         }
-    names = list(state)
+    names = list(s)
     diffs = []
     for other in names[1:]:     # paired by caption: same references, same seeds and positions
-        a, b = state[names[0]], state[other]
-        d_fwd = torch.tensor(b["fwd"], dtype=torch.float64) - torch.tensor(a["fwd"], dtype=torch.float64)
-        na, nb = (torch.tensor(x["nll"], dtype=torch.float64) for x in (a, b))
-        d_ppl = (nb[idx].mean(1).exp() - na[idx].mean(1).exp())
-        diffs.append({"model": other, "baseline": names[0],
+        a, b, base = s[names[0]], s[other], names[0]
+        d_fwd = b["fwd"] - a["fwd"]
+        diffs.append({"model": other, "baseline": base,
                       "forward_bleu_diff": d_fwd.mean().item(),
                       "forward_bleu_diff_ci": percentile_interval(d_fwd[idx].mean(1)),
-                      "perplexity_diff": rows[other]["perplexity"] - rows[names[0]]["perplexity"],
-                      "perplexity_diff_ci": percentile_interval(d_ppl),
+                      "perplexity_diff": rows[other]["perplexity"] - rows[base]["perplexity"],
+                      "perplexity_diff_ci": percentile_interval(ppl_boot[other].exp() - ppl_boot[base].exp()),
                       "perplexity_comparable": not per_word,
                       # the same captions, so per word pairs across tokenizers too
-                      "word_perplexity_diff": rows[other]["word_perplexity"] - rows[names[0]]["word_perplexity"],
-                      "word_perplexity_diff_ci": percentile_interval(word_ppl(b, idx) - word_ppl(a, idx)),
-                      "harmonic_bleu_diff": rows[other]["harmonic_bleu"] - rows[names[0]]["harmonic_bleu"],
+                      "word_perplexity_diff": rows[other]["word_perplexity"] - rows[base]["word_perplexity"],
+                      "word_perplexity_diff_ci": percentile_interval(_word_perplexity(b, idx)
+                                                                     - _word_perplexity(a, idx)),
+                      "harmonic_bleu_diff": rows[other]["harmonic_bleu"] - rows[base]["harmonic_bleu"],
                       "harmonic_bleu_diff_ci": percentile_interval(harmonic_boot[other]
-                                                                   - harmonic_boot[names[0]])})
+                                                                   - harmonic_boot[base])})
+    return rows, diffs
+
+
+def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: int) -> dict:
+    from lab.metrics import References
+    per_caption = {}
+    for name, s in state.items():
+        # per reference, its BLEU against the captions generated so far: computed once, then
+        # resampled with the same rows as forward BLEU
+        back_refs = References(s["gen"])
+        per_caption[name] = {"nll": s["nll"], "cap_nll": s["cap_nll"], "cap_words": s["cap_words"],
+                             "fwd": s["fwd"], "bwd": [back_refs.sentence_bleu(r) for r in s["refs"]]}
+    rows, diffs = paired_intervals(per_caption, n_boot, provenance["seed"], per_word)
     return {"done": done, "total": provenance["n"], "models": rows, "differences": diffs,
             "provenance": provenance}
 

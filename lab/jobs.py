@@ -151,16 +151,21 @@ def validate_spec(name: str, model: dict | None, train: dict, parent: str | None
             "parent": None if resume else parent} | ({"score": score} if score else {})
 
 
-def refuse_busy(name: str, store=None) -> None:
-    """A queued or running job, or another process, writes checkpoint `name`: say which."""
+def _refuse_busy(con, name: str, store=None) -> None:
+    """Another process, or a queued or running job, writes checkpoint `name`: say which."""
     if lab_store.is_held(lab_store.name_lock(name, store)):
         raise ConfigError(f"checkpoint {name!r} is being written by another process; choose another "
                           f"name or wait for it to end")
-    with connect(store) as con:
-        busy = con.execute("SELECT id FROM jobs WHERE name=? AND status IN ('queued','running')",
-                           (name,)).fetchone()
+    busy = con.execute("SELECT id FROM jobs WHERE name=? AND status IN ('queued','running')",
+                       (name,)).fetchone()
     if busy:
         raise ConfigError(f"job {busy['id']} is already writing checkpoint {name!r}; choose another name")
+
+
+def refuse_busy(name: str, store=None) -> None:
+    """Checked before queueing a whole sweep (submit checks again, in its transaction)."""
+    with connect(store) as con:
+        _refuse_busy(con, name, store)
 
 
 def submit(name: str, model: dict | None, train: dict, parent: str | None = None,
@@ -170,17 +175,13 @@ def submit(name: str, model: dict | None, train: dict, parent: str | None = None
     spec = validate_spec(name, model, train, parent, store, resume, score, score_only) | {"preset": preset}
     if resume:                               # go on with the run `name` itself
         spec |= {"model": None, "resume": True}
-    if lab_store.is_held(lab_store.name_lock(name, store)):
-        raise ConfigError(f"checkpoint {name!r} is being written by another process; choose another "
-                          f"name or wait for it to end")
     with connect(store) as con:
         con.execute("BEGIN IMMEDIATE")       # the check and the insert are one step
-        busy = con.execute("SELECT id FROM jobs WHERE name=? AND status IN ('queued','running')",
-                           (name,)).fetchone()
-        if busy:
+        try:
+            _refuse_busy(con, name, store)
+        except ConfigError:
             con.execute("ROLLBACK")
-            raise ConfigError(f"job {busy['id']} is already writing checkpoint {name!r}; "
-                              f"choose another name")
+            raise
         cur = con.execute("INSERT INTO jobs (name, spec, status, created, resumed_from) "
                           "VALUES (?, ?, 'queued', ?, ?)",
                           (name, json.dumps(spec), time.time(), resumed_from))

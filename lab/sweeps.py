@@ -9,7 +9,7 @@ interval and every row a paired difference against a baseline row (same captions
     STORE/.lab/sweeps/NAME/RUN.json    what scoring RUN found (written whole, by its job alone)
 
 A sweep's definition and its runs live in the ledger (tables `sweeps` and `sweep_runs`); a run's
-status is that of the newest job with its name. Recipes (experiments/recipes/*.json) are sweep
+status is that of the newest job with its name and the sweep's. Recipes (experiments/recipes/*.json) are sweep
 definitions with two budgets, `cpu` and `full`.
 """
 from __future__ import annotations
@@ -22,10 +22,11 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from lab import checkpoints, jobs
 from lab import store as lab_store
-from lab.config import ConfigError, DecodeConfig, TrainConfig
+from lab.config import SEED_MAX, ConfigError, DecodeConfig, TrainConfig, _Config
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "experiments" / "recipes"
 MAX_RUNS = 200                      # runs in one sweep (each is a training job)
@@ -35,10 +36,10 @@ DEFAULT_DECODER = {"decoder": "random", "temperature": 1.0}
 
 
 @dataclass
-class Score:
-    """How each run is scored when its training ends: the first `n` captions of a seeded subset
-    of `split`, and the captions each decoder writes (same seeds for every run: paired).
-    pick_on_test: also score, on the test split, the decoder with the best harmonic BLEU here
+class Score(_Config):
+    """How each run is scored when its training ends: a seeded subset of `n` captions of `split`,
+    and the captions each decoder writes for it (the same subset and seeds for every run: paired).
+    pick_on_test: then score, on the test split, the decoder with the best harmonic BLEU here
     (the decoder search)."""
     split: str = "test"
     n: int = 500
@@ -46,36 +47,25 @@ class Score:
     seed: int = 0
     pick_on_test: bool = False
 
-    @classmethod
-    def from_dict(cls, d: dict | None) -> "Score":
-        d = dict(d or {})
-        unknown = sorted(set(d) - {"split", "n", "decoders", "seed", "pick_on_test"})
-        if unknown:
-            raise ConfigError(f"score: unknown key(s) {', '.join(unknown)}; valid keys are: split, "
-                              f"n, decoders, seed, pick_on_test")
-        s = cls(**d)
-        if s.split not in SPLITS:
-            raise ConfigError(f"score.split must be one of {', '.join(SPLITS)}, got {s.split!r}")
-        if isinstance(s.n, bool) or not isinstance(s.n, int) or not 1 <= s.n <= MAX_SCORE_N:
-            raise ConfigError(f"score.n must be a whole number from 1 to {MAX_SCORE_N}, got {s.n!r}")
-        if isinstance(s.seed, bool) or not isinstance(s.seed, int) or s.seed < 0:
-            raise ConfigError(f"score.seed must be a whole number from 0, got {s.seed!r}")
-        if not isinstance(s.decoders, list) or not 1 <= len(s.decoders) <= 32:
+    BOUNDS: ClassVar[dict] = {"seed": (0, SEED_MAX)}
+
+    def check(self) -> None:
+        if self.split not in SPLITS:
+            raise ConfigError(f"score.split must be one of {', '.join(SPLITS)}, got {self.split!r}")
+        if not 1 <= self.n <= MAX_SCORE_N:
+            raise ConfigError(f"score.n must be a whole number from 1 to {MAX_SCORE_N}, got {self.n!r}")
+        if not isinstance(self.decoders, list) or not 1 <= len(self.decoders) <= 32:
             raise ConfigError("score.decoders must be a list of 1 to 32 decoders, e.g. "
                               '[{"decoder": "top_p", "top_p": 0.9, "temperature": 0.7}]')
-        s.decoders = [decode_config(d).to_dict() for d in s.decoders]
-        s.pick_on_test = bool(s.pick_on_test)
-        if s.pick_on_test and s.split == "test":
+        self.decoders = [decode_config(d).to_dict() for d in self.decoders]
+        if self.pick_on_test and self.split == "test":
             raise ConfigError("score.pick_on_test chooses a decoder on another split (dev) and "
                               "reports it on test; set score.split to dev")
-        return s
-
-    def to_dict(self) -> dict:
-        return {"split": self.split, "n": self.n, "decoders": self.decoders, "seed": self.seed,
-                "pick_on_test": self.pick_on_test}
 
 
 def decode_config(d) -> DecodeConfig:
+    """A decoder of a sweep: a JSON object, or a line such as 'top_p,temperature=0.7,top_p=0.9'
+    (the seed is the sweep's)."""
     if isinstance(d, str):                  # "top_p" or "top_p,temperature=0.7,top_p=0.9"
         head, *rest = d.split(",")
         pairs = dict(p.split("=", 1) for p in rest if "=" in p)
@@ -86,14 +76,11 @@ def decode_config(d) -> DecodeConfig:
     if not isinstance(d, dict):
         raise ConfigError(f"a decoder is a JSON object such as {{\"decoder\": \"top_k\", \"top_k\": 40}}, "
                           f"got {d!r}"[:200])
-    d = dict(d)
-    dec = DecodeConfig.from_dict({"decoder": d.pop("decoder", "random"),
-                                  **{k: v for k, v in d.items() if k not in ("seed",)}})
-    return dec
+    return DecodeConfig.from_dict({k: v for k, v in d.items() if k != "seed"})
 
 
 def decoder_label(d: dict) -> str:
-    """'top_p t=0.7 p=0.9', 'greedy', 'beam 4'."""
+    """'top_p p=0.9 t=0.7', 'greedy', 'beam beams=4'."""
     short = {"temperature": "t", "top_p": "p", "top_k": "k", "num_beams": "beams"}
     s = d.get("settings", {})
     return " ".join([d["decoder"]] + [f"{short.get(k, k)}={_num(v)}" for k, v in s.items()])
@@ -104,13 +91,13 @@ def _num(v) -> str:
 
 
 @dataclass
-class SweepSpec:
+class SweepSpec(_Config):
     """A sweep's definition. grid: {key: [values]} over config keys (model, train, plugin
     settings as KIND.SETTING, or `parent` for fine-tunes); runs: an explicit list of {key: value}
     instead of (or before) the grid; set: KEY=VALUE for every run; budget: KEY=VALUE applied
     last (epochs, max_train_captions, ...), said in the table. checkpoints: score these stored
     checkpoints as they are, no training (the decoder search)."""
-    name: str
+    name: str = ""
     preset: str | None = None
     parent: str | None = None
     grid: dict = field(default_factory=dict)
@@ -124,23 +111,7 @@ class SweepSpec:
     recipe: str | None = None
     about: str = ""
 
-    KEYS = ("name", "preset", "parent", "grid", "runs", "set", "budget", "seeds", "score",
-            "checkpoints", "baseline", "recipe", "about")
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "SweepSpec":
-        if not isinstance(d, dict):
-            raise ConfigError(f"a sweep is a JSON object, got {type(d).__name__}")
-        unknown = sorted(set(d) - set(cls.KEYS))
-        if unknown:
-            raise ConfigError(f"sweep: unknown key(s) {', '.join(unknown)}; valid keys are: "
-                              f"{', '.join(cls.KEYS)}")
-        spec = cls(**d)
-        spec.check()
-        return spec
-
-    def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.KEYS}
+    BOUNDS: ClassVar[dict] = {"baseline": (1, 10 ** 6)}
 
     def check(self) -> None:
         check_sweep_name(self.name)
@@ -157,8 +128,6 @@ class SweepSpec:
         if not isinstance(self.seeds, list) or not self.seeds or not all(
                 isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2 ** 31 for s in self.seeds):
             raise ConfigError(f"seeds must be a non-empty list of whole numbers from 0, got {self.seeds!r}"[:200])
-        if isinstance(self.baseline, bool) or not isinstance(self.baseline, int) or self.baseline < 1:
-            raise ConfigError(f"baseline is a row number from 1, got {self.baseline!r}")
         if len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"seeds repeats a seed: {self.seeds}")
         self.score = Score.from_dict(self.score).to_dict()
@@ -181,6 +150,33 @@ class SweepSpec:
         for p in self.points():
             keys += [k for k in p if k not in keys]
         return keys
+
+
+def parse_grid(lines: list[str], what: str = "grid") -> dict:
+    """'KEY=V1,V2' per line ('KEY=A;B' when the values hold commas, e.g. layers=1,2,3;5,6,7)
+    -> {KEY: [V1, V2]}: the CLI's --grid flags and the Experiments form's grid lines."""
+    grid = {}
+    for line in (line.strip() for line in lines):
+        if not line:
+            continue
+        if "=" not in line:
+            raise ConfigError(f"{what} expects KEY=V1,V2, e.g. n_head=1,4 (each line is KEY=V1,V2); "
+                              f"got {line!r}"[:300])
+        key, values = (part.strip() for part in line.split("=", 1))
+        vals = [v.strip() for v in values.split(";" if ";" in values else ",") if v.strip()]
+        if not vals:
+            raise ConfigError(f"{what} {key}: no values; write them as {key}=V1,V2")
+        grid[key] = vals
+    return grid
+
+
+def parse_seeds(text: str, what: str = "seeds") -> list[int]:
+    """'0,1,2' -> [0, 1, 2]."""
+    try:
+        return [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise ConfigError(f"{what} expects whole numbers separated by commas (seeds are whole "
+                          f"numbers such as 0,1,2); got {text!r}"[:300]) from None
 
 
 SWEEP_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,59}")
@@ -350,7 +346,8 @@ def list_sweeps(store=None) -> list[dict]:
 
 
 def run_status(run: dict, store=None) -> str:
-    """The run's status: its newest job's, with `scored` once its results are written."""
+    """The run's status: its newest job's, or `done, not scored` when its job ended without
+    writing its results."""
     job = run["job"]
     if job is None:
         return "missing"
@@ -378,7 +375,8 @@ def stop(name: str, run: str | None = None, mode: str = "now", store=None) -> li
         job = r["job"]
         if job and job["status"] in ("queued", "running"):
             after = jobs.request_stop(job["id"], mode, store)
-            said.append(f"{r['name']}: job {job['id']} {'stopped' if after['status'] == 'stopped' else 'asked to stop ' + mode}")
+            what = "stopped" if after["status"] == "stopped" else f"asked to stop {mode}"
+            said.append(f"{r['name']}: job {job['id']} {what}")
     return said or ["nothing to stop: no run is queued or running"]
 
 
@@ -392,11 +390,8 @@ def resume(name: str, run: str | None = None, store=None) -> list[str]:
         job = r["job"]
         if job is None or job["status"] not in ("stopped", "interrupted", "failed"):
             continue
-        try:
-            if spec.checkpoints or trained(r["name"], store):
-                job_id = jobs.submit(r["name"], None, r["train"], store=store, score=_score_spec(spec),
-                                     score_only=True, resumed_from=None)
-            elif _saved_anything(r["name"], store):
+        try:       # the job's own resume: training where it stood, or scoring once it trained
+            if spec.checkpoints or _saved_anything(r["name"], store):
                 job_id = jobs.resume(job["id"], store)
             else:
                 job_id = jobs.submit(r["name"], r["model"], r["train"], parent=r["parent"],
@@ -459,8 +454,7 @@ def kept_checkpoints(run: str, store=None) -> list[tuple[str, str]]:
     if not train:
         return [(run, "as stored")]
     kept = [(run, "dev harmonic BLEU" if train.get("early_stop") == "bleu" else "dev perplexity")]
-    other = f"{run}-bleu"
-    if train.get("keep_bleu_best") and len(other) <= 100 and other in checkpoints.names(store):
+    if train.get("keep_bleu_best") and bleu_name(run) in checkpoints.names(store):
         kept.append((bleu_name(run), "dev harmonic BLEU"))
     return kept
 
@@ -608,103 +602,98 @@ def read_results(sweep: str, run: str, store=None) -> dict | None:
 
 # ---------------------------------------------------------------- the results table
 
-def table(name: str, store=None, baseline: int | None = None, n_boot: int = 1000) -> dict:
-    """One row per run and decoder: the swept values, status, size, training time and speed, dev
-    and test perplexity, BLEU with 95% intervals, cache bytes and generation speed, and the paired
-    difference against the baseline row. {"columns", "rows", "best", "baseline", "spec", ...}."""
-    import torch
+COLUMNS = ["kept_by", "checkpoint", "epoch", "decoder", "split", "status", "params", "train_s",
+           "tokens_per_s", "dev_perplexity", "dev_harmonic_bleu", "perplexity", "perplexity_ci",
+           "word_perplexity", "word_perplexity_ci", "forward_bleu", "forward_bleu_ci",
+           "backward_bleu", "backward_bleu_ci", "harmonic_bleu", "harmonic_bleu_ci",
+           "kv_bytes_per_token", "gen_tokens_per_s", "perplexity_diff", "perplexity_diff_ci",
+           "harmonic_bleu_diff", "harmonic_bleu_diff_ci", "best"]
 
-    from lab.metrics import bootstrap_indices, percentile_interval
+
+def table(name: str, store=None, baseline: int | None = None, n_boot: int = 1000) -> dict:
+    """One row per run, kept checkpoint and decoder: the swept values, status, size, training time
+    and speed, dev and scored perplexity, BLEU with 95% intervals, cache bytes and generation
+    speed, and the paired difference against the baseline row (a row number from 1).
+    {"columns", "rows", "baseline_row", "swept", "spec", ...}."""
     spec, runs = get(name, store)
     swept = spec.swept_keys() + (["seed"] if len(spec.seeds) > 1 else [])
-    rows, samples = [], []
-    for r in runs:
-        res = read_results(name, r["name"], store)
-        base = {"row": 0, "run": r["name"], **{k: r["values"].get(k, r["seed"] if k == "seed" else "")
-                                              for k in swept},
-                "status": run_status(r, store)}
-        if res is None:
-            figs = training_figures(_metrics_path(r["name"], store))
-            rows.append({**base, "train_s": figs["train_s"] or None,
-                         "tokens_per_s": figs["tokens_per_s"]})
-            samples.append(None)
-            continue
-        for entry in res["kept"]:
-            for split, s in entry["splits"].items():
-                cap_nll = torch.tensor(s["nll"], dtype=torch.float64)
-                nll = cap_nll / torch.tensor(s["count"], dtype=torch.float64)
-                for d in s["decoders"]:
-                    rows.append({**base, "kept_by": entry["kept_by"], "checkpoint": entry["checkpoint"],
-                                 "epoch": entry["epoch"], "decoder": d["label"], "split": split,
-                                 "params": entry["params"], "train_s": res.get("train_s"),
-                                 "tokens_per_s": res.get("tokens_per_s"),
-                                 "dev_perplexity": entry["dev_perplexity"],
-                                 "dev_harmonic_bleu": entry["dev_harmonic_bleu"],
-                                 "kv_bytes_per_token": entry["kv_bytes_per_token"],
-                                 "gen_tokens_per_s": d["tokens_per_s"]})
-                    samples.append({"nll": nll, "cap_nll": cap_nll,
-                                    "words": torch.tensor(s["words"], dtype=torch.float64),
-                                    "fwd": torch.tensor(d["forward"], dtype=torch.float64),
-                                    "bwd": torch.tensor(d["backward"], dtype=torch.float64),
-                                    "hash": s["subset_hash"]})
-    for i, row in enumerate(rows):
-        row["row"] = i + 1
+    rows, figures = _rows(name, runs, swept, store)
+    scored = [i for i, f in enumerate(figures) if f is not None]
     baseline = spec.baseline if baseline is None else baseline
-    scored = [i for i, s in enumerate(samples) if s is not None]
-    base_i = baseline - 1 if 0 < baseline <= len(rows) and samples[baseline - 1] is not None \
+    base_i = baseline - 1 if 0 < baseline <= len(rows) and figures[baseline - 1] is not None \
         else (scored[0] if scored else None)
-    boot_cache = {}
-    for i in scored:
-        s, row = samples[i], rows[i]
-        n = len(s["nll"])
-        if n not in boot_cache:
-            boot_cache[n] = bootstrap_indices(n, n_boot, 0)
-        idx = boot_cache[n]
-        row["perplexity"] = math.exp(s["nll"].mean().item())
-        row["perplexity_ci"] = [math.exp(v) for v in percentile_interval(s["nll"][idx].mean(1))]
-        wp = (s["cap_nll"][idx].sum(1) / s["words"][idx].sum(1)).exp()
-        row["word_perplexity"] = math.exp(s["cap_nll"].sum().item() / s["words"].sum().item())
-        row["word_perplexity_ci"] = percentile_interval(wp)
-        fb, bb = s["fwd"][idx].mean(1), s["bwd"][idx].mean(1)
-        hb = 2 * fb * bb / (fb + bb).clamp_min(1e-300)
-        f, b = s["fwd"].mean().item(), s["bwd"].mean().item()
-        row.update({"forward_bleu": f, "forward_bleu_ci": percentile_interval(fb),
-                    "backward_bleu": b, "backward_bleu_ci": percentile_interval(bb),
-                    "harmonic_bleu": 2 * f * b / (f + b) if f + b else 0.0,
-                    "harmonic_bleu_ci": percentile_interval(hb)})
-        s["hb"], s["ppl_boot"] = hb, s["nll"][idx].mean(1).exp()
-    if base_i is not None:
-        b = samples[base_i]
-        for i in scored:
-            s, row = samples[i], rows[i]
-            if i == base_i or s["hash"] != b["hash"]:       # pairs only on the same captions
-                continue
-            if rows[i]["checkpoint"] != rows[base_i]["checkpoint"] or rows[i]["split"] != rows[base_i]["split"]:
-                row["perplexity_diff"] = row["perplexity"] - rows[base_i]["perplexity"]
-                row["perplexity_diff_ci"] = percentile_interval(s["ppl_boot"] - b["ppl_boot"])
-            row["harmonic_bleu_diff"] = row["harmonic_bleu"] - rows[base_i]["harmonic_bleu"]
-            row["harmonic_bleu_diff_ci"] = percentile_interval(s["hb"] - b["hb"])
-    for split in {rows[i]["split"] for i in scored}:     # the best of each split's rows
-        here = [i for i in scored if rows[i]["split"] == split]
-        low = min(rows[i]["perplexity"] for i in here)
-        top = max(here, key=lambda i: rows[i]["harmonic_bleu"])
-        for i in here:
-            marks = (["lowest perplexity"] if rows[i]["perplexity"] == low else []) + \
-                    (["best harmonic BLEU"] if i == top else [])
-            rows[i]["best"] = ", ".join(marks)
-    columns = ["row", "run"] + swept + ["kept_by", "checkpoint", "epoch", "decoder", "split", "status",
-                                        "params", "train_s", "tokens_per_s", "dev_perplexity",
-                                        "dev_harmonic_bleu", "perplexity",
-                                        "perplexity_ci", "word_perplexity", "word_perplexity_ci",
-                                        "forward_bleu", "forward_bleu_ci", "backward_bleu",
-                                        "backward_bleu_ci", "harmonic_bleu", "harmonic_bleu_ci",
-                                        "kv_bytes_per_token", "gen_tokens_per_s",
-                                        "perplexity_diff", "perplexity_diff_ci",
-                                        "harmonic_bleu_diff", "harmonic_bleu_diff_ci", "best"]
+    _intervals(rows, figures, base_i, n_boot, spec.score["seed"])
+    _mark_best(rows, scored)
+    columns = ["row", "run"] + swept + COLUMNS
     return {"sweep": name, "spec": spec.to_dict(), "columns": columns,
             "rows": [{c: row.get(c) for c in columns} for row in rows],
             "baseline_row": rows[base_i]["row"] if base_i is not None else None,
             "swept": swept, "bootstrap": n_boot}
+
+
+def _rows(name: str, runs: list[dict], swept: list[str], store=None) -> tuple[list[dict], list]:
+    """The table's rows without their intervals, and each row's per-caption figures (None for a
+    run not scored yet)."""
+    rows, figures = [], []
+    for r in runs:
+        res = read_results(name, r["name"], store)
+        base = {"row": len(rows) + 1, "run": r["name"], "status": run_status(r, store),
+                **{k: r["values"].get(k, r["seed"] if k == "seed" else "") for k in swept}}
+        if res is None:
+            figs = training_figures(_metrics_path(r["name"], store))
+            rows.append({**base, "train_s": figs["train_s"] or None, "tokens_per_s": figs["tokens_per_s"]})
+            figures.append(None)
+            continue
+        for entry in res["kept"]:
+            for split, s in entry["splits"].items():
+                for d in s["decoders"]:
+                    rows.append({**base, "row": len(rows) + 1, "kept_by": entry["kept_by"],
+                                 "checkpoint": entry["checkpoint"], "epoch": entry["epoch"],
+                                 "decoder": d["label"], "split": split, "params": entry["params"],
+                                 "train_s": res.get("train_s"), "tokens_per_s": res.get("tokens_per_s"),
+                                 "dev_perplexity": entry["dev_perplexity"],
+                                 "dev_harmonic_bleu": entry["dev_harmonic_bleu"],
+                                 "kv_bytes_per_token": entry["kv_bytes_per_token"],
+                                 "gen_tokens_per_s": d["tokens_per_s"]})
+                    figures.append({"hash": s["subset_hash"], "nll": [a / b for a, b in zip(s["nll"], s["count"])],
+                                    "cap_nll": s["nll"], "cap_words": s["words"],
+                                    "fwd": d["forward"], "bwd": d["backward"]})
+    return rows, figures
+
+
+def _intervals(rows: list[dict], figures: list, base_i: int | None, n_boot: int, seed: int) -> None:
+    """Each scored row's intervals, and its paired difference against the baseline row where both
+    scored the same captions (perplexity only between different checkpoints or splits)."""
+    from lab.evaluate import paired_intervals
+    groups: dict[str, list[int]] = {}
+    for i, f in enumerate(figures):
+        if f is not None:
+            groups.setdefault(f["hash"], []).append(i)
+    for members in groups.values():
+        if base_i in members:                     # the baseline first: differences against it
+            members = [base_i] + [i for i in members if i != base_i]
+        shown, diffs = paired_intervals({i: {k: v for k, v in figures[i].items() if k != "hash"}
+                                         for i in members}, n_boot, seed)
+        for i in members:
+            rows[i].update({k: v for k, v in shown[i].items() if k in COLUMNS})
+        if base_i not in members:
+            continue
+        for d in diffs:
+            row, base = rows[d["model"]], rows[base_i]
+            row["harmonic_bleu_diff"], row["harmonic_bleu_diff_ci"] = d["harmonic_bleu_diff"], d["harmonic_bleu_diff_ci"]
+            if (row["checkpoint"], row["split"]) != (base["checkpoint"], base["split"]):
+                row["perplexity_diff"], row["perplexity_diff_ci"] = d["perplexity_diff"], d["perplexity_diff_ci"]
+
+
+def _mark_best(rows: list[dict], scored: list[int]) -> None:
+    """In each split, the rows of the lowest perplexity and the row of the best harmonic BLEU."""
+    for split in {rows[i]["split"] for i in scored}:
+        here = [i for i in scored if rows[i]["split"] == split]
+        low = min(rows[i]["perplexity"] for i in here)
+        top = max(here, key=lambda i: rows[i]["harmonic_bleu"])
+        for i in here:
+            rows[i]["best"] = ", ".join((["lowest perplexity"] if rows[i]["perplexity"] == low else [])
+                                        + (["best harmonic BLEU"] if i == top else []))
 
 
 def _metrics_path(run: str, store=None) -> Path:
@@ -873,7 +862,10 @@ def wait(name: str, store=None, data_dir=None, say=print, poll_s: float = 1.0,
     lock = lab_store.try_acquire(lab_store.lock_path("worker", store))
     worker = jobs.Worker(store, data_dir=data_dir, poll_s=poll_s,
                          executor=executor if lock is not None else "local")
-    if lock is None:
+    if lock is not None:
+        for line in checkpoints.recover(store):       # as a worker does when it starts serving
+            say(f"worker: {line}")
+    else:
         say(f"another worker (pid {lab_store.holder(lab_store.lock_path('worker', store))}) serves "
             f"this store; watching it run the sweep")
     said: dict[str, tuple] = {}      # run -> (what was said, when): a line when it changes,

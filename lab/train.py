@@ -391,7 +391,7 @@ class Trainer:
                       "dev_perplexity": ppl["perplexity"], "dev_token_perplexity": ppl["token_perplexity"]}
             if "word_perplexity" in ppl:
                 record["dev_word_perplexity"] = ppl["word_perplexity"]
-            if (self.cfg.early_stop == "bleu" or self.cfg.keep_bleu_best) and self.dev_bleu is not None:
+            if self.dev_bleu is not None:         # given when early_stop="bleu" or keep_bleu_best
                 record["dev_harmonic_bleu"] = self.dev_bleu(self.model, abort=self.abort_eval)
         except Aborted:
             self.model.train()

@@ -25,34 +25,13 @@ def _lines(value, what: str) -> list[str]:
     return [line.strip() for line in bounded_text(value, what, 20000).splitlines() if line.strip()]
 
 
-def grid_of(text_value) -> dict:
-    """'KEY=V1,V2' per line ('KEY=A;B' when values hold commas) -> {KEY: [V1, V2]}."""
-    grid = {}
-    for line in _lines(text_value, "grid"):
-        if "=" not in line:
-            raise ConfigError(f"grid: each line is KEY=V1,V2 (e.g. n_head=1,4), got {line!r}"[:200])
-        key, values = line.split("=", 1)
-        sep = ";" if ";" in values else ","
-        vals = [v.strip() for v in values.split(sep) if v.strip()]
-        if not vals:
-            raise ConfigError(f"grid: {key.strip()} has no values; write them as {key.strip()}=V1,V2")
-        grid[key.strip()] = vals
-    return grid
-
-
-def seeds_of(value) -> list[int]:
-    try:
-        return [int(x) for x in bounded_text(value, "seeds", 400).replace(" ", "").split(",") if x]
-    except ValueError:
-        raise ConfigError(f"seeds are whole numbers separated by commas, e.g. 0,1,2; got {value!r}") from None
-
-
 def definition(name, recipe, budget, preset, parent, grid_text, set_text, seeds_text, n, split,
                decoders_text, checkpoints_text="") -> dict:
     """The sweep the form describes (the form is the whole definition: a recipe only fills it)."""
     doc = {"name": bounded_text(name, "sweep name", 100).strip(),
-           "preset": preset or None, "parent": parent or None, "grid": grid_of(grid_text),
-           "set": _lines(set_text, "settings"), "seeds": seeds_of(seeds_text) or [0],
+           "preset": preset or None, "parent": parent or None,
+           "grid": sweeps.parse_grid(_lines(grid_text, "grid")), "set": _lines(set_text, "settings"),
+           "seeds": sweeps.parse_seeds(bounded_text(seeds_text, "seeds", 400)) or [0],
            "score": {"n": whole(n, "captions scored", 1, sweeps.MAX_SCORE_N), "split": split,
                      "decoders": _lines(decoders_text, "decoders") or [dict(sweeps.DEFAULT_DECODER)]},
            "checkpoints": _lines(checkpoints_text, "checkpoints")}
@@ -155,7 +134,7 @@ def curves_plot(name, store=None):
 
 def results(name, store=None):
     if not name:
-        return gr.update(value=None), ""
+        return None, ""
     t = sweeps.table(name, store)
     headers, rows = sweeps.display(t)
     return {"headers": headers, "data": rows}, sweeps.markdown(t).splitlines()[-1]
@@ -175,6 +154,34 @@ def build(ctx: Context):
                 "way when it ends, and read them as one table with 95% intervals. Each run is a job "
                 "in the background worker, like the Train tab's. Start from a recipe (the assignment's "
                 "tables) or build your own.")
+    form, check_btn, go, message = _form(ctx)
+    gr.Markdown("### Sweeps")
+    chosen = _watch(ctx)
+
+    def check(*values):
+        try:
+            spec, runs = sweeps.check(definition(*values), ctx.store)
+        except ConfigError as e:
+            return f"**Not valid:** {e}"
+        return (f"{len(runs)} runs would be queued ({sweeps.budget_text(spec.to_dict())}):\n\n"
+                + "\n".join(f"- `{r.name}`: {sweeps._describe(r.values, r.seed)}" for r in runs))
+
+    def start(*values):
+        try:
+            doc = definition(*values)
+            runs = sweeps.start(doc, ctx.store)
+        except ConfigError as e:
+            return gr.skip(), f"**Not started:** {e}"
+        return (gr.update(choices=sweep_choices(ctx.store), value=doc["name"]),
+                f"Queued {len(runs)} runs of sweep **{doc['name']}**; they run one after another in "
+                f"the background worker. Their progress is below.")
+    check_btn.click(friendly(check), form, message, api_name="check_sweep")
+    go.click(friendly(start), form, [chosen, message], api_name="start_sweep")
+    return chosen
+
+
+def _form(ctx: Context):
+    """The sweep's definition: a recipe fills it, a field and its values add a grid line."""
     with gr.Row():
         recipe = Dropdown([OWN] + sweeps.recipe_names(), value=OWN, label="recipe",
                           elem_id="sweep-recipe")
@@ -214,69 +221,52 @@ def build(ctx: Context):
         check_btn = gr.Button("Check (queue nothing)", elem_id="sweep-check")
         go = gr.Button("Start sweep", variant="primary", elem_id="sweep-start")
     message = gr.Markdown(elem_id="sweep-message")
+    recipe_outputs = [preset, grid, settings, seeds, n, split, decoders, name, note]
+    recipe.input(friendly(recipe_form), [recipe, budget], recipe_outputs, api_visibility="private")
+    budget.input(friendly(recipe_form), [recipe, budget], recipe_outputs, api_visibility="private")
+    add.click(friendly(add_to_grid), [grid, key, key_values], grid, api_visibility="private")
+    form = [name, recipe, budget, preset, parent, grid, settings, seeds, n, split, decoders,
+            checkpoints_box]
+    return form, check_btn, go, message
 
-    gr.Markdown("### Sweeps")
+
+def _watch(ctx: Context):
+    """A chosen sweep: a progress line per run, the overlaid curves, the table, its actions."""
     with gr.Row():
         chosen = Dropdown(sweep_choices(ctx.store), value=None, label="sweep", elem_id="sweep-chosen",
                           allow_custom_value=True, scale=3)
         stop_btn = gr.Button("Stop all", elem_id="sweep-stop")
         resume_btn = gr.Button("Resume all", elem_id="sweep-resume")
         export_btn = gr.Button("Export", elem_id="sweep-export")
-    runs_view = gr.HTML(elem_id="sweep-runs")
-    plot = gr.Plot(label="curves of every run")
+    said = gr.Markdown(elem_id="sweep-said")
+    runs_view = gr.HTML("<p>No sweep chosen. Start one above, or pick one.</p>", elem_id="sweep-runs")
+    plot = gr.Plot(label="curves of every run", visible=False)
     table = gr.Dataframe(label="results (best rows marked; Δ: paired difference against the baseline row)",
-                         interactive=False, wrap=True, elem_id="sweep-table")
+                         interactive=False, wrap=True, elem_id="sweep-table", visible=False)
     how = gr.Markdown(elem_id="sweep-how")
     files = gr.File(label="downloads", file_count="multiple", elem_id="sweep-files")
-
-    form = [name, recipe, budget, preset, parent, grid, settings, seeds, n, split, decoders,
-            checkpoints_box]
-    recipe_outputs = [preset, grid, settings, seeds, n, split, decoders, name, note]
-    recipe.input(friendly(recipe_form), [recipe, budget], recipe_outputs, api_visibility="private")
-    budget.input(friendly(recipe_form), [recipe, budget], recipe_outputs, api_visibility="private")
-    add.click(friendly(add_to_grid), [grid, key, key_values], grid, api_visibility="private")
-
-    def check(*values):
-        try:
-            spec, runs = sweeps.check(definition(*values), ctx.store)
-        except ConfigError as e:
-            return f"**Not valid:** {e}"
-        return (f"{len(runs)} runs would be queued ({sweeps.budget_text(spec.to_dict())}):\n\n"
-                + "\n".join(f"- `{r.name}`: {sweeps._describe(r.values, r.seed)}" for r in runs))
-
-    def start(*values):
-        try:
-            doc = definition(*values)
-            runs = sweeps.start(doc, ctx.store)
-        except ConfigError as e:
-            return gr.skip(), f"**Not started:** {e}"
-        return (gr.update(choices=sweep_choices(ctx.store), value=doc["name"]),
-                f"Queued {len(runs)} runs of sweep **{doc['name']}**; they run one after another in "
-                f"the background worker. Their progress is below.")
-    check_btn.click(friendly(check), form, message, api_name="check_sweep")
-    go.click(friendly(start), form, [chosen, message], api_name="start_sweep")
+    outputs = [runs_view, plot, table, how]
 
     def show(s):
         table_value, how_text = results(s, ctx.store)
-        return runs_html(s, ctx.store), curves_plot(s, ctx.store), table_value, how_text, signature(s, ctx.store)
+        return (runs_html(s, ctx.store), gr.update(value=curves_plot(s, ctx.store), visible=bool(s)),
+                gr.update(value=table_value, visible=bool(s)), how_text, signature(s, ctx.store))
     seen = gr.State("")
-    chosen.change(friendly(show), chosen, [runs_view, plot, table, how, seen], api_name="sweep_status")
+    chosen.change(friendly(show), chosen, outputs + [seen], api_name="sweep_status")
 
     def poll(s, last):
-        if not s:
-            return [gr.skip()] * 5
-        sig = signature(s, ctx.store)
+        sig = signature(s, ctx.store) if s else last
         if sig == last and '"running"' not in sig:
             return [gr.skip()] * 5
         if sig == last:                         # a run moves on: its line, not the whole table
             return runs_html(s, ctx.store), gr.skip(), gr.skip(), gr.skip(), sig
         return show(s)
-    gr.Timer(3.0).tick(friendly(poll), [chosen, seen], [runs_view, plot, table, how, seen],
+    gr.Timer(3.0).tick(friendly(poll), [chosen, seen], outputs + [seen],
                        api_visibility="private", show_progress="hidden")
     stop_btn.click(friendly(lambda s: "\n\n".join(sweeps.stop(_need(s), store=ctx.store))), chosen,
-                   message, api_name="stop_sweep")
+                   said, api_name="stop_sweep")
     resume_btn.click(friendly(lambda s: "\n\n".join(sweeps.resume(_need(s), store=ctx.store))), chosen,
-                     message, api_name="resume_sweep")
+                     said, api_name="resume_sweep")
     export_btn.click(friendly(lambda s: sweeps.export(_need(s), store=ctx.store)), chosen, files,
                      api_name="export_sweep")
     return chosen
