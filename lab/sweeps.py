@@ -732,10 +732,11 @@ def display(t: dict) -> tuple[list[str], list[list[str]]]:
     """The table as people read it: figures rounded, intervals in brackets, times in minutes."""
     from lab.train import format_duration
     two = any(r["kept_by"] == "dev harmonic BLEU" for r in t["rows"])
+    vs = f" vs #{t['baseline_row']}" if t["baseline_row"] else ""
     headers = ["#", *t["swept"], *(["kept by", "epoch"] if two else []), "decoder", "split", "status",
                "params", "train time", "tok/s", "dev ppl", "ppl [95%]", "ppl/word [95%]", "fwd BLEU", "bwd BLEU",
                "harmonic BLEU [95%]", "KV B/tok", "gen tok/s",
-               f"Δppl vs #{t['baseline_row']} [95%]", f"Δharmonic vs #{t['baseline_row']} [95%]", "best"]
+               f"Δppl{vs} [95%]", f"Δharmonic{vs} [95%]", "best"]
     rows = []
     for r in t["rows"]:
         rows.append([str(r["row"]), *[_text(r[k]) if r[k] is not None else "" for k in t["swept"]],
@@ -773,13 +774,18 @@ def markdown(t: dict) -> str:
              + f": {budget_text(t['spec'])}.", "",
              "| " + " | ".join(map(esc, headers)) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(map(esc, r)) + " |" for r in rows]
-    lines += ["", f"Perplexity is the assignment's (mean over captions of the per-token loss, then "
-                  f"exp), per word beside it; BLEU-4 forward = each generated caption against every "
-                  f"caption of the split, backward = each reference of the subset against the "
-                  f"generated ones; intervals: percentile bootstrap over captions "
-                  f"({t['bootstrap']} resamples), differences paired by caption against row "
-                  f"#{t['baseline_row']}."]
+    lines += ["", how_text(t)]
     return "\n".join(lines) + "\n"
+
+
+def how_text(t: dict) -> str:
+    """What the table's figures are, in one paragraph."""
+    against = f"row #{t['baseline_row']}" if t["baseline_row"] else "the baseline row, once one is scored"
+    return (f"Perplexity is the assignment's (mean over captions of the per-token loss, then exp), "
+            f"per word beside it; BLEU-4 forward = each generated caption against every caption of "
+            f"the split, backward = each reference of the subset against the generated ones; "
+            f"intervals: percentile bootstrap over captions ({t['bootstrap']} resamples), differences "
+            f"paired by caption against {against}.")
 
 
 def csv_rows(t: dict) -> tuple[list[str], list[list]]:
@@ -803,12 +809,11 @@ def export(name: str, out_dir: Path | None = None, store=None) -> list[str]:
     """The sweep's table as CSV, JSON, Markdown and a self-contained HTML report."""
     from lab import exports
     from lab.report import sweep_report
-    t = table(name, store)
+    t, drawn = table(name, store), curves(name, store)
     files = {".csv": exports.table_csv(*csv_rows(t)),
-             ".json": json.dumps({**t, "curves": curves(name, store)}, indent=2, default=str),
+             ".json": json.dumps({**t, "curves": drawn}, indent=2, default=str),
              ".md": markdown(t),
-             ".html": sweep_report(t, display(t), markdown(t).splitlines()[-1], curves(name, store),
-                                   budget_text(t["spec"]))}
+             ".html": sweep_report(t, display(t), how_text(t), drawn, budget_text(t["spec"]))}
     written = []
     for suffix, text in files.items():
         path = Path(out_dir) / f"{name}{suffix}" if out_dir else exports.fresh(f"sweep-{name}", suffix, store)

@@ -18,7 +18,11 @@ from lab.ui.fields import Dropdown, Number, Radio, Textbox
 from lab.ui.train import form_fields
 
 OWN = "(build your own)"
-EXAMPLE_GRID = "n_head=1,4\n"
+OWN_NOTE = ("Write a grid (one KEY=V1,V2 per line) or pick a field and its values below; every "
+            "combination runs once per seed.")
+# the form's own values, and what "(build your own)" puts back after a recipe filled it
+DEFAULTS = {"preset": "tiny", "grid": "n_head=1,4\n", "settings": "epochs=1\nmax_train_captions=1000",
+            "seeds": "0", "n": 200, "split": "test", "decoders": "random,temperature=1.0", "name": ""}
 
 
 def _lines(value, what: str) -> list[str]:
@@ -47,8 +51,8 @@ def definition(name, recipe, budget, preset, parent, grid_text, set_text, seeds_
 def recipe_form(recipe, budget) -> list:
     """A recipe at a budget written into the form: preset, grid, settings, seeds, scoring."""
     if not recipe or recipe == OWN:
-        return [gr.skip()] * 8 + ["Write a grid (one KEY=V1,V2 per line) or pick a field and its "
-                                  "values below; every combination runs once per seed."]
+        return [DEFAULTS[k] for k in ("preset", "grid", "settings", "seeds", "n", "split", "decoders",
+                                      "name")] + [OWN_NOTE]
     doc = sweeps.recipe(recipe, budget)
     info = sweeps.recipe_info(recipe)
     sc = doc["score"]
@@ -137,7 +141,7 @@ def results(name, store=None):
         return None, ""
     t = sweeps.table(name, store)
     headers, rows = sweeps.display(t)
-    return {"headers": headers, "data": rows}, sweeps.markdown(t).splitlines()[-1]
+    return {"headers": headers, "data": rows}, sweeps.how_text(t)
 
 
 def signature(name, store=None) -> str:
@@ -189,14 +193,14 @@ def _form(ctx: Context):
                        info="cpu: minutes on this machine; full: the assignment's settings (a GPU)",
                        elem_id="sweep-budget")
         name = Textbox("", label="sweep name", placeholder="heads-cpu", elem_id="sweep-name")
-    note = gr.Markdown("Write a grid (one KEY=V1,V2 per line) or pick a field and its values below; "
-                       "every combination runs once per seed.", elem_id="sweep-note")
+    note = gr.Markdown(OWN_NOTE, elem_id="sweep-note")
     with gr.Row():
-        preset = Dropdown([""] + sorted(PRESETS), value="tiny", label="preset", elem_id="sweep-preset")
+        preset = Dropdown([""] + sorted(PRESETS), value=DEFAULTS["preset"], label="preset",
+                          elem_id="sweep-preset")
         parent = Dropdown([""] + ctx.checkpoint_names(), value="", label="fine-tune from (optional)",
                           elem_id="sweep-parent", allow_custom_value=True)
         ctx.add_dropdown(parent, "blank")
-        seeds = Textbox("0", label="seeds", info="each setting runs once per seed, e.g. 0,1,2",
+        seeds = Textbox(DEFAULTS["seeds"], label="seeds", info="each setting runs once per seed, e.g. 0,1,2",
                         elem_id="sweep-seeds")
     with gr.Row():
         key = Dropdown([""] + form_fields() + ["parent"], value="", label="sweep over (a form field)",
@@ -204,14 +208,14 @@ def _form(ctx: Context):
         key_values = Textbox("", label="its values", placeholder="1,4,8", elem_id="sweep-values")
         add = gr.Button("Add to the grid", elem_id="sweep-add")
     with gr.Row():
-        grid = Textbox(EXAMPLE_GRID, label="grid: one KEY=V1,V2 per line", lines=4, elem_id="sweep-grid")
-        settings = Textbox("epochs=1\nmax_train_captions=1000", label="every run: one KEY=VALUE per line",
+        grid = Textbox(DEFAULTS["grid"], label="grid: one KEY=V1,V2 per line", lines=4, elem_id="sweep-grid")
+        settings = Textbox(DEFAULTS["settings"], label="every run: one KEY=VALUE per line",
                            lines=4, elem_id="sweep-set")
     with gr.Row():
-        n = Number(200, label="captions scored", precision=0, elem_id="sweep-n",
+        n = Number(DEFAULTS["n"], label="captions scored", precision=0, elem_id="sweep-n",
                    info=f"per run and decoder, 1 to {sweeps.MAX_SCORE_N:,}")
-        split = Radio(["test", "dev"], value="test", label="scored on", elem_id="sweep-split")
-        decoders = Textbox("random,temperature=1.0", label="decoders: one per line", lines=3,
+        split = Radio(["test", "dev"], value=DEFAULTS["split"], label="scored on", elem_id="sweep-split")
+        decoders = Textbox(DEFAULTS["decoders"], label="decoders: one per line", lines=3,
                            elem_id="sweep-decoders",
                            info="e.g. top_p,temperature=0.7,top_p=0.9 or greedy or beam,num_beams=4")
         checkpoints_box = Textbox("", label="checkpoints to score as they are (decoder search)",
@@ -242,9 +246,9 @@ def _watch(ctx: Context):
     runs_view = gr.HTML("<p>No sweep chosen. Start one above, or pick one.</p>", elem_id="sweep-runs")
     plot = gr.Plot(label="curves of every run", visible=False)
     table = gr.Dataframe(label="results (best rows marked; Δ: paired difference against the baseline row)",
-                         interactive=False, wrap=True, elem_id="sweep-table", visible=False)
+                         interactive=False, wrap=False, elem_id="sweep-table", visible=False)
     how = gr.Markdown(elem_id="sweep-how")
-    files = gr.File(label="downloads", file_count="multiple", elem_id="sweep-files")
+    files = gr.File(label="downloads", file_count="multiple", elem_id="sweep-files", visible=False)
     outputs = [runs_view, plot, table, how]
 
     def show(s):
@@ -267,8 +271,8 @@ def _watch(ctx: Context):
                    said, api_name="stop_sweep")
     resume_btn.click(friendly(lambda s: "\n\n".join(sweeps.resume(_need(s), store=ctx.store))), chosen,
                      said, api_name="resume_sweep")
-    export_btn.click(friendly(lambda s: sweeps.export(_need(s), store=ctx.store)), chosen, files,
-                     api_name="export_sweep")
+    export_btn.click(friendly(lambda s: gr.update(value=sweeps.export(_need(s), store=ctx.store),
+                                                  visible=True)), chosen, files, api_name="export_sweep")
     return chosen
 
 

@@ -109,6 +109,7 @@ def _field_component(cls, name, value):
 
 
 CHECKBOX_INFO = {"final_dev": "at the end, score the kept checkpoint on all dev captions",
+                 "keep_bleu_best": "also keep the epoch with the best dev BLEU, as NAME-bleu",
                  "compile": "torch.compile the model (GPU; its first steps compile)"}
 
 
