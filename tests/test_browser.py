@@ -397,7 +397,9 @@ def test_a_sweep_from_the_experiments_tab_runs_and_reads_as_a_table(page, server
     page.locator("#sweep-check").click()
     expect(page.locator("#sweep-message")).to_contain_text("8 runs would be queued", timeout=60_000)
     assert sweeps.list_sweeps(server[1]) == []                       # checking queued nothing
-    _choose(page, "#sweep-recipe", "(build your own)")
+    _choose(page, "#sweep-recipe", "(build your own)")          # the form's own values come back
+    expect(page.locator("#sweep-grid textarea")).to_have_value("n_head=1,4\n", timeout=30_000)
+    expect(page.locator("#sweep-preset input")).to_have_value("tiny")
     page.locator("#sweep-name textarea, #sweep-name input").first.fill("ui-sweep")
     page.locator("#sweep-grid textarea").fill("")
     page.locator("#sweep-key input").fill("n_layer")

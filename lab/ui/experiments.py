@@ -11,7 +11,6 @@ import gradio as gr
 from lab import sweeps
 from lab.config import ConfigError
 from lab.presets import PRESETS
-from lab.train import format_duration
 from lab.ui.common import Context, friendly, whole
 from lab.ui.common import text as bounded_text
 from lab.ui.fields import Dropdown, Number, Radio, Textbox
@@ -22,7 +21,7 @@ OWN_NOTE = ("Write a grid (one KEY=V1,V2 per line) or pick a field and its value
             "combination runs once per seed.")
 # the form's own values, and what "(build your own)" puts back after a recipe filled it
 DEFAULTS = {"preset": "tiny", "grid": "n_head=1,4\n", "settings": "epochs=1\nmax_train_captions=1000",
-            "seeds": "0", "n": 200, "split": "test", "decoders": "random,temperature=1.0", "name": ""}
+            "seeds": "0", "n": 200, "split": "test", "decoders": "random,temperature=1.0"}
 
 
 def _lines(value, what: str) -> list[str]:
@@ -51,8 +50,8 @@ def definition(name, recipe, budget, preset, parent, grid_text, set_text, seeds_
 def recipe_form(recipe, budget) -> list:
     """A recipe at a budget written into the form: preset, grid, settings, seeds, scoring."""
     if not recipe or recipe == OWN:
-        return [DEFAULTS[k] for k in ("preset", "grid", "settings", "seeds", "n", "split", "decoders",
-                                      "name")] + [OWN_NOTE]
+        return [DEFAULTS[k] for k in ("preset", "grid", "settings", "seeds", "n", "split", "decoders")] \
+            + [gr.skip(), OWN_NOTE]                 # the name a person typed stays
     doc = sweeps.recipe(recipe, budget)
     info = sweeps.recipe_info(recipe)
     sc = doc["score"]
@@ -89,32 +88,21 @@ def sweep_choices(store=None) -> list[str]:
 
 
 def runs_html(name, store=None) -> str:
-    """A progress line per run: its status, what it does now, a bar."""
+    """A line per run: what it is, then its job's progress as the Train tab shows it."""
+    from lab.ui.train import progress_html
     if not name:
         return "<p>No sweep chosen. Start one above, or pick one.</p>"
     spec, runs = sweeps.get(name, store)
     lines = [f"<p><b>{html.escape(name)}</b>: {html.escape(sweeps.budget_text(spec.to_dict()))}.</p>"]
     for r in runs:
         job = r["job"] or {"status": "missing", "progress": {}, "error": None}
-        status, p = sweeps.run_status(r, store), job["progress"] or {}
-        frac = 1.0 if status == "done" else p["step"] / p["total_steps"] if p.get("total_steps") else 0.0
-        doing = ""
-        if job["status"] == "running":
-            ev = p.get("event")
-            doing = (f"scoring {p['what']}" if ev == "scoring" else
-                     f"step {p['step']}/{p['total_steps']}, ETA {format_duration(p['eta_s'])}"
-                     if ev in ("step", "progress") else "loading the data and the model")
-        elif p.get("event") == "scored":
-            doing = p["summary"]
-        if job.get("error"):
-            doing += f" — {job['error']}"
+        status = sweeps.run_status(r, store)
         values = ", ".join(f"{k}={sweeps._text(v)}" for k, v in r["values"].items())
         lines.append(f"<div class='lab-sweep-run' data-status='{html.escape(status)}'>"
                      f"<div class='lab-progress-text'><b>{html.escape(r['name'])}</b> "
-                     f"({html.escape(values or 'seed ' + str(r['seed']))}): {html.escape(status)}"
-                     f"{': ' + html.escape(doing) if doing else ''}</div>"
-                     f"<div class='lab-progress' data-status='{html.escape(status)}'>"
-                     f"<div class='bar' style='width:{100 * frac:.1f}%'></div></div></div>")
+                     f"({html.escape(values or 'seed ' + str(r['seed']))})"
+                     f"{' — its job ended without writing its scores' if status == 'done, not scored' else ''}"
+                     f"</div>{progress_html(job)}</div>")
     return "".join(lines)
 
 
@@ -271,8 +259,9 @@ def _watch(ctx: Context):
                    said, api_name="stop_sweep")
     resume_btn.click(friendly(lambda s: "\n\n".join(sweeps.resume(_need(s), store=ctx.store))), chosen,
                      said, api_name="resume_sweep")
-    export_btn.click(friendly(lambda s: gr.update(value=sweeps.export(_need(s), store=ctx.store),
-                                                  visible=True)), chosen, files, api_name="export_sweep")
+    export_btn.click(friendly(lambda s: sweeps.export(_need(s), store=ctx.store)), chosen, files,
+                     api_name="export_sweep").then(lambda: gr.update(visible=True), None, files,
+                                                   api_visibility="private")
     return chosen
 
 
