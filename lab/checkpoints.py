@@ -271,6 +271,24 @@ def load_dir(path: Path, device: str = "cpu") -> Checkpoint:
     return Checkpoint(path.name, path, config, meta, _read_metrics(path), model, tok)
 
 
+def keep_blocks(model, blocks: list[int]):
+    """A copy of `model` with only the given 1-based blocks, in that order (the rest of the
+    weights as they are): the lab's own models, built from its config with fewer layers."""
+    from lab.model import build
+    cfg = model.config.replace(n_layer=len(blocks))
+    state = {}
+    for k, v in model.state_dict().items():
+        if k.startswith("transformer.h."):
+            i, rest = k[len("transformer.h."):].split(".", 1)
+            if int(i) + 1 in blocks:
+                state[f"transformer.h.{blocks.index(int(i) + 1)}.{rest}"] = v
+        else:
+            state[k] = v
+    out = build(cfg)
+    load_state(out, state, where="the kept blocks")
+    return out.eval()
+
+
 def check_loadable(name: str, store=None) -> ModelConfig:
     """Cheaply make sure checkpoint `name` would load (config, tokenizer, weight names and shapes
     from the file header), without reading the weights. Returns its model config."""

@@ -292,6 +292,8 @@ def sweep_definition(args) -> dict:
         score["split"] = args.split
     if args.decoders:
         score["decoders"] = args.decoders
+    if args.bleu_tokens:
+        score["bleu_tokens"] = args.bleu_tokens
     doc["score"] = score
     return doc
 
@@ -536,6 +538,9 @@ def _parser_sweep(sub) -> None:
     p.add_argument("--split", choices=["dev", "test"], help="the split runs are scored on")
     p.add_argument("--decoder", dest="decoders", action="append", metavar="DECODER[,K=V...]",
                    help="a decoder to score with, e.g. top_p,temperature=0.7,top_p=0.9 (repeatable)")
+    p.add_argument("--bleu-tokens", choices=["auto", "gpt2", "words"],
+                   help="BLEU's units: GPT-2 tokens, whitespace words, or auto (GPT-2 tokens for "
+                        "GPT-2-tokenized models; words when the sweep's grid varies the tokenizer)")
     p.add_argument("--run", help="stop/resume: one run (its name or number) instead of all")
     p.add_argument("--mode", default="now", choices=["now", "after_checkpoint"])
     p.add_argument("--baseline", type=int, help="show: the row (#) differences are paired "

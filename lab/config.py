@@ -437,9 +437,16 @@ class TrainConfig(_Config):
     eval_batch_size: int = 128        # captions per forward pass in evaluation
     max_train_captions: int | None = None  # use only the first N training captions (quick runs)
     max_dev_captions: int | None = None    # use only the first N dev captions
+    max_steps: int | None = None      # budget: stop after N optimizer steps in all (the epoch under
+                                      # way ends there and is evaluated like any epoch's end)
+    max_minutes: float | None = None  # budget: stop after N minutes of training steps in all
+                                      # (resumes add up; evaluations do not count), as max_steps
     final_dev: bool = False           # at the end, score the kept checkpoint on every dev caption
                                       # (when max_dev_captions scored only some during training)
     train_layers: str = "all"         # "all", or comma-separated 1-based blocks that train
+    tokenizer: str = "gpt2"           # a model trained from scratch: "gpt2" (BPE), "words" (the
+                                      # training captions' whitespace words) or "char"; a
+                                      # fine-tune keeps its parent's
     log_every: int = 20               # steps between logged training losses
     eval_every: int = 0               # steps between extra dev evaluations inside an epoch (0: none);
                                       # they draw the curve, only the epoch's end saves or stops
@@ -454,6 +461,7 @@ class TrainConfig(_Config):
                               "seed": (0, SEED_MAX), "patience": (1, 10_000),
                               "bleu_samples": (1, 5000), "eval_batch_size": (1, 65536),
                               "max_train_captions": (1, 10 ** 8), "max_dev_captions": (1, 10 ** 8),
+                              "max_steps": (1, 10 ** 9), "max_minutes": (0.01, 10 ** 6),
                               "log_every": (1, 10 ** 9), "eval_every": (0, 10 ** 9)}
 
     def check(self) -> None:
@@ -461,10 +469,13 @@ class TrainConfig(_Config):
         if self.early_stop not in ("perplexity", "bleu", "none"):
             raise ConfigError(f"early_stop must be 'perplexity', 'bleu' or 'none', "
                               f"got {self.early_stop!r}")
-        for n in ("max_train_captions", "max_dev_captions", "bleu_samples"):
+        for n in ("max_train_captions", "max_dev_captions", "bleu_samples", "max_steps"):
             v = getattr(self, n)
             if v is not None and v < 1:
                 raise ConfigError(f"{n} must be at least 1 (or unset for all), got {v}")
+        if self.max_minutes is not None and not self.max_minutes > 0:
+            raise ConfigError(f"max_minutes must be a positive number of minutes (or unset for no "
+                              f"time budget), got {self.max_minutes}")
         if self.eval_every < 0:
             raise ConfigError(f"eval_every must be 0 (only at the end of each epoch) or a number "
                               f"of steps, got {self.eval_every}")
@@ -474,6 +485,9 @@ class TrainConfig(_Config):
             raise ConfigError("keep_bleu_best keeps the best-BLEU epoch beside the best-perplexity "
                               "one; with early_stop=bleu the checkpoint is already the best-BLEU "
                               "one: use early_stop=perplexity (or none) with keep_bleu_best")
+        if self.tokenizer not in ("gpt2", "words", "char"):
+            raise ConfigError(f"tokenizer must be 'gpt2' (BPE), 'words' or 'char', "
+                              f"got {self.tokenizer!r}"[:300])
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
         if self.precision not in ("auto", "bf16", "fp32"):

@@ -112,7 +112,7 @@ def validate_spec(name: str, model: dict | None, train: dict, parent: str | None
                   resume: bool = False, score: dict | None = None, score_only: bool = False) -> dict:
     """Check everything before a job is queued: a bad value never reaches the worker. score: the
     sweep's scoring after training (lab/sweeps.py); score_only: the run `name` trained already."""
-    from lab.runs import resume_state
+    from lab.runs import check_parent, resume_state
     from lab.sweeps import Score, check_sweep_name
     from lab.train import parse_train_layers
     checkpoints.check_name(name)
@@ -142,7 +142,11 @@ def validate_spec(name: str, model: dict | None, train: dict, parent: str | None
             from lab.runs import bleu_name
             checkpoints.refuse_existing(bleu_name(name), store)
         if parent:
-            n_layer = checkpoints.check_loadable(parent, store).n_layer
+            if train_cfg.tokenizer != "gpt2":
+                raise ConfigError(f"tokenizer={train_cfg.tokenizer} is for a model trained from "
+                                  f"scratch; a fine-tune keeps its parent's tokenizer: leave "
+                                  f"tokenizer at gpt2")
+            n_layer = check_parent(parent, store)
         else:
             model_cfg = ModelConfig.from_dict(model or {})
             n_layer = model_cfg.n_layer

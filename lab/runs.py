@@ -11,7 +11,7 @@ import torch
 
 from lab import checkpoints, data, distributed, tokenizers
 from lab import store as lab_store
-from lab.config import ConfigError, ModelConfig, TrainConfig
+from lab.config import ConfigError, ModelConfig, TrainConfig, parse_blocks
 from lab.model import build
 from lab.train import Trainer
 
@@ -63,13 +63,16 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
         source = {k: v for k, v in ck.meta.items() if k in ("source", "parent", "layers", "pretrained")}
         source["resumed_at_step"] = state["step"]
     elif parent:
-        ck = checkpoints.load(parent, store)
-        model, tok, model_cfg = ck.model, ck.tokenizer, ck.config
-        source = {"source": "finetune", "parent": parent, **{k: v for k, v in ck.meta.items()
+        if train_cfg.tokenizer != "gpt2":
+            raise ConfigError(f"tokenizer={train_cfg.tokenizer} is for a model trained from scratch; "
+                              f"a fine-tune keeps its parent's tokenizer: leave tokenizer at gpt2")
+        model, tok, meta = load_parent(parent, store)
+        model_cfg = model.config
+        source = {"source": "finetune", "parent": parent, **{k: v for k, v in meta.items()
                                                              if k in ("layers", "pretrained")}}
     else:
         model_cfg.validate()
-        tok = tokenizers.gpt2()
+        tok = tokenizers.for_scratch(train_cfg.tokenizer, data.load_split("train", root))
         if model_cfg.vocab_size != tok.vocab_size:
             model_cfg = model_cfg.replace(vocab_size=tok.vocab_size)
         model = build(model_cfg)
@@ -145,12 +148,74 @@ def bleu_name(name: str) -> str:
     return checkpoints.check_name(f"{name}-bleu")
 
 
+SMOLLM2 = "smollm2"          # a parent name that, unless the store has one, is the packaged SmolLM2
+SMOLLM2_LAYERS = 30
+
+
+def split_parent(parent: str) -> tuple[str, str | None]:
+    """'NAME' or 'NAME:LAYERS' (LAYERS: 1-based blocks such as 1,15,30, or 'all'): the blocks of
+    a parent a fine-tune starts from, chosen without importing anything into the store first.
+    NAME is a stored checkpoint, or smollm2 for the packaged SmolLM2 when no checkpoint has
+    that name."""
+    if not isinstance(parent, str):
+        raise ConfigError(f"parent must be a checkpoint name, got {type(parent).__name__}")
+    name, _, layers = parent.partition(":")
+    return name, (layers or None) if ":" in parent else None
+
+
+def check_parent(parent: str, store=None) -> int:
+    """The number of blocks a fine-tune from `parent` starts with (no weights read)."""
+    name, layers = split_parent(parent)
+    if name == SMOLLM2 and name not in checkpoints.names(store):
+        from lab.smollm2 import gguf_path
+        gguf_path()                                  # the packaged weights are there
+        if layers is None:
+            raise ConfigError("parent 'smollm2' names the packaged SmolLM2: give its blocks, e.g. "
+                              "smollm2:1,2,3 or smollm2:all (or import it under that name first)")
+        n_layer = SMOLLM2_LAYERS
+    else:
+        n_layer = checkpoints.check_loadable(name, store).n_layer
+    if layers is None or layers == "all":
+        return n_layer
+    return len(parse_blocks(layers, n_layer, f"the blocks of parent {parent!r}"))
+
+
+def load_parent(parent: str, store=None):
+    """(model, tokenizer, provenance) of the parent a fine-tune starts from: a stored checkpoint,
+    or some of its blocks ('NAME:1,2,3'), or blocks of the packaged SmolLM2 ('smollm2:1,15,30').
+    The blocks kept are named in the original model's numbering ('layers')."""
+    name, layers = split_parent(parent)
+    if name == SMOLLM2 and name not in checkpoints.names(store):
+        from lab import smollm2
+        check_parent(parent, store)
+        hf_model, hf_tok = smollm2.load_hf()
+        model, kept = smollm2.to_lab(hf_model, None if layers == "all" else parse_blocks(layers, 30))
+        return model, tokenizers.HFTokenizer(hf_tok, "smollm2"), {
+            "pretrained": smollm2.PRETRAINED, "layers": kept}
+    ck = checkpoints.load(name, store)
+    if layers is None:
+        return ck.model, ck.tokenizer, ck.meta
+    n = ck.config.n_layer
+    chosen = list(range(1, n + 1)) if layers == "all" else parse_blocks(layers, n)
+    model = checkpoints.keep_blocks(ck.model, chosen)
+    before = ck.meta.get("layers") or list(range(1, n + 1))
+    meta = {**ck.meta, "layers": [before[i - 1] for i in chosen]}
+    return model, ck.tokenizer, meta
+
+
 def resume_state(name: str, train_cfg: TrainConfig, store) -> tuple[dict, Path]:
     """Where the run `name` stands (see resume_point), checked against the epochs to train."""
     state, path = resume_point(name, store)
     if state["epoch"] >= train_cfg.epochs:
         raise ConfigError(f"run {name!r} has already trained {state['epoch']} of "
                           f"{train_cfg.epochs} epochs; set epochs above {state['epoch']} to go on")
+    if train_cfg.max_steps is not None and state["step"] >= train_cfg.max_steps:
+        raise ConfigError(f"run {name!r} has already trained {state['step']} steps, its budget "
+                          f"max_steps={train_cfg.max_steps}; set max_steps higher to go on")
+    if train_cfg.max_minutes is not None and state.get("trained_s", 0) >= train_cfg.max_minutes * 60:
+        raise ConfigError(f"run {name!r} has already trained {state['trained_s'] / 60:.2f} "
+                          f"minutes, its budget max_minutes={train_cfg.max_minutes:g}; set "
+                          f"max_minutes higher to go on")
     return state, path
 
 

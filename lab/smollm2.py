@@ -96,6 +96,9 @@ def to_lab(hf_model, layers: list[int] | None = None):
     return model.eval(), layers
 
 
+PRETRAINED = "SmolLM2-135M-Instruct (Q4_1 GGUF, de-quantized)"
+
+
 def import_smollm2(name: str, layers: list[int] | None = None, store=None,
                    path: Path | None = None) -> Path:
     """Import SmolLM2 into the store as a `llama` checkpoint with the chosen blocks (1-based)."""
@@ -107,5 +110,5 @@ def import_smollm2(name: str, layers: list[int] | None = None, store=None,
     model, layers = to_lab(hf_model, layers)
     tok = tokenizers.HFTokenizer(hf_tok, "smollm2")
     return checkpoints.save(model, tok, name, store, provenance={
-        "source": "import", "pretrained": "SmolLM2-135M-Instruct (Q4_1 GGUF, de-quantized)",
+        "source": "import", "pretrained": PRETRAINED,
         "layers": layers, "format": "gguf"})

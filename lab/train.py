@@ -193,8 +193,11 @@ class Trainer:
                                                  c.n_layer, c.n_embd)
         self.steps_per_epoch = math.ceil(len(self.train_seqs) / cfg.batch_size)
         self.total_steps = self.steps_per_epoch * cfg.epochs
+        if cfg.max_steps is not None:            # a step budget ends the run inside an epoch
+            self.total_steps = min(self.total_steps, cfg.max_steps)
+        self.epochs = math.ceil(self.total_steps / self.steps_per_epoch)
         self.epoch_done, self.step, self.skip, self.best, self.bad_epochs = 0, 0, 0, None, 0
-        self.best_bleu = None
+        self.best_bleu, self.trained_before, self.budget_spent = None, 0.0, None
         if self.resume:
             try:
                 self.opt.load_state_dict(self.resume["optimizer"])
@@ -205,12 +208,13 @@ class Trainer:
             self.epoch_done, self.step, self.skip = r["epoch"], r["step"], r.get("batches_done", 0)
             self.best, self.bad_epochs = r["best"], r.get("bad_epochs", 0)
             self.best_bleu = r.get("best_bleu")
+            self.trained_before = r.get("trained_s", 0.0)     # the time budget counts every segment
             set_rng_state(r.get("rng") or {}, self.device)
 
     def _train_state(self, epochs_completed: int, batches_done: int) -> dict:
         return {"optimizer": self.opt.state_dict(), "epoch": epochs_completed, "step": self.step,
                 "batches_done": batches_done, "best": self.best, "bad_epochs": self.bad_epochs,
-                "best_bleu": self.best_bleu,
+                "best_bleu": self.best_bleu, "trained_s": self.trained_before + self.train_s,
                 "rng": rng_state(self.device)}
 
     def _stop(self, writer, epochs_completed: int, batches_done: int, reason: str) -> dict:
@@ -227,25 +231,26 @@ class Trainer:
         self._setup()
         writer = SummaryWriter(str(self.run_dir / "tb")) if self.main else None
         self.t_start, self.train_s, self.steps_timed, self.eval_s = time.time(), 0.0, 0, None
-        yield self._log({"event": "start", "epochs": cfg.epochs, "steps_per_epoch": self.steps_per_epoch,
+        yield self._log({"event": "start", "epochs": self.epochs, "steps_per_epoch": self.steps_per_epoch,
                          "first_epoch": self.epoch_done + 1, "first_step": self.step,
                          "trainable_params": sum(p.numel() for p in self.params),
                          "device": str(self.device), "device_name": self.device_name,
                          "precision": self.precision, "compiled": cfg.compile,
                          "peak_flops": self.peak, "processes": self.world}, writer)
         try:
-            for epoch in range(self.epoch_done + 1, cfg.epochs + 1):
+            for epoch in range(self.epoch_done + 1, self.epochs + 1):
                 if (yield from self._epoch(epoch, writer)):
                     return                                  # stopped now, and saved
                 ended = yield from self._epoch_end(epoch, writer)
                 if ended == "stopped":
                     return
-                if ended == "early":
+                if ended == "early" or self.budget_spent:
                     break
+            budget = {"budget": self.budget_spent} if self.budget_spent else {}
             yield self._log({"event": "done", "step": self.step,
                              "best_epoch": self.best and self.best["epoch"],
                              "best_dev_perplexity": self.best and self.best["dev_perplexity"],
-                             "elapsed_s": time.time() - self.t_start}, writer)
+                             "elapsed_s": time.time() - self.t_start, **budget}, writer)
         finally:
             if writer is not None:
                 writer.close()
@@ -257,12 +262,29 @@ class Trainer:
         the first, a forward pass over the dev captions estimated from the step time)."""
         cfg, left = self.cfg, self.total_steps - self.step
         per_step = self.train_s / max(self.steps_timed, 1)
+        if cfg.max_minutes is not None and self.steps_timed:     # the steps the time budget allows
+            left = min(left, math.ceil(max(self._time_left(), 0) / max(per_step, 1e-9)))
         # epoch-end evaluations not yet done: the current epoch's counts until its evaluation ran
-        evals = cfg.epochs - max(self.step - 1, 0) // self.steps_per_epoch \
+        evals = math.ceil((self.step + left) / self.steps_per_epoch) \
+            - max(self.step - 1, 0) // self.steps_per_epoch \
             + (left // cfg.eval_every if cfg.eval_every else 0)
         per_eval = self.eval_s if self.eval_s is not None else \
             per_step * len(self.dev_seqs) / cfg.batch_size / 3
         return per_step * left + per_eval * evals
+
+    def _time_left(self) -> float:
+        return self.cfg.max_minutes * 60 - self.trained_before - self.train_s
+
+    def _spent(self) -> str | None:
+        """Which budget the steps so far have used up (max_steps, max_minutes), if any. Rank 0's
+        clock decides the time budget for every process."""
+        cfg = self.cfg
+        if cfg.max_steps is not None and self.step >= cfg.max_steps:
+            return f"max_steps={cfg.max_steps}"
+        if cfg.max_minutes is not None and distributed.broadcast(
+                int(self.main and self._time_left() <= 0), self.device):
+            return f"max_minutes={cfg.max_minutes:g}"
+        return None
 
     def _rates(self, tokens: int, flop: float, seconds: float) -> dict:
         """Real tokens per second and MFU over a stretch of training (all processes together);
@@ -307,6 +329,15 @@ class Trainer:
                 yield self._log(self.progress(epoch, "training",
                                                **self._rates(tokens, flop, time.time() - t_log)), writer)
                 t_said = time.time()
+            self.budget_spent = self._spent()
+            if self.budget_spent:
+                if run_n:       # the loss since the last logged step, then the epoch's evaluation
+                    yield self._log({
+                        "event": "step", "epoch": epoch, "step": self.step,
+                        "total_steps": self.total_steps, "train_loss": run_loss / run_n,
+                        **self._rates(tokens, flop, time.time() - t_log),
+                        "elapsed_s": time.time() - self.t_start, "eta_s": 0.0}, writer)
+                break
             if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step % spe and self.main:
                 yield from self._mid_epoch_eval(epoch, writer)
                 t_said = time.time()
@@ -472,7 +503,8 @@ def format_event(ev: dict, name: str = "") -> str:
     if e == "scored":
         return f"scored for sweep {ev['sweep']} in {format_duration(ev['elapsed_s'])}: {ev['summary']}"
     if e == "done":
-        ppl = ev["best_dev_perplexity"]
-        return (f"done: best epoch {ev['best_epoch']}, dev perplexity "
-                f"{ppl:.3f}; checkpoint {name!r}" if ppl is not None else "done")
+        ppl, budget = ev["best_dev_perplexity"], ev.get("budget")
+        said = f"done ({budget} reached at step {ev['step']})" if budget else "done"
+        return (f"{said}: best epoch {ev['best_epoch']}, dev perplexity "
+                f"{ppl:.3f}; checkpoint {name!r}" if ppl is not None else said)
     return json.dumps(ev)

@@ -115,6 +115,24 @@ def test_a_run_stopped_while_scoring_resumes_by_scoring_only(store):
     assert sweeps.resume("s", store=store) == ["nothing to resume: every run is queued, running or done"]
 
 
+def test_runs_with_different_tokenizers_compare_per_word(store):
+    """A grid over the tokenizer: BLEU on whitespace words for every run, the lowest perplexity
+    and the paired difference per word (per token they differ in kind), said under the table."""
+    sweeps.start({"name": "tok", "preset": "tiny", "grid": {"tokenizer": ["gpt2", "char"]},
+                  "score": {"n": 12, "decoders": [{"decoder": "greedy", "max_new_tokens": 60}]},
+                  "set": TINY + ["n_positions=160", "max_steps=3"]}, store)
+    _serve(store, "tok")
+    t = sweeps.table("tok", store)
+    assert t["spec"]["score"]["bleu_tokens"] == "words" and t["per_word"]
+    a, b = t["rows"]
+    assert (a["tokenizer"], b["tokenizer"]) == ("gpt2", "char") and b["status"] == "done"
+    assert b["perplexity_diff"] == pytest.approx(b["word_perplexity"] - a["word_perplexity"])
+    assert "lowest perplexity" in (a["best"] if a["word_perplexity"] < b["word_perplexity"] else b["best"])
+    assert "runs compare per word" in sweeps.how_text(t)
+    res = sweeps.read_results("tok", "tok-char", store)["kept"][0]
+    assert res["tokenizer"] == "char" and res["bleu_tokens"] == "words"
+
+
 @pytest.mark.parametrize("change, message", [
     ({"grid": {"n_head": [1, 5]}}, "run 2 (n_head=5, seed=0): n_embd=64 is not divisible by n_head=5"),
     ({"grid": {"nope": [1]}}, "run 1 (nope=1, seed=0): --set: unknown key 'nope'"),
@@ -122,6 +140,10 @@ def test_a_run_stopped_while_scoring_resumes_by_scoring_only(store):
     ({"seeds": [0, 0]}, "seeds repeats a seed"),
     ({"grid": {"n_head": list(range(1, 202))}}, "a sweep runs at most 200"),
     ({"score": {"n": 0}}, "score.n must be a whole number from 1 to 5000"),
+    ({"score": {"bleu_tokens": "bpe"}}, "score.bleu_tokens must be 'auto', 'gpt2' or 'words'"),
+    ({"grid": {"tokenizer": ["gpt2", "bpe"]}}, "run 2 (tokenizer=bpe, seed=0): tokenizer must be"),
+    ({"grid": {"parent": ["smollm2:1,2,31"]}}, "the blocks of parent 'smollm2:1,2,31' [31] out of range"),
+    ({"grid": {"max_steps": [0]}}, "max_steps must be at least 1"),
     ({"score": {"decoders": ["top_k,top_p=0.9"]}}, "top_p is not a setting of the top_k decoder"),
     ({"score": {"split": "test", "pick_on_test": True}}, "set score.split to dev"),
     ({"name": "../x"}, "sweep name '../x' is not allowed"),
@@ -158,6 +180,10 @@ def test_every_recipe_plans_at_both_budgets(store):
             doc = sweeps.recipe(name, budget)
             if name == "decoder-search":
                 continue                              # needs a stored checkpoint: planned below
+            if name == "finetune-layers-gpt2":        # needs a GPT-2 a person imported
+                with pytest.raises(LabError, match="no checkpoint 'gpt2'"):
+                    sweeps.check({**doc, "name": "r-g"}, store)
+                continue
             spec, runs = sweeps.check({**doc, "name": f"r-{name}-{budget}"}, store)
             assert runs and spec.recipe == f"{name} ({budget})"
     heads = sweeps.check({**sweeps.recipe("heads", "cpu"), "name": "h"}, store)[1]
@@ -165,6 +191,12 @@ def test_every_recipe_plans_at_both_budgets(store):
     gqa = sweeps.check({**sweeps.recipe("gqa", "cpu"), "name": "g"}, store)[1]
     assert [r.model["settings"]["attention"]["kv_groups"] for r in gqa] == [1, 2, 3, 4, 6, 12]
     assert [r.name for r in gqa][:2] == ["g-kv_groups1", "g-kv_groups2"]
+    layers = sweeps.check({**sweeps.recipe("finetune-layers", "cpu"), "name": "fl"}, store)[1]
+    assert [r.name for r in layers] == ["fl-smollm2_1_2_3", "fl-smollm2_14_15_16", "fl-smollm2_28_29_30",
+                                        "fl-smollm2_1_15_30", "fl-smollm2_all"]
+    assert all(r.model is None and r.parent.startswith("smollm2:") for r in layers)
+    tok = sweeps.check({**sweeps.recipe("tokenization", "cpu"), "name": "tk"}, store)[0]
+    assert tok.score["bleu_tokens"] == "words" and tok.score["decoders"][0]["max_new_tokens"] == 190
 
 
 def test_split_to_split_bleu_reproduces_the_reports_figures():

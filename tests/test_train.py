@@ -6,6 +6,7 @@ import pytest
 
 from lab import checkpoints, data, runs, tokenizers
 from lab.config import ConfigError, ModelConfig, TrainConfig
+from lab.train import format_event
 
 
 def test_mid_epoch_evaluations_draw_the_curve_but_only_epoch_ends_save(corpus_dir):
@@ -207,3 +208,56 @@ def test_a_cpu_run_is_float32_and_reports_tokens_per_second_with_mfu_unknown(cor
     assert steps and all(e["tokens_per_s"] > 0 and e["mfu"] is None for e in steps)
     from lab.train import format_event
     assert "tok/s, MFU unknown" in format_event(steps[0])
+
+
+def test_a_step_budget_ends_the_run_inside_an_epoch_and_a_resume_goes_on_exactly(corpus_dir):
+    """max_steps=7 over 5-step epochs: epoch 2 ends at step 7 and is evaluated like an epoch's
+    end; a run stopped at step 4 and resumed trains the same 7 steps to the same weights."""
+    cfg = TrainConfig(epochs=5, lr=1e-3, max_train_captions=160, max_dev_captions=30, patience=5,
+                      max_steps=7)
+    model_cfg = ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48)
+    events = list(runs.train("budget", model_cfg, cfg))
+    assert events[1]["epochs"] == 2
+    assert [e["step"] for e in events if e["event"] == "eval"] == [5, 7]
+    assert max(e["step"] for e in events if e["event"] == "step") == 7
+    assert events[-1]["event"] == "done" and events[-1]["budget"] == "max_steps=7"
+    assert "max_steps=7 reached at step 7" in format_event(events[-1], "budget")
+    with pytest.raises(ConfigError, match="already trained 7 steps, its budget max_steps=7"):
+        list(runs.train("budget", None, cfg, resume=True))
+
+    stopped = list(runs.train("halves", model_cfg, cfg, should_stop=_stop_from_call(5)))
+    assert stopped[-1]["event"] == "stopped" and stopped[-1]["step"] == 4
+    rest = list(runs.train("halves", None, cfg, resume=True))
+    assert rest[-1]["budget"] == "max_steps=7"
+    assert _same_weights("budget", "halves")
+
+
+def test_a_time_budget_counts_training_time_across_resumes(corpus_dir, monkeypatch):
+    """max_minutes stops once the steps' own time adds up to the budget and evaluates the epoch
+    under way; the time trained travels in the train state, so a resume counts it and one past
+    the budget is refused with the figure."""
+    cfg = TrainConfig(epochs=50, lr=1e-3, max_train_captions=320, max_dev_captions=60, patience=50,
+                      max_minutes=0.01)     # 0.6 s of steps
+    model_cfg = ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48)
+    events = list(runs.train("clock", model_cfg, cfg))
+    done = events[-1]
+    assert done["event"] == "done" and done["budget"] == "max_minutes=0.01"
+    assert done["step"] < 500                       # ended well before the 50 epochs
+    evals = [e for e in events if e["event"] == "eval"]
+    assert evals[-1]["step"] == done["step"]        # the epoch under way was evaluated at the end
+    state = checkpoints.load_train_state("clock")
+    assert state["trained_s"] > 0
+    monkeypatch.setattr(runs, "resume_point", lambda name, store=None: (
+        {"epoch": 3, "step": 30, "trained_s": 61.0}, None))
+    with pytest.raises(ConfigError, match="already trained 1.02 minutes, its budget max_minutes=1;"):
+        runs.resume_state("clock", cfg.replace(max_minutes=1), None)
+    assert runs.resume_state("clock", cfg.replace(max_minutes=2), None)[0]["step"] == 30
+
+
+def test_budgets_are_checked():
+    for bad, said in (({"max_steps": 0}, "max_steps must be at least 1"),
+                      ({"max_minutes": 0}, "max_minutes must be a positive number"),
+                      ({"max_minutes": float("nan")}, "max_minutes must be a positive number"),
+                      ({"max_minutes": 10 ** 7}, "max_minutes must be between")):
+        with pytest.raises(ConfigError, match=said):
+            TrainConfig(**bad).validate()

@@ -29,7 +29,8 @@ MODEL_FIELDS = ["model", "n_layer", "n_head", "n_embd", "n_positions", "norm", "
                 "attention", "positional", "mlp", "tie_embeddings", "dropout"]
 TRAIN_FIELDS = ["epochs", "batch_size", "lr", "weight_decay", "grad_clip", "seed", "shuffle",
                 "early_stop", "patience", "eval_every", "max_train_captions", "max_dev_captions",
-                "final_dev", "keep_bleu_best", "log_every", "train_layers", "device", "precision", "compile"]
+                "max_steps", "max_minutes", "final_dev", "keep_bleu_best", "log_every", "train_layers",
+                "tokenizer", "device", "precision", "compile"]
 
 
 @functools.cache
@@ -92,6 +93,10 @@ def _field_component(cls, name, value):
         return Radio(["perplexity", "bleu", "none"], value=value, label=name)
     if name == "device":
         return Radio(["auto", "cpu", "cuda"], value=value, label=name)
+    if name == "tokenizer":
+        return Radio(["gpt2", "words", "char"], value=value, label=name,
+                     info="a new model's vocabulary: GPT-2 BPE, the training captions' words, or "
+                          "characters (a fine-tune keeps its parent's)")
     if name == "precision":
         return Radio(["auto", "bf16", "fp32"], value=value, label=name,
                      info="auto: bf16 autocast on a GPU, float32 on the CPU")
@@ -105,7 +110,7 @@ def _field_component(cls, name, value):
     if f.type in ("int", "int | None"):
         return Number(value, label=name, step=1,
                          info=ZERO_MEANS_NONE.get(name) or BLANK_MEANS_ZERO.get(name))
-    return Number(value, label=name, info=BLANK_MEANS_ZERO.get(name))
+    return Number(value, label=name, info=ZERO_MEANS_NONE.get(name) or BLANK_MEANS_ZERO.get(name))
 
 
 CHECKBOX_INFO = {"final_dev": "at the end, score the kept checkpoint on all dev captions",
@@ -116,7 +121,11 @@ CHECKBOX_INFO = {"final_dev": "at the end, score the kept checkpoint on all dev 
 # optional numbers: the form shows them empty, and an empty Number can come back as 0
 ZERO_MEANS_NONE = {"max_train_captions": "0 or blank: all of them",
                    "max_dev_captions": "dev captions scored at each evaluation (the first N, the "
-                                       "same for every run); 0 or blank: all 5,000"}
+                                       "same for every run); 0 or blank: all 5,000",
+                   "max_steps": "budget: stop after N steps in all (the epoch under way is "
+                                "evaluated); 0 or blank: the epochs decide",
+                   "max_minutes": "budget: stop after N minutes of training steps (resumes add "
+                                  "up); 0 or blank: no time limit"}
 
 
 BLANK_MEANS_ZERO = {"eval_every": "steps between extra dev evaluations; 0 or blank: each epoch's end",

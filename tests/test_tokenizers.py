@@ -1,0 +1,123 @@
+"""Models from scratch with a word or character vocabulary (the tokenization comparison), and
+fine-tunes that start from some blocks of a parent (the layer-choice comparison)."""
+import json
+
+import pytest
+import torch
+
+from lab import checkpoints, data, runs, tokenizers
+from lab.config import ConfigError, ModelConfig, TrainConfig
+from lab.generate import sample_captions
+from lab.config import DecodeConfig
+
+
+def test_the_word_vocabulary_is_the_training_words_seen_twice_most_frequent_first():
+    tok = tokenizers.WordTokenizer.from_texts(["a dog runs .", "a cat sits .", "a dog ."])
+    assert tok.words == [".", "a", "dog"]          # 3, 3, 2 times (ties by spelling); cat, runs,
+    assert tok.vocab_size == 5 and tok.eos_id == 0  # sits once
+    ids = tok.encode("a  cat runs .")
+    assert ids == [3, 1, 1, 2]                     # unknown words are <unk> (1)
+    assert tok.decode(ids) == "a <unk> <unk> ."
+    assert tok.decode([0] + tok.encode("a dog .") + [0]) == "a dog ."
+    assert tok.token_strings([3, 1, 0]) == ["a", "<unk>", ""]
+
+
+def test_the_character_tokenizer_maps_unknown_characters_only_when_asked():
+    strict = tokenizers.CharTokenizer.from_text("ab c")
+    with pytest.raises(tokenizers.TokenizerError, match="not in this tokenizer's alphabet: '&'"):
+        strict.encode("a&b")
+    lenient = tokenizers.CharTokenizer.from_text("ab c", unk=tokenizers.CAPTION_UNK)
+    assert lenient.decode(lenient.encode("a&b")) == f"a{tokenizers.CAPTION_UNK}b"
+    with pytest.raises(tokenizers.TokenizerError, match="not in the alphabet"):
+        tokenizers.CharTokenizer("abc", unk="z")
+
+
+def test_scratch_tokenizers_are_built_from_the_whole_training_split(corpus_dir):
+    train = data.load_split("train", corpus_dir)
+    words = tokenizers.for_scratch("words", train)
+    chars = tokenizers.for_scratch("char", train)
+    assert 2000 < words.vocab_size < 4000 and chars.vocab_size < 100
+    dev = data.load_split("dev", corpus_dir)
+    assert all(chars.decode(chars.encode(c)).replace(tokenizers.CAPTION_UNK, "") for c in dev[:50])
+    with pytest.raises(tokenizers.TokenizerError, match="tokenizer must be one of gpt2, words, char"):
+        tokenizers.for_scratch("bpe", train)
+
+
+@pytest.mark.parametrize("kind", ["words", "char"])
+def test_a_model_trained_with_its_own_vocabulary_keeps_it_and_writes_captions(corpus_dir, kind):
+    cfg = TrainConfig(epochs=1, lr=3e-3, max_train_captions=256, max_dev_captions=40, tokenizer=kind)
+    model_cfg = ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=192)
+    events = list(runs.train(kind, model_cfg, cfg))
+    assert events[-1]["event"] == "done"
+    ck = checkpoints.load(kind)
+    assert ck.tokenizer.kind == kind and ck.meta["tokenizer"] == kind
+    assert ck.config.vocab_size == ck.tokenizer.vocab_size < 4000
+    eval_ = [e for e in events if e["event"] == "eval"][0]
+    assert eval_["dev_word_perplexity"] > 1
+    gen = sample_captions(ck.model, ck.tokenizer, 3, DecodeConfig(seed=0, max_new_tokens=60))
+    assert all(isinstance(g.text, str) for g in gen) and any(g.text.strip() for g in gen)
+
+
+def test_a_damaged_word_list_is_one_message(tmp_path):
+    for meta, said in (({"kind": "words", "words": ["a", "a"]}, "no valid word list"),
+                       ({"kind": "words", "words": ["two words"]}, "no valid word list"),
+                       ({"kind": "words"}, "no valid word list"),
+                       ({"kind": "char", "chars": "ab", "unk": "z"}, "outside its alphabet")):
+        (tmp_path / tokenizers.TOKENIZER_META).write_text(json.dumps(meta))
+        with pytest.raises(tokenizers.TokenizerError, match=said):
+            tokenizers.load(tmp_path)
+
+
+def test_a_fine_tune_keeps_its_parents_tokenizer():
+    with pytest.raises(ConfigError, match="a fine-tune keeps its parent's tokenizer"):
+        list(runs.train("ft", None, TrainConfig(tokenizer="char"), parent="anything"))
+    with pytest.raises(ConfigError, match="tokenizer must be 'gpt2'"):
+        TrainConfig(tokenizer="bpe").validate()
+
+
+def _four_blocks():
+    from lab.model import build
+    torch.manual_seed(0)
+    m = build(ModelConfig(model="gpt2", n_layer=4, n_head=2, n_embd=32, n_positions=48,
+                          vocab_size=50257)).eval()
+    checkpoints.save(m, tokenizers.gpt2(), "four", provenance={"source": "scratch"})
+    return m
+
+
+def test_a_fine_tune_starts_from_the_blocks_it_names(corpus_dir):
+    """parent 'four:4,2' is blocks 4 then 2 of checkpoint four, the rest of its weights as they
+    are; the checkpoint says which blocks of the original it holds."""
+    m = _four_blocks()
+    assert runs.check_parent("four:4,2") == 2 and runs.check_parent("four:all") == 4
+    model, tok, meta = runs.load_parent("four:4,2")
+    assert meta["layers"] == [4, 2] and model.config.n_layer == 2
+    assert torch.equal(model.transformer.h[0].attn.c_attn.weight, m.transformer.h[3].attn.c_attn.weight)
+    assert torch.equal(model.transformer.wte.weight, m.transformer.wte.weight)
+    cfg = TrainConfig(epochs=1, lr=1e-3, max_train_captions=64, max_dev_captions=20)
+    list(runs.train("ft", None, cfg, parent="four:4,2"))
+    info = checkpoints.info("ft")
+    assert info["parent"] == "four:4,2" and info["layers"] == [4, 2]
+    assert checkpoints.load("ft").config.n_layer == 2
+    for bad, said in (("four:5", r"the blocks of parent 'four:5' \[5\] out of range: this model "
+                                 r"has blocks 1 to 4"),
+                      ("four:x", "must be 1-based block numbers"),
+                      ("smollm2", "give its blocks, e.g. smollm2:1,2,3"),
+                      ("gpt2:1,2,3", "no checkpoint 'gpt2'")):
+        with pytest.raises((ConfigError, checkpoints.CheckpointError), match=said):
+            runs.check_parent(bad)
+
+
+def test_a_fine_tune_of_some_packaged_smollm2_blocks_needs_no_import(corpus_dir, smollm2_hf,
+                                                                     monkeypatch):
+    from lab import smollm2
+    monkeypatch.setattr(smollm2, "load_hf", lambda path=None: smollm2_hf)   # read once a session
+    assert runs.check_parent("smollm2:1,15,30") == 3
+    cfg = TrainConfig(epochs=1, lr=2e-4, max_train_captions=16, max_dev_captions=8, max_steps=1,
+                      batch_size=8)
+    events = list(runs.train("ft2", None, cfg, parent="smollm2:30,1"))
+    assert events[-1]["event"] == "done"
+    info = checkpoints.info("ft2")
+    assert info["layers"] == [30, 1] and "SmolLM2" in info["pretrained"]
+    ck = checkpoints.load("ft2")
+    assert ck.config.n_layer == 2 and ck.tokenizer.kind == "smollm2"
+    assert "smollm2" not in checkpoints.names()
