@@ -444,6 +444,12 @@ class TrainConfig(_Config):
     final_dev: bool = False           # at the end, score the kept checkpoint on every dev caption
                                       # (when max_dev_captions scored only some during training)
     train_layers: str = "all"         # "all", or comma-separated 1-based blocks that train
+    task: str = "captions"            # the task plugin: "captions" or "birthplace"
+    objective: str = ""               # the task's objective ("" its first): captions "lm";
+                                      # birthplace "span" (pretraining) or "qa" (fine-tuning)
+    lr_schedule: str = "constant"     # "constant", or "warmup_cosine": linear warm-up over
+                                      # warmup_steps, cosine decay to 10% of lr at the last step
+    warmup_steps: int = 0
     tokenizer: str = "gpt2"           # a model trained from scratch: "gpt2" (BPE), "words" (the
                                       # training captions' whitespace words) or "char"; a
                                       # fine-tune keeps its parent's
@@ -462,6 +468,7 @@ class TrainConfig(_Config):
                               "bleu_samples": (1, 5000), "eval_batch_size": (1, 65536),
                               "max_train_captions": (1, 10 ** 8), "max_dev_captions": (1, 10 ** 8),
                               "max_steps": (1, 10 ** 9), "max_minutes": (0.01, 10 ** 6),
+                              "warmup_steps": (0, 10 ** 9),
                               "log_every": (1, 10 ** 9), "eval_every": (0, 10 ** 9)}
 
     def check(self) -> None:
@@ -485,6 +492,11 @@ class TrainConfig(_Config):
             raise ConfigError("keep_bleu_best keeps the best-BLEU epoch beside the best-perplexity "
                               "one; with early_stop=bleu the checkpoint is already the best-BLEU "
                               "one: use early_stop=perplexity (or none) with keep_bleu_best")
+        if self.lr_schedule not in ("constant", "warmup_cosine"):
+            raise ConfigError(f"lr_schedule must be 'constant' or 'warmup_cosine', "
+                              f"got {self.lr_schedule!r}"[:300])
+        from lab.tasks import check_task
+        check_task(self.task, self.objective)
         if self.tokenizer not in ("gpt2", "words", "char"):
             raise ConfigError(f"tokenizer must be 'gpt2' (BPE), 'words' or 'char', "
                               f"got {self.tokenizer!r}"[:300])

@@ -118,9 +118,18 @@ def subset_hash(items: list[str]) -> str:
 class Batch:
     input_ids: torch.Tensor     # (B, L) padded with eos
     loss_mask: torch.Tensor     # (B, L-1) 1 where target t+1 counts: the caption and its first eos
+    # or, for a task whose examples fill the model's context (birth places), the targets apart:
+    # input_ids (B, L) are the model's whole input, targets (B, L) the next characters, and
+    # loss_mask (B, L) says which count
+    targets: torch.Tensor | None = None
 
     def to(self, device):
-        return Batch(self.input_ids.to(device), self.loss_mask.to(device))
+        return Batch(self.input_ids.to(device), self.loss_mask.to(device),
+                     None if self.targets is None else self.targets.to(device))
+
+    def rows(self, sl: slice) -> "Batch":
+        return Batch(self.input_ids[sl], self.loss_mask[sl],
+                     None if self.targets is None else self.targets[sl])
 
 
 def collate(seqs: list[list[int]], pad_id: int, pad_to: int | None = None) -> Batch:

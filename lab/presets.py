@@ -53,6 +53,33 @@ def smollm2_quick():
             TrainConfig(epochs=1, lr=2e-4, max_train_captions=800, max_dev_captions=200, log_every=5))
 
 
+@preset("birthplace-vanilla", "The birth-place task's vanilla GPT (4 layers, 8 heads, width 256, "
+                              "block 128) pretrained with span corruption: the assignment's 650 "
+                              "epochs, batch 128, lr 6e-3 with warm-up and cosine decay to 10%")
+def birthplace_vanilla():
+    return (ModelConfig(model="gpt2", n_layer=4, n_head=8, n_embd=256, n_positions=128, dropout=0.1),
+            TrainConfig(task="birthplace", objective="span", epochs=650, batch_size=128, lr=6e-3,
+                        lr_schedule="warmup_cosine", warmup_steps=10, weight_decay=0.1,
+                        grad_clip=1.0, early_stop="none", log_every=10))
+
+
+@preset("birthplace-perceiver", "The birth-place task's Perceiver variant (bottleneck_dim 64), "
+                                "otherwise as birthplace-vanilla")
+def birthplace_perceiver():
+    m, t = birthplace_vanilla()
+    return m.replace(model="perceiver", settings={"model": {"bottleneck_dim": 64}}), t
+
+
+@preset("birthplace-finetune", "Birth-place questions: batch 256, lr 6e-4 with warm-up and cosine "
+                               "decay; 10 epochs from a pretrained model (the assignment's; 75 "
+                               "without pretraining)")
+def birthplace_finetune():
+    return (ModelConfig(model="gpt2", n_layer=4, n_head=8, n_embd=256, n_positions=128, dropout=0.1),
+            TrainConfig(task="birthplace", objective="qa", epochs=10, batch_size=256, lr=6e-4,
+                        lr_schedule="warmup_cosine", warmup_steps=2, weight_decay=0.1,
+                        grad_clip=1.0, early_stop="none", log_every=4))
+
+
 def configs(preset: str | None = None, overrides: list[str] | None = None, doc: dict | None = None):
     """Layered configs: the preset (defaults without one), then a config file's {"model": ...,
     "train": ...}, then `key=value` overrides. Also returns the model keys changed by the file or

@@ -109,8 +109,9 @@ ATTENTION = Registry("attention")
 POSITIONAL = Registry("positional")
 MLP = Registry("mlp")
 DECODERS = Registry("decoder")
+TASKS = Registry("task")
 
-REGISTRIES = {r.kind: r for r in (MODELS, NORMS, ATTENTION, POSITIONAL, MLP, DECODERS)}
+REGISTRIES = {r.kind: r for r in (MODELS, NORMS, ATTENTION, POSITIONAL, MLP, DECODERS, TASKS)}
 
 _loaded = False
 

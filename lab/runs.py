@@ -9,7 +9,7 @@ from typing import Iterator
 
 import torch
 
-from lab import checkpoints, data, distributed, tokenizers
+from lab import checkpoints, data, distributed, tasks, tokenizers
 from lab import store as lab_store
 from lab.config import ConfigError, ModelConfig, TrainConfig, parse_blocks
 from lab.model import build
@@ -52,9 +52,13 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
             checkpoints.refuse_existing(bleu_name(name), store)
         if distributed.rank() == 0:
             shutil.rmtree(run_dir_for(name, store), ignore_errors=True)   # an old run's leftovers
-    root = data.resolve_data_dir(data_dir)
-    train_caps = data.load_split("train", root)[: train_cfg.max_train_captions]
-    dev_caps = data.load_split("dev", root)[: train_cfg.max_dev_captions]
+    task = tasks.get(train_cfg.task)            # None: captions, the trainer's own path
+    if task is None:
+        root = data.resolve_data_dir(data_dir)
+        train_caps = data.load_split("train", root)[: train_cfg.max_train_captions]
+        dev_caps = data.load_split("dev", root)[: train_cfg.max_dev_captions]
+    else:
+        root = task.data_dir(data_dir)
     torch.manual_seed(train_cfg.seed)
     if resume:
         ck = checkpoints.load_dir(source_dir)
@@ -72,16 +76,23 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
                                                              if k in ("layers", "pretrained")}}
     else:
         model_cfg.validate()
-        tok = tokenizers.for_scratch(train_cfg.tokenizer, data.load_split("train", root))
+        tok = task.scratch_tokenizer(root) if task is not None else \
+            tokenizers.for_scratch(train_cfg.tokenizer, data.load_split("train", root))
         if model_cfg.vocab_size != tok.vocab_size:
             model_cfg = model_cfg.replace(vocab_size=tok.vocab_size)
         model = build(model_cfg)
         source = {"source": "scratch"}
-    max_len = model_cfg.n_positions
-    train_seqs = data.encode_captions(train_caps, tok, max_len)
-    dev_seqs = data.encode_captions(dev_caps, tok, max_len)
+    prepared = None
+    if task is None:
+        max_len = model_cfg.n_positions
+        train_seqs = data.encode_captions(train_caps, tok, max_len)
+        dev_seqs = data.encode_captions(dev_caps, tok, max_len)
+    else:
+        prepared = task.prepare(tasks.objective_of(train_cfg), train_cfg, tok, model_cfg, root)
+        train_seqs, dev_seqs, dev_caps = prepared.train_items, prepared.dev_items, []
     run_dir = run_dir_for(name, store)
-    provenance = {**source, "preset": preset, "train": train_cfg.to_dict(),
+    provenance = {**source, "preset": preset, "train": train_cfg.to_dict(), "task": train_cfg.task,
+                  "objective": tasks.objective_of(train_cfg),
                   "data_dir": str(root), "run_dir": str(run_dir), "tokenizer": tok.kind}
 
     def save_best(record: dict, train_state: dict):
@@ -103,20 +114,22 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
                          | {"epoch": record["epoch"]}, overwrite=True)
 
     dev_bleu = None
-    if train_cfg.early_stop == "bleu" or train_cfg.keep_bleu_best:
+    if task is None and (train_cfg.early_stop == "bleu" or train_cfg.keep_bleu_best):
         dev_bleu = _dev_bleu_fn(tok, dev_caps, train_cfg)
     trainer = Trainer(model, train_seqs, dev_seqs, tok.eos_id, train_cfg, run_dir,
                       on_best=save_best, on_stop=save_last, dev_bleu=dev_bleu, should_stop=should_stop,
                       on_best_bleu=save_best_bleu if train_cfg.keep_bleu_best else None,
-                      dev_words=[len(c.split()) for c in dev_caps], resume=state)
+                      dev_words=[len(c.split()) for c in dev_caps] if task is None else None,
+                      resume=state, task=prepared)
     if distributed.rank() == 0:
         yield {"event": "data", "train_captions": len(train_seqs), "dev_captions": len(dev_seqs),
                "params": sum(p.numel() for p in model.parameters()), "run_dir": str(run_dir),
-               "time": time.time()}
+               **(prepared.info if prepared else {}), "time": time.time()}
     ended = None
     for ended in trainer.run():
         yield ended
-    if train_cfg.final_dev and train_cfg.max_dev_captions is not None and distributed.rank() == 0 \
+    if task is None and train_cfg.final_dev and train_cfg.max_dev_captions is not None \
+            and distributed.rank() == 0 \
             and ended and ended["event"] == "done" and name in checkpoints.names(store):
         yield from _final_dev(name, tok, root, trainer, store)
 

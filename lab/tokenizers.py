@@ -85,12 +85,14 @@ class CharTokenizer(Tokenizer):
     that stands for every unknown one (captions: the dev split has characters train lacks)."""
     kind = "char"
 
-    def __init__(self, chars: str, unk: str | None = None):
+    def __init__(self, chars: str, unk: str | None = None, pad: str | None = None):
         if unk is not None and unk not in chars:
             raise TokenizerError(f"the unknown-character marker {unk!r} is not in the alphabet")
-        self.chars, self.unk = chars, unk
-        self.eos_id = 0
-        self.stoi = {c: i + 1 for i, c in enumerate(chars)}
+        if pad is not None and (len(pad) != 1 or pad in chars):
+            raise TokenizerError(f"the pad character {pad!r} must be one character outside the alphabet")
+        self.chars, self.unk, self.pad = chars, unk, pad
+        self.eos_id = 0          # end-of-text, or the pad character id 0 stands for (birth places)
+        self.stoi = {c: i + 1 for i, c in enumerate(chars)} | ({pad: 0} if pad else {})
         self.vocab_size = len(chars) + 1
 
     @classmethod
@@ -109,8 +111,12 @@ class CharTokenizer(Tokenizer):
     def decode(self, ids):
         return "".join("" if i == 0 else self.chars[i - 1] for i in ids)
 
+    def token_strings(self, ids):
+        return [(self.pad or "") if i == 0 else self.chars[i - 1] for i in ids]
+
     def save(self, directory):
-        meta = {"kind": "char", "chars": self.chars} | ({"unk": self.unk} if self.unk else {})
+        meta = {"kind": "char", "chars": self.chars} | ({"unk": self.unk} if self.unk else {}) \
+            | ({"pad": self.pad} if self.pad else {})
         (Path(directory) / TOKENIZER_META).write_text(json.dumps(meta))
 
 
@@ -226,6 +232,10 @@ def check_files(directory: Path) -> dict:
                                             or meta["unk"] not in meta["chars"]):
             raise TokenizerError(f"{where}: {TOKENIZER_META} names an unknown-character marker "
                                  f"outside its alphabet")
+        pad = meta.get("pad")
+        if pad is not None and (not isinstance(pad, str) or len(pad) != 1 or pad in meta["chars"]):
+            raise TokenizerError(f"{where}: {TOKENIZER_META} names a pad that is not one character "
+                                 f"outside its alphabet")
         return meta
     if kind == "words":
         words = meta.get("words")
@@ -247,7 +257,7 @@ def load(directory: Path) -> Tokenizer:
     meta = check_files(directory)
     kind, where = meta["kind"], f"checkpoint {directory.name!r}"
     if kind == "char":
-        return CharTokenizer(meta["chars"], meta.get("unk"))
+        return CharTokenizer(meta["chars"], meta.get("unk"), meta.get("pad"))
     if kind == "words":
         return WordTokenizer(meta["words"])
     (AutoTokenizer,) = _transformers("AutoTokenizer")

@@ -57,28 +57,40 @@ def make_optimizer(params, cfg: TrainConfig, device: torch.device) -> torch.opti
     return torch.optim.Adam(params, lr=cfg.lr, **fused)
 
 
+def scheduled_lr(cfg: TrainConfig, step: int, total_steps: int) -> float:
+    """The learning rate of the step after `step` steps: constant, or (warmup_cosine, minGPT's)
+    a linear warm-up over warmup_steps, then a cosine decay to 10% of lr at the last step."""
+    if cfg.lr_schedule == "constant":
+        return cfg.lr
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    span = max(total_steps - cfg.warmup_steps, 1)
+    progress = min((step - cfg.warmup_steps) / span, 1.0)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
 GO, STOP_NOW, STOP_AFTER = 0, 1, 2       # what rank 0 tells every rank between steps
 PROGRESS_EVERY_S = 3.0                   # a progress line at least this often while training
 
 
-def shard_loss(model, batch: Batch, rank: int = 0, world: int = 1) -> torch.Tensor:
+def shard_loss(model, batch: Batch, rank: int = 0, world: int = 1, loss_fn=assignment_loss) -> torch.Tensor:
     """This process's part of the batch loss. With several processes each takes rows rank::world,
     weighted by its share of the rows, so the mean over processes that DDP takes of the gradients
     is the gradient of the whole batch's assignment loss."""
     if world == 1:
-        return _loss(model, batch)
-    part = Batch(batch.input_ids[rank::world], batch.loss_mask[rank::world])
+        return _loss(model, batch, loss_fn)
+    part = batch.rows(slice(rank, None, world))
     rows = part.input_ids.size(0)
     if rows == 0:       # fewer captions than processes (a last batch): take part with weight 0
         return model(batch.input_ids[:1]).logits.sum() * 0.0
-    return _loss(model, part) * (rows * world / batch.input_ids.size(0))
+    return _loss(model, part, loss_fn) * (rows * world / batch.input_ids.size(0))
 
 
-def _loss(model, batch: Batch) -> torch.Tensor:
-    """The assignment's loss, plus the model's own training cost when it has one (the Universal
-    Transformer's ponder cost)."""
+def _loss(model, batch: Batch, loss_fn=assignment_loss) -> torch.Tensor:
+    """The task's loss (the captions assignment's by default), plus the model's own training cost
+    when it has one (the Universal Transformer's ponder cost)."""
     out = model(batch.input_ids)
-    loss = assignment_loss(out.logits, batch)
+    loss = loss_fn(out.logits, batch)
     return loss if out.aux_loss is None else loss + out.aux_loss
 
 
@@ -129,7 +141,7 @@ class Trainer:
                  dev_bleu: Callable[..., float] | None = None,
                  should_stop: Callable[[], bool] | None = None, dev_words: list[int] | None = None,
                  resume: dict | None = None, on_stop: Callable[[dict], None] | None = None,
-                 on_best_bleu: Callable[[dict, dict], None] | None = None):
+                 on_best_bleu: Callable[[dict, dict], None] | None = None, task=None):
         self.model, self.train_seqs, self.dev_seqs, self.pad_id = model, train_seqs, dev_seqs, pad_id
         self.dev_words = dev_words      # words per dev caption: adds a per-word dev perplexity
         self.resume = resume            # a checkpoint's train state: go on where it stood
@@ -137,6 +149,7 @@ class Trainer:
         self.on_best, self.on_stop, self.dev_bleu = on_best, on_stop, dev_bleu
         self.on_best_bleu = on_best_bleu   # keep_bleu_best: the best dev harmonic BLEU so far
         self.should_stop = should_stop or (lambda: None)
+        self.task = task    # a task's batches, loss and dev scores (lab.tasks.Prepared); None: captions
         self.device = pick_device(cfg.device)
         self.run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -309,7 +322,9 @@ class Trainer:
         g = torch.Generator().manual_seed(cfg.seed * 1000 + epoch)
         skip, self.skip = self.skip, 0
         run_loss, run_n, tokens, flop, t_log, t_said = 0.0, 0, 0, 0.0, time.time(), time.time()
-        for i, batch in enumerate(batches(self.train_seqs, cfg.batch_size, self.pad_id, cfg.shuffle, g)):
+        source = self.task.batches(g) if self.task else \
+            batches(self.train_seqs, cfg.batch_size, self.pad_id, cfg.shuffle, g)
+        for i, batch in enumerate(source):
             if i < skip:
                 continue
             if self._stop_code() == STOP_NOW:
@@ -347,8 +362,12 @@ class Trainer:
         """One optimizer step on a batch: (its loss, averaged over processes; its real tokens)."""
         t0 = time.time()
         batch = batch.to(self.device)
+        lr = scheduled_lr(self.cfg, self.step, self.total_steps)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
         with autocast(self.device, self.precision):
-            loss = shard_loss(self.stepper, batch, self.rank, self.world)
+            loss = shard_loss(self.stepper, batch, self.rank, self.world,
+                              self.task.loss if self.task else assignment_loss)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         if self.cfg.grad_clip:
@@ -414,6 +433,17 @@ class Trainer:
     def _evaluate(self, epoch: int, step: int) -> dict | None:
         """Dev scores, or None when a stop-now request cut the evaluation short."""
         t0 = time.time()
+        if self.task is not None:
+            try:
+                with autocast(self.device, self.precision):
+                    scores = self.task.evaluate(self.model, self.abort_eval)
+            except Aborted:
+                self.model.train()
+                return None
+            self.model.train()
+            record = {"event": "eval", "epoch": epoch, "step": step, **scores}
+            record["eval_s"] = self.eval_s = time.time() - t0
+            return record
         try:
             with autocast(self.device, self.precision):
                 ppl = perplexity(self.model, self.dev_seqs, self.pad_id, self.cfg.eval_batch_size,

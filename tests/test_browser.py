@@ -400,14 +400,22 @@ def test_a_sweep_from_the_experiments_tab_runs_and_reads_as_a_table(page, server
     _choose(page, "#sweep-recipe", "(build your own)")          # the form's own values come back
     expect(page.locator("#sweep-grid textarea")).to_have_value("n_head=1,4\n", timeout=30_000)
     expect(page.locator("#sweep-preset input")).to_have_value("tiny")
+    # the Train form's settings start a sweep: what differs from the preset is carried over
+    _tab(page, "Train")
+    page.locator("#train-epochs input").fill("1")
+    page.locator("#train-max_train_captions input").fill("60")
+    page.locator("#train-max_dev_captions input").fill("20")
+    page.locator("#train-to-sweep").click()
+    expect(page.locator("#sweep-set textarea")).to_have_value(
+        "epochs=1\nmax_train_captions=60\nmax_dev_captions=20", timeout=30_000)
+    expect(page.locator("#sweep-note")).to_contain_text("From the Train form")
+    expect(page.locator("#sweep-grid textarea")).to_have_value("")
     page.locator("#sweep-name textarea, #sweep-name input").first.fill("ui-sweep")
-    page.locator("#sweep-grid textarea").fill("")
     page.locator("#sweep-key input").fill("n_layer")
     page.get_by_role("option", name="n_layer", exact=True).click()
     page.locator("#sweep-values textarea, #sweep-values input").first.fill("1")
     page.locator("#sweep-add").click()
     expect(page.locator("#sweep-grid textarea")).to_have_value("n_layer=1\n", timeout=30_000)
-    page.locator("#sweep-set textarea").fill("epochs=1\nmax_train_captions=60\nmax_dev_captions=20")
     page.locator("#sweep-n input").fill("10")
     page.locator("#sweep-start").click()
     expect(page.locator("#sweep-message")).to_contain_text("Queued 1 runs of sweep ui-sweep",

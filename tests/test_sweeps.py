@@ -205,3 +205,22 @@ def test_split_to_split_bleu_reproduces_the_reports_figures():
     for r in rows:
         assert round(r["harmonic"], 3) == r["report"], r
         assert r["harmonic_ci"][0] < r["harmonic"] < r["harmonic_ci"][1]
+
+
+def test_the_train_forms_settings_start_a_sweep(store):
+    """What the Train form changed from its preset becomes the sweep's every-run settings, as
+    KEY=VALUE lines the sweep form reads back; a fine-tune carries only training settings."""
+    from lab.presets import get
+    from lab.ui import train
+    m, t = get("tiny")
+    values = train.form_values(m.replace(n_head=2, norm="rmsnorm"), t.replace(epochs=1, tokenizer="char"))
+    preset, parent, lines = train.sweep_settings("tiny", "", *values)
+    assert (preset, parent) == ("tiny", "")
+    assert lines.splitlines() == ["n_head=2", "norm=rmsnorm", "epochs=1", "tokenizer=char"]
+    spec, runs = sweeps.check({"name": "ft", "preset": preset, "set": lines.splitlines()}, store)
+    assert runs[0].model["n_head"] == 2 and runs[0].train["tokenizer"] == "char"
+    assert train.sweep_settings("tiny", "some-parent", *values)[2] == "epochs=1\ntokenizer=char"
+    import dataclasses
+    five_heads = dataclasses.replace(m, n_head=5)      # the form can hold any number
+    with pytest.raises(ConfigError, match="n_embd=64 is not divisible by n_head=5"):
+        train.sweep_settings("tiny", "", *train.form_values(five_heads, t))

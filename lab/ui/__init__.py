@@ -51,15 +51,27 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
             with gr.Tab("Evaluate", id="evaluate"):
                 evaluate.build(ctx)
             with gr.Tab("Train", id="train"):
-                attached, latest = train.build(ctx)
+                attached, latest, (to_sweep, train_form, train_said) = train.build(ctx)
             with gr.Tab("Experiments", id="experiments"):
-                experiments.build(ctx)
+                _, sweep_form, sweep_note = experiments.build(ctx)
             with gr.Tab("Checkpoints", id="checkpoints"):
                 table = checkpoints.build(ctx)
 
         side_by_side.then(compare_them.click(
             friendly(lambda: (gr.Tabs(selected="compare"), start.ready_to_compare(ctx.store))),
             None, [tabs, side_by_side.chosen], api_visibility="private"))
+
+        def to_experiments(*values):
+            """The Train form's settings become the start of a sweep in the Experiments tab."""
+            try:
+                settings = train.sweep_settings(*values)
+            except LabError as e:
+                return [gr.skip()] * 7 + [f"**Not carried to a sweep:** {e}"]
+            return [gr.Tabs(selected="experiments")] + experiments.from_train(settings) + [""]
+        _, recipe, _, preset, parent, grid, settings = sweep_form[:7]
+        to_sweep.click(friendly(to_experiments), train_form,
+                       [tabs, recipe, preset, parent, grid, settings, sweep_note, train_said],
+                       api_visibility="private")
         known = gr.State(ctx.checkpoint_names())
 
         def refresh(previous):

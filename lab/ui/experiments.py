@@ -146,7 +146,7 @@ def build(ctx: Context):
                 "way when it ends, and read them as one table with 95% intervals. Each run is a job "
                 "in the background worker, like the Train tab's. Start from a recipe (the assignment's "
                 "tables) or build your own.")
-    form, check_btn, go, message = _form(ctx)
+    form, check_btn, go, message, note = _form(ctx)
     gr.Markdown("### Sweeps")
     chosen = _watch(ctx)
 
@@ -169,7 +169,19 @@ def build(ctx: Context):
                 f"the background worker. Their progress is below.")
     check_btn.click(friendly(check), form, message, api_name="check_sweep")
     go.click(friendly(start), form, [chosen, message], api_name="start_sweep")
-    return chosen
+    return chosen, form, note
+
+
+FROM_TRAIN_NOTE = ("From the Train form: its preset, parent and every setting you changed are "
+                   "below. Now pick a field to sweep over and its values (or write grid lines), "
+                   "then Check and Start.")
+
+
+def from_train(settings: tuple) -> list:
+    """The Train form's settings written into the sweep form: recipe (build your own), preset,
+    parent and the settings; an empty grid for the person to fill."""
+    preset, parent, lines = settings
+    return [OWN, preset, parent, "", lines, FROM_TRAIN_NOTE]
 
 
 def _form(ctx: Context):
@@ -219,7 +231,7 @@ def _form(ctx: Context):
     add.click(friendly(add_to_grid), [grid, key, key_values], grid, api_visibility="private")
     form = [name, recipe, budget, preset, parent, grid, settings, seeds, n, split, decoders,
             checkpoints_box]
-    return form, check_btn, go, message
+    return form, check_btn, go, message, note
 
 
 def _watch(ctx: Context):

@@ -174,6 +174,36 @@ def start(name, preset, parent, *values, store=None):
     return gr.update(choices=job_choices(store), value=str(job_id)), f"Queued job {job_id} ({name})."
 
 
+def sweep_settings(preset, parent, *values) -> tuple[str, str, str]:
+    """The Train form as the start of a sweep: (preset, parent, one KEY=VALUE line per setting
+    that differs from the preset's), checked as a job would check them. A fine-tune keeps its
+    parent's architecture, so only training settings are carried."""
+    parent = bounded_text(parent, "parent", 200).strip()
+    n_model, n_train = len(MODEL_FIELDS), len(TRAIN_FIELDS)
+    model = _form_values(MODEL_FIELDS, values[:n_model])
+    train = _form_values(TRAIN_FIELDS, values[n_model:n_model + n_train])
+    model.update(_chosen_settings(model, values[n_model + n_train:]))
+    model_cfg, train_cfg, _ = configs(preset or None, doc={"model": {} if parent else model,
+                                                           "train": train})
+    m0, t0 = configs(preset or None)[:2]
+    lines = [] if parent else _changed(m0.to_dict(), model_cfg.to_dict())
+    lines += _changed(t0.to_dict(), train_cfg.to_dict())
+    return preset or "", parent, "\n".join(lines)
+
+
+def _changed(before: dict, after: dict, prefix: str = "") -> list[str]:
+    """KEY=VALUE for every value of `after` that differs from `before` (plugin settings as
+    KIND.SETTING)."""
+    out = []
+    for k, v in after.items():
+        if k == "settings":
+            for kind, sets in (v or {}).items():
+                out += _changed((before.get("settings") or {}).get(kind, {}), sets, f"{kind}.")
+        elif before.get(k) != v:
+            out.append(f"{prefix}{k}={'' if v is None else str(v).lower() if isinstance(v, bool) else v}")
+    return out
+
+
 def parent_view(parent, preset, store=None) -> list:
     """Choosing a parent fills the model section from it and locks it (a fine-tune keeps its
     parent's architecture); clearing it gives the section back to the preset."""
@@ -469,7 +499,9 @@ def build(ctx: Context):
     model_inputs[0].input(family_parts, model_inputs[0], model_inputs + setting_inputs,
                           api_visibility="private")
 
-    go = gr.Button("Start training", variant="primary", elem_id="train-start")
+    with gr.Row():
+        go = gr.Button("Start training", variant="primary", elem_id="train-start", scale=3)
+        to_sweep = gr.Button("Sweep these settings…", elem_id="train-to-sweep", scale=1)
     message = gr.Markdown(elem_id="train-message")
     gr.Markdown("### Jobs")
     with gr.Row():
@@ -503,4 +535,5 @@ def build(ctx: Context):
                      api_name="stop_job_after_checkpoint")
     resume_btn.click(friendly(lambda j: resume(j, ctx.store)), job, [job, message], api_name="resume_job")
     on_load = [job, name, preset, parent, *model_inputs, *train_inputs, *setting_inputs, parent_note]
-    return on_load, lambda: latest_active(ctx.store)
+    form = [preset, parent, *model_inputs, *train_inputs, *setting_inputs]
+    return on_load, lambda: latest_active(ctx.store), (to_sweep, form, message)

@@ -1,0 +1,187 @@
+"""The birth-place task (the minGPT assignment): a character-level model pretrained on wiki.txt with
+span corruption, then fine-tuned on `Where was NAME born?<TAB>PLACE` and asked the question for
+people it was never fine-tuned on.
+
+The assignment's definitions are the contract:
+- vocabulary: the characters of wiki.txt plus a pad character (U+25A1, id 0) and a mask character
+  (U+2047, id 1); block size 128;
+- span corruption of a document: truncate it to a random length from 4 to 7/8 of the block; take a
+  random span of it (on average a quarter of the truncated length) as the masked content; write
+  prefix + MASK + suffix + MASK + masked content, padded to block + 1; input all but the last
+  character, target all but the first; pad targets do not count;
+- a fine-tuning example: question + MASK + answer + MASK, padded to the block; only the answer part
+  counts (the question's positions are targets of padding);
+- evaluation: greedy generation from question + MASK up to the next MASK, exact match with the
+  place; accuracy over birth_dev.tsv;
+- the London baseline: "London" for everyone.
+
+Randomness comes from a torch.Generator the trainer seeds per epoch, so a resumed run corrupts the
+documents exactly as an uninterrupted one.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from lab.data import Batch, DataError, read_text
+from lab.data import PROJECT_ROOT
+from lab.tokenizers import CharTokenizer
+
+DEFAULT_DIR = PROJECT_ROOT.parent / "shared" / "data" / "cs224n-birthplaces"
+PAD, MASK = "\u25a1", "\u2047"
+BLOCK = 128
+SPLITS = {"train": "birth_places_train.tsv", "dev": "birth_dev.tsv", "test": "birth_test_inputs.tsv"}
+
+
+def data_dir(path=None) -> Path:
+    import os
+    chosen = path or os.environ.get("LAB_BIRTHPLACE_DIR")
+    root = Path(chosen).expanduser() if chosen else DEFAULT_DIR
+    if not (root / "wiki.txt").is_file():
+        raise DataError(f"birth-place data not found: {root} has no wiki.txt (pass --data-dir or "
+                        f"set LAB_BIRTHPLACE_DIR to the cs224n-birthplaces folder)")
+    return root
+
+
+def wiki(root=None) -> list[str]:
+    """The pretraining documents: one biography per line."""
+    return [line for line in read_text(data_dir(root) / "wiki.txt").split("\n") if line.strip()]
+
+
+def questions(split: str, root=None) -> list[tuple[str, str | None]]:
+    """(question, place) pairs of a split; test has no places (None)."""
+    if split not in SPLITS:
+        raise DataError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    out = []
+    for i, line in enumerate(read_text(data_dir(root) / SPLITS[split]).splitlines()):
+        if not line.strip():
+            continue
+        q, tab, place = line.partition("\t")
+        if split != "test" and not tab:
+            raise DataError(f"{SPLITS[split]} line {i + 1} has no TAB between question and place")
+        out.append((q, place.strip() if tab else None))
+    return out
+
+
+def tokenizer(root=None) -> CharTokenizer:
+    """The characters of wiki.txt with the pad (id 0) and the mask (id 1)."""
+    text = read_text(data_dir(root) / "wiki.txt")
+    if PAD in text or MASK in text:
+        raise DataError("wiki.txt holds the pad or mask character; they must be free for the task")
+    return CharTokenizer(MASK + "".join(sorted(set(text) - {"\n"})), pad=PAD)
+
+
+def _randint(lo: int, hi: int, g: torch.Generator) -> int:
+    """A whole number from lo to hi, both included."""
+    return lo + int(torch.randint(hi - lo + 1, (1,), generator=g))
+
+
+def corrupt(doc: str, g: torch.Generator, block: int = BLOCK) -> str:
+    """One span-corruption example of a document, block + 1 characters long."""
+    doc = doc[:_randint(4, block * 7 // 8, g)]
+    masked_len = min(_randint(1, max(1, len(doc) // 2 - 1), g), len(doc))   # a quarter on average
+    start = _randint(0, len(doc) - masked_len, g)
+    prefix, masked, suffix = doc[:start], doc[start:start + masked_len], doc[start + masked_len:]
+    text = (prefix + MASK + suffix + MASK + masked)[:block + 1]
+    return text + PAD * (block + 1 - len(text))
+
+
+def qa_example(question: str, place: str, block: int = BLOCK) -> tuple[str, int]:
+    """question + MASK + place + MASK padded to the block, and where the counted targets start
+    (the target of the question's last character: the mask)."""
+    text = (question + MASK + place + MASK)[:block]
+    return text + PAD * (block - len(text)), len(question) - 1
+
+
+def span_batch(docs: list[str], tok: CharTokenizer, g: torch.Generator) -> Batch:
+    """Input: the first block characters of each corrupted document; targets: the last block;
+    pad targets do not count."""
+    full = torch.tensor([tok.encode(corrupt(d, g)) for d in docs], dtype=torch.long)
+    return Batch(full[:, :-1], (full[:, 1:] != 0).float(), full[:, 1:])
+
+
+def qa_batch(pairs: list[tuple[str, str]], tok: CharTokenizer) -> Batch:
+    """Input: all but the last character of each example; targets: all but the first, counted
+    from the mask after the question to the mask after the place."""
+    rows, masks = [], []
+    for q, place in pairs:
+        text, first = qa_example(q, place)
+        ids = tok.encode(text)
+        rows.append(ids)
+        masks.append([1.0 if t >= first and ids[t + 1] != 0 else 0.0 for t in range(len(ids) - 1)])
+    full = torch.tensor(rows, dtype=torch.long)
+    return Batch(full[:, :-1], torch.tensor(masks), full[:, 1:])
+
+
+def token_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """minGPT's loss: cross-entropy averaged over every counted target of the batch."""
+    V = logits.size(-1)
+    targets = batch.targets.masked_fill(batch.loss_mask == 0, -100)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, V).float(), targets.reshape(-1),
+                                             ignore_index=-100)
+
+
+@torch.no_grad()
+def answer(model, tok: CharTokenizer, qs: list[str], max_chars: int = 64, batch_size: int = 256,
+           device="cpu") -> list[str]:
+    """Greedy answers: from question + MASK, one character at a time up to the next MASK (or the
+    block's end). The prompts are padded on the right and each row reads its prediction at its
+    own last position: the model is causal, so no row sees the padding after it."""
+    was = model.training
+    model.eval()
+    mask_id, n_ctx = tok.stoi[MASK], model.config.n_positions
+    out: list[str] = []
+    try:
+        for k in range(0, len(qs), batch_size):
+            prompts = [tok.encode(q + MASK)[:n_ctx] for q in qs[k:k + batch_size]]
+            B = len(prompts)
+            lengths = torch.tensor([len(p) for p in prompts], device=device)
+            buf = torch.zeros(B, n_ctx, dtype=torch.long, device=device)
+            for r, p in enumerate(prompts):
+                buf[r, :len(p)] = torch.tensor(p)
+            made = [[] for _ in range(B)]
+            live = torch.ones(B, dtype=torch.bool, device=device)
+            rows = torch.arange(B, device=device)
+            for _ in range(max_chars):
+                live &= lengths < n_ctx
+                if not live.any():
+                    break
+                logits = model(buf[:, :int(lengths.max())]).logits
+                nxt = logits[rows, lengths - 1].argmax(-1)
+                for r in live.nonzero().flatten().tolist():
+                    c = int(nxt[r])
+                    if c == mask_id:
+                        live[r] = False
+                    else:
+                        made[r].append(c)
+                        buf[r, lengths[r]] = c
+                lengths = torch.where(live, lengths + 1, lengths)
+            out += [tok.decode(m) for m in made]
+    finally:
+        model.train(was)
+    return out
+
+
+def wilson(correct: int, total: int, z: float = 1.959964) -> list[float]:
+    """The 95% Wilson score interval of a proportion."""
+    if total == 0:
+        return [0.0, 1.0]
+    p = correct / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return [max(0.0, centre - half), min(1.0, centre + half)]
+
+
+def score(predictions: list[str], places: list[str]) -> dict:
+    correct = sum(p == t for p, t in zip(predictions, places))
+    return {"correct": correct, "total": len(places), "accuracy": correct / len(places)}
+
+
+def baseline(split: str = "dev", root=None) -> dict:
+    """'London' for everyone."""
+    pairs = questions(split, root)
+    if pairs and pairs[0][1] is None:
+        raise DataError(f"the {split} split has no places to score against")
+    return score(["London"] * len(pairs), [p for _, p in pairs])
