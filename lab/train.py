@@ -513,6 +513,8 @@ def format_event(ev: dict, name: str = "") -> str:
                 f"(token-weighted {ev['dev_token_perplexity']:.3f}"
                 + (f", per word {ev['dev_word_perplexity']:.3f}" if "dev_word_perplexity" in ev else "") + ")"
                 + (f" dev harmonic BLEU {ev['dev_harmonic_bleu']:.4f}" if "dev_harmonic_bleu" in ev else "")
+                + (f" dev accuracy {100 * ev['dev_accuracy']:.1f}% ({ev['dev_correct']} right)"
+                   if "dev_accuracy" in ev else "")
                 + (" best, saved" if ev.get("best") else "")
                 + (" best dev BLEU, saved as the -bleu checkpoint" if ev.get("best_bleu") else ""))
     if e == "early_stop":

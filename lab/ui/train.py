@@ -30,7 +30,8 @@ MODEL_FIELDS = ["model", "n_layer", "n_head", "n_embd", "n_positions", "norm", "
 TRAIN_FIELDS = ["epochs", "batch_size", "lr", "weight_decay", "grad_clip", "seed", "shuffle",
                 "early_stop", "patience", "eval_every", "max_train_captions", "max_dev_captions",
                 "max_steps", "max_minutes", "final_dev", "keep_bleu_best", "log_every", "train_layers",
-                "tokenizer", "device", "precision", "compile"]
+                "tokenizer", "task", "objective", "lr_schedule", "warmup_steps", "device", "precision",
+                "compile"]
 
 
 @functools.cache
@@ -93,6 +94,17 @@ def _field_component(cls, name, value):
         return Radio(["perplexity", "bleu", "none"], value=value, label=name)
     if name == "device":
         return Radio(["auto", "cpu", "cuda"], value=value, label=name)
+    if name == "task":
+        return Radio(REGISTRIES["task"].names(), value=value, label=name,
+                     info="captions (Tfmr) or birthplace (minGPT: a birthplace-* preset fills the rest)")
+    if name == "objective":
+        objectives = [o for t in REGISTRIES["task"].names()
+                      for o in REGISTRIES["task"].get(t).meta["objectives"]]
+        return Dropdown([""] + objectives, value=value, label=name,
+                        info="blank: the task's first; birthplace: span (pretrain) or qa (questions)")
+    if name == "lr_schedule":
+        return Radio(["constant", "warmup_cosine"], value=value, label=name,
+                     info="warmup_cosine: linear warm-up, then cosine decay to 10% of lr")
     if name == "tokenizer":
         return Radio(["gpt2", "words", "char"], value=value, label=name,
                      info="a new model's vocabulary: GPT-2 BPE, the training captions' words, or "
