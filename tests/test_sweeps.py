@@ -144,6 +144,7 @@ def test_runs_with_different_tokenizers_compare_per_word(store):
     ({"grid": {"tokenizer": ["gpt2", "bpe"]}}, "run 2 (tokenizer=bpe, seed=0): tokenizer must be"),
     ({"grid": {"parent": ["smollm2:1,2,31"]}}, "the blocks of parent 'smollm2:1,2,31' [31] out of range"),
     ({"grid": {"max_steps": [0]}}, "max_steps must be at least 1"),
+    ({"preset": "birthplace-vanilla"}, "task=birthplace runs are not scored by sweeps yet"),
     ({"score": {"decoders": ["top_k,top_p=0.9"]}}, "top_p is not a setting of the top_k decoder"),
     ({"score": {"split": "test", "pick_on_test": True}}, "set score.split to dev"),
     ({"name": "../x"}, "sweep name '../x' is not allowed"),

@@ -140,9 +140,13 @@ ZERO_MEANS_NONE = {"max_train_captions": "0 or blank: all of them",
                                   "up); 0 or blank: no time limit"}
 
 
-BLANK_MEANS_ZERO = {"eval_every": "steps between extra dev evaluations; 0 or blank: each epoch's end",
+BLANK_MEANS_ZERO = {"warmup_steps": "linear warm-up steps of warmup_cosine; 0 or blank: none",
+                    "eval_every": "steps between extra dev evaluations; 0 or blank: each epoch's end",
                     "weight_decay": "AdamW's decay; 0 or blank: plain Adam (the assignment's)",
                     "grad_clip": "largest gradient norm; 0 or blank: no clipping"}
+
+
+BLANK_MEANS_EMPTY = {"objective"}       # texts whose blank is a value ('': the task's first)
 
 
 def _none_if_blank(v):
@@ -153,7 +157,8 @@ def _form_values(fields, values) -> dict:
     out = {}
     for k, v in zip(fields, values):
         v = _none_if_blank(v)
-        out[k] = None if (k in ZERO_MEANS_NONE and v == 0) else 0 if (k in BLANK_MEANS_ZERO and v is None) else v
+        out[k] = None if (k in ZERO_MEANS_NONE and v == 0) else 0 if (k in BLANK_MEANS_ZERO and v is None) \
+            else "" if (k in BLANK_MEANS_EMPTY and v is None) else v
     return out
 
 
