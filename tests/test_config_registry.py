@@ -26,8 +26,10 @@ def test_unknown_name_lists_valid_ones():
 
 def test_describe_all_covers_every_registry():
     info = registry.describe_all()
-    assert set(info) == {"model", "norm", "attention", "positional", "mlp", "decoder"}
+    assert set(info) == {"model", "norm", "attention", "positional", "mlp", "decoder", "task"}
     assert {e["name"] for e in info["attention"]} >= {"mha", "gqa", "mqa"}
+    assert {e["name"]: e["objectives"] for e in info["task"]} == {
+        "captions": ("lm",), "birthplace": ("span", "qa")}
     assert all(e["description"] for entries in info.values() for e in entries)
 
 
