@@ -57,10 +57,14 @@ def smollm2_quick():
                               "block 128) pretrained with span corruption: the assignment's 650 "
                               "epochs, batch 128, lr 6e-3 with warm-up and cosine decay to 10%")
 def birthplace_vanilla():
+    return _birthplace("span", epochs=650, batch_size=128, lr=6e-3, warmup_steps=10, log_every=10)
+
+
+def _birthplace(objective: str, **train):
+    """The assignment's GPT (minGPT: dropout 0.1, AdamW 0.1, clipping 1.0, warm-up then cosine)."""
     return (ModelConfig(model="gpt2", n_layer=4, n_head=8, n_embd=256, n_positions=128, dropout=0.1),
-            TrainConfig(task="birthplace", objective="span", epochs=650, batch_size=128, lr=6e-3,
-                        lr_schedule="warmup_cosine", warmup_steps=10, weight_decay=0.1,
-                        grad_clip=1.0, early_stop="none", log_every=10))
+            TrainConfig(task="birthplace", objective=objective, lr_schedule="warmup_cosine",
+                        weight_decay=0.1, grad_clip=1.0, early_stop="none", **train))
 
 
 @preset("birthplace-perceiver", "The birth-place task's Perceiver variant (bottleneck_dim 64), "
@@ -74,10 +78,7 @@ def birthplace_perceiver():
                                "decay; 10 epochs from a pretrained model (the assignment's; 75 "
                                "without pretraining)")
 def birthplace_finetune():
-    return (ModelConfig(model="gpt2", n_layer=4, n_head=8, n_embd=256, n_positions=128, dropout=0.1),
-            TrainConfig(task="birthplace", objective="qa", epochs=10, batch_size=256, lr=6e-4,
-                        lr_schedule="warmup_cosine", warmup_steps=2, weight_decay=0.1,
-                        grad_clip=1.0, early_stop="none", log_every=4))
+    return _birthplace("qa", epochs=10, batch_size=256, lr=6e-4, warmup_steps=2, log_every=4)
 
 
 def configs(preset: str | None = None, overrides: list[str] | None = None, doc: dict | None = None):

@@ -38,11 +38,8 @@ class BirthplaceTask:
                    for i in range(0, len(dev_docs), cfg.eval_batch_size)]
 
             def batches(gen):
-                order = torch.randperm(len(train), generator=gen).tolist() if cfg.shuffle \
-                    else range(len(train))
-                order = list(order)
-                for i in range(0, len(order), cfg.batch_size):
-                    yield bp.span_batch([train[j] for j in order[i:i + cfg.batch_size]], tok, gen)
+                for chunk in _chunks(train, cfg, gen):
+                    yield bp.span_batch(chunk, tok, gen)
 
             return Prepared(tok, train, dev_docs, batches, bp.token_loss,
                             lambda model, abort: _dev_loss(model, dev, abort),
@@ -53,11 +50,8 @@ class BirthplaceTask:
                for i in range(0, len(dev_pairs), cfg.eval_batch_size)]
 
         def qa_batches(gen):
-            order = torch.randperm(len(pairs), generator=gen).tolist() if cfg.shuffle \
-                else range(len(pairs))
-            order = list(order)
-            for i in range(0, len(order), cfg.batch_size):
-                yield bp.qa_batch([pairs[j] for j in order[i:i + cfg.batch_size]], tok)
+            for chunk in _chunks(pairs, cfg, gen):
+                yield bp.qa_batch(chunk, tok)
 
         def evaluate(model, abort):
             scores = _dev_loss(model, dev, abort)
@@ -71,6 +65,14 @@ class BirthplaceTask:
 
         return Prepared(tok, pairs, dev_pairs, qa_batches, bp.token_loss, evaluate,
                         {"train_questions": len(pairs), "dev_questions": len(dev_pairs)})
+
+
+def _chunks(items: list, cfg, gen: torch.Generator):
+    """An epoch's batches of items: shuffled by the epoch's generator (cfg.shuffle), in order."""
+    order = torch.randperm(len(items), generator=gen).tolist() if cfg.shuffle else range(len(items))
+    order = list(order)
+    for i in range(0, len(order), cfg.batch_size):
+        yield [items[j] for j in order[i:i + cfg.batch_size]]
 
 
 @torch.no_grad()
