@@ -594,8 +594,10 @@ def cmd_birthplace(args):
 
 
 def _birthplace_train(args):
-    from lab import runs
+    from lab import birthplace as bp, runs
     from lab.presets import configs
+    if args.data_dir:             # the task reads its folder from here (the worker's jobs too)
+        os.environ["LAB_BIRTHPLACE_DIR"] = str(bp.data_dir(args.data_dir))
     if not args.name:
         raise ConfigError(f"{args.action} needs --name NAME for the new checkpoint")
     if args.action == "pretrain":
@@ -612,8 +614,7 @@ def _birthplace_train(args):
         if args.parent and changed:
             raise ConfigError(f"--parent keeps its architecture; cannot --set {', '.join(changed)}")
     _print_events(runs.train(args.name, None if args.parent else model_cfg, train_cfg,
-                             parent=args.parent, preset=preset, data_dir=args.data_dir,
-                             store=args.store), args.name, args.json)
+                             parent=args.parent, preset=preset, store=args.store), args.name, args.json)
 
 
 def _write_lines(path: str, lines: list[str]) -> None:

@@ -58,7 +58,9 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
         train_caps = data.load_split("train", root)[: train_cfg.max_train_captions]
         dev_caps = data.load_split("dev", root)[: train_cfg.max_dev_captions]
     else:
-        root = task.data_dir(data_dir)
+        # data_dir names the caption corpus (the worker's, the app's): a task finds its own
+        # folder (its default or its environment variable, which its CLI sets from --data-dir)
+        root = task.data_dir(None)
     torch.manual_seed(train_cfg.seed)
     if resume:
         ck = checkpoints.load_dir(source_dir)

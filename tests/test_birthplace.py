@@ -146,3 +146,21 @@ def test_a_stopped_pretraining_run_resumes_to_the_same_weights(store):
     a = checkpoints.load("straight").model.state_dict()
     b = checkpoints.load("halted").model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_birthplace_job_runs_in_the_background_worker(store, corpus_dir):
+    """The same through jobs: the worker, given the caption corpus as every worker is, runs a
+    pretraining job on the task's own data."""
+    import time
+    from lab import jobs
+    from lab.jobs import Worker
+    m, t, _ = configs("birthplace-vanilla", TINY + ["epochs=1"])
+    job_id = jobs.submit("bpjob", m.to_dict(), t.to_dict(), preset="birthplace-vanilla", store=store)
+    worker, t0 = Worker(store, poll_s=0.2, data_dir=corpus_dir), time.time()
+    while jobs.get(job_id, store)["status"] not in jobs.FINAL:
+        assert time.time() - t0 < 300
+        worker.tick()
+        time.sleep(0.3)
+    assert jobs.get(job_id, store)["status"] == "done", jobs.get(job_id, store)["error"]
+    info = checkpoints.info("bpjob", store)
+    assert info["task"] == "birthplace" and info["objective"] == "span"
