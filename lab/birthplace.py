@@ -215,3 +215,35 @@ def evaluate(checkpoint: str, split: str = "dev", store=None, root=None, device:
 def said(result: dict) -> str:
     """The assignment's line: 'Correct: 107 out of 500: 21.4%'."""
     return f"Correct: {result['correct']} out of {result['total']}: {100 * result['accuracy']:.1f}%"
+
+
+def compare(names: list[str], split: str = "dev", store=None, root=None, n_boot: int = 1000,
+            seed: int = 0) -> dict:
+    """Several checkpoints answer the same questions, beside the London baseline: each one's
+    accuracy with its Wilson interval, its paired difference against the first checkpoint (a
+    bootstrap over questions, 95%), and every question with the gold place and each answer."""
+    from lab.metrics import bootstrap_indices, percentile_interval
+    if not names:
+        raise DataError("choose at least one birth-place checkpoint")
+    pairs = questions(split, root)
+    gold = [p for _, p in pairs]
+    answers = {name: evaluate(name, split, store, root)["predictions"] for name in names}
+    answers["London (baseline)"] = ["London"] * len(pairs)
+    rows = []
+    if gold and gold[0] is not None:
+        right = {k: torch.tensor([a == g for a, g in zip(v, gold)], dtype=torch.float64)
+                 for k, v in answers.items()}
+        idx = bootstrap_indices(len(gold), n_boot, seed)
+        base = names[0]
+        for k, r in right.items():
+            row = {"checkpoint": k, **score(answers[k], gold),
+                   "accuracy_ci": wilson(int(r.sum()), len(gold))}
+            if k != base:
+                d = r - right[base]
+                row["diff"] = d.mean().item()
+                row["diff_ci"] = percentile_interval(d[idx].mean(1))
+            rows.append(row)
+    headers = ["question", "place"] + list(answers)      # a checkpoint may be named "place"
+    table = [[q, g or ""] + [v[i] for v in answers.values()] for i, (q, g) in enumerate(pairs)]
+    return {"split": split, "baseline": names[0], "rows": rows,
+            "answers": {"headers": headers, "rows": table}}

@@ -212,6 +212,16 @@ def _cli_cases():
          "a sweep runs at most 200"),
         (["sweep", "start", "s", "--preset", "tiny", "--executor", "slurm", "--wait"], "invalid choice"),
         (["sweep", "show", "missing"], "no sweep 'missing'"),
+        (["birthplace", "evaluate", "--checkpoint", "missing"], "no checkpoint 'missing'"),
+        (["birthplace", "evaluate", "--checkpoint", "good"], "is not a birth-place model"),
+        (["birthplace", "evaluate", "--checkpoint", "good", "--split", "train"], "invalid choice"),
+        (["birthplace", "baseline", "--split", "test"], "the baseline is scored on dev"),
+        (["birthplace", "pretrain", "--name", "../x"], "is not allowed"),
+        (["birthplace", "pretrain", "--name", "good"], "'good' already exists"),
+        (["birthplace", "pretrain", "--name", "p", "--model", "gpt3"], "invalid choice"),
+        (["birthplace", "pretrain", "--name", "p", "--set", "objective=qa2"], "objectives are span, qa"),
+        (["birthplace", "finetune", "--name", "f", "--parent", "good"], "needs a character model"),
+        (["birthplace", "pretrain", "--name", "p", "--data-dir", "/etc"], "has no wiki.txt"),
         (["sweep", "stop", "../x"], "is not allowed"),
         (["sweep", "resume", "missing"], "no sweep 'missing'"),
         (["sweep", "export", "missing"], "no sweep 'missing'"),
@@ -447,6 +457,12 @@ def _api_cases():
     for endpoint in ("/sweep_status", "/stop_sweep", "/resume_sweep", "/export_sweep"):
         cases += [(endpoint, ["missing"], "no sweep 'missing'"), (endpoint, ["../x"], "is not allowed")]
     cases += [(e, [None], "choose a sweep first") for e in ("/stop_sweep", "/resume_sweep", "/export_sweep")]
+    cases += [("/birthplace_accuracy", [[], "dev"], "choose birth-place checkpoints first"),
+              ("/birthplace_accuracy", [["missing"], "dev"], "no checkpoint 'missing'"),
+              ("/birthplace_accuracy", [["../x"], "dev"], "is not allowed"),
+              ("/birthplace_accuracy", [["good"], "dev"], "is not a birth-place model"),
+              ("/birthplace_accuracy", [["good"], "train"], "is not in the list of choices: ['dev', 'test']"),
+              ("/birthplace_accuracy", [["good"] * 9, "dev"], "at most 8")]
     return cases
 
 

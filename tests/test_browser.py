@@ -428,3 +428,35 @@ def test_a_sweep_from_the_experiments_tab_runs_and_reads_as_a_table(page, server
     files = page.locator("#sweep-files")
     for suffix in (".csv", ".json", ".md", ".html"):
         expect(files).to_contain_text(suffix, timeout=60_000)
+
+
+def test_birth_place_accuracy_beside_the_london_baseline(page, server):
+    """A birth-place checkpoint answers the dev questions in the Evaluate tab: its accuracy with
+    an interval beside London's 25/500 and the paired difference, every question's answers, and
+    the answers as downloads."""
+    from playwright.sync_api import expect
+    from lab import birthplace as bp
+    _, store = server
+    tok = bp.tokenizer()
+    torch.manual_seed(0)
+    model = build(tiny_config(vocab_size=tok.vocab_size, n_positions=128, n_layer=1)).eval()
+    checkpoints.save(model, tok, "bp-random", store, provenance={"source": "scratch",
+                                                                  "task": "birthplace"})
+    _tab(page, "Evaluate")
+    box = page.locator("#bp-checkpoints input")
+    box.click()
+    box.fill("bp-random")
+    box.press("Enter")
+    page.locator("#bp-go").click()
+    table = page.locator("#bp-table")
+    expect(table).to_contain_text("London (baseline)", timeout=120_000)
+    expect(table).to_contain_text("25 / 500")
+    expect(table).to_contain_text("bp-random")
+    expect(table).to_contain_text("points [")                  # London's paired difference
+    expect(page.locator("#bp-said")).to_contain_text("Wilson 95%")
+    expect(page.locator("#bp-answers")).to_contain_text("Where was Bryan Dubreuiel born?")
+    expect(page.locator("#bp-answers")).to_contain_text("Atlanta")
+    files = page.locator("#bp-files")
+    for suffix in (".csv", ".json"):
+        expect(files).to_contain_text(suffix, timeout=30_000)
+    _shot(page, "birthplace")

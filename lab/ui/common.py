@@ -53,7 +53,7 @@ class Context:
         was empty before, it also picks what a freshly built page would have picked."""
         fill = self.fill[id(dd)]
         choices = [""] + names if fill == "blank" else names
-        if not was_empty or fill == "blank":
+        if not was_empty or fill in ("blank", "keep"):       # keep: nothing chosen for the person
             return gr.update(choices=choices)
         return gr.update(choices=choices, value=names[:2] if fill == "two" else names[0] if names else None)
 

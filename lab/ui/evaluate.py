@@ -5,7 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from lab import exports
-from lab.ui.fields import Number, Radio
+from lab.ui.fields import Dropdown, Number, Radio
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.evaluate import evaluate_live, verdicts
 from lab.ui.common import (LOADED, Context, checkpoint_dropdown, decode_config, decoder_inputs, friendly,
@@ -93,6 +93,60 @@ def wire(button, inputs, shown: list, ctx: Context, api_name: str) -> gr.State:
     return last
 
 
+BP_COLUMNS = ["checkpoint", "correct", "accuracy [95%]", "difference vs the first [95%]"]
+
+
+def birthplace_rows(result: dict) -> list[list]:
+    rows = []
+    for r in result["rows"]:
+        lo, hi = r["accuracy_ci"]
+        diff = (f"{100 * r['diff']:+.1f} points [{100 * r['diff_ci'][0]:+.1f}, "
+                f"{100 * r['diff_ci'][1]:+.1f}]") if "diff" in r else "(baseline of the differences)"
+        rows.append([r["checkpoint"], f"{r['correct']} / {r['total']}",
+                     f"{100 * r['accuracy']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]", diff])
+    return rows
+
+
+def birthplace(names, split, store=None):
+    """Accuracy per checkpoint beside the London baseline, every question's answers, downloads."""
+    from lab import birthplace as bp
+    names = names_list(names, "birth-place checkpoints", store=store)
+    if split not in ("dev", "test"):
+        raise ConfigError(f"questions: 'dev' or 'test', got {split!r}"[:200])
+    result = bp.compare(names, split, store)
+    rows = birthplace_rows(result)
+    ans = result["answers"]
+    files = exports.write_table(ans["headers"], ans["rows"], f"birthplace-{split}-" + "-vs-".join(names),
+                                store, {"accuracy": result["rows"]})
+    said = (f"{len(ans['rows'])} {split} questions answered greedily (up to the next ⁇) by each "
+            f"checkpoint; exact match with the place. Intervals: Wilson 95% for accuracy, a paired "
+            f"bootstrap over questions (1,000 resamples) for differences against **{names[0]}**."
+            if rows else f"The {split} split has no places: the answers are below and in the downloads.")
+    return (gr.update(value=rows, visible=bool(rows)), said,
+            gr.update(value={"headers": ans["headers"], "data": ans["rows"]}), files)
+
+
+def _birthplace_section(ctx: Context):
+    gr.Markdown("### Birth places (the minGPT task)\nChoose checkpoints fine-tuned with "
+                "`python -m lab birthplace finetune` (or the Train form with a birthplace preset); "
+                "they answer the same questions, beside the London baseline.")
+    with gr.Row():
+        names = Dropdown(ctx.checkpoint_names(), value=[], multiselect=True, allow_custom_value=True,
+                         label="birth-place checkpoints", elem_id="bp-checkpoints", scale=3)
+        ctx.add_dropdown(names, "keep")
+        split = Radio(["dev", "test"], value="dev", label="questions",
+                      info="test has no places: answers only")
+    go = gr.Button("Answer the questions", elem_id="bp-go")
+    acc = gr.Dataframe(headers=BP_COLUMNS, label="accuracy", elem_id="bp-table", visible=False)
+    said = gr.Markdown(elem_id="bp-said")
+    answers = gr.Dataframe(label="every question: the place and each checkpoint's answer",
+                           elem_id="bp-answers", max_height=360, wrap=True)
+    files = gr.File(label="download the answers (CSV, JSON)", file_count="multiple",
+                    interactive=False, elem_id="bp-files")
+    go.click(friendly(lambda n, s: birthplace(n, s, ctx.store)), [names, split],
+             [acc, said, answers, files], api_name="birthplace_accuracy")
+
+
 def build(ctx: Context):
     ctx.empty_note("Use *Getting started* above, or import or train a checkpoint; then evaluate it here.")
     gr.Markdown("Perplexity and BLEU-4 on a seeded subset of the test split, updating as samples "
@@ -109,3 +163,4 @@ def build(ctx: Context):
                        elem_id="evaluate-table", wrap=True, column_widths=WIDTHS)
     prov = gr.Markdown(elem_id="evaluate-provenance")
     wire(go, [names, *dec.components(), n, seed, bleu_tokens], [out, prov], ctx, "evaluate")
+    _birthplace_section(ctx)
