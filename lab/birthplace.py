@@ -124,10 +124,10 @@ def token_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
 
 
 @torch.no_grad()
-def answer(model, tok: CharTokenizer, qs: list[str], max_chars: int = 64, batch_size: int = 256,
+def answer(model, tok: CharTokenizer, qs: list[str], max_chars: int = 32, batch_size: int = 256,
            device="cpu") -> list[str]:
-    """Greedy answers: from question + MASK, one character at a time up to the next MASK (or the
-    block's end). The prompts are padded on the right and each row reads its prediction at its
+    """Greedy answers: from question + MASK, one character at a time up to the next MASK (or 32
+    characters, as minGPT's evaluation, or the block's end). The prompts are padded on the right and each row reads its prediction at its
     own last position: the model is causal, so no row sees the padding after it."""
     was = model.training
     model.eval()
