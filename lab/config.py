@@ -450,6 +450,12 @@ class TrainConfig(_Config):
     lr_schedule: str = "constant"     # "constant", or "warmup_cosine": linear warm-up over
                                       # warmup_steps, cosine decay to 10% of lr at the last step
     warmup_steps: int = 0
+    scheduled_sampling: str = "none"  # captions: feed the model its own sampled token instead of
+                                      # the gold one with a probability that grows (Bengio et al.
+                                      # 2015): "linear", "exponential" or "inverse_sigmoid" decay of
+                                      # the teacher-forcing probability over the steps
+    ss_k: float = 0.0                 # the decay's constant; 0: reach ss_floor (or 1%) at the last step
+    ss_floor: float = 0.0             # the teacher-forcing probability never falls below this
     tokenizer: str = "gpt2"           # a model trained from scratch: "gpt2" (BPE), "words" (the
                                       # training captions' whitespace words) or "char"; a
                                       # fine-tune keeps its parent's
@@ -468,7 +474,7 @@ class TrainConfig(_Config):
                               "bleu_samples": (1, 5000), "eval_batch_size": (1, 65536),
                               "max_train_captions": (1, 10 ** 8), "max_dev_captions": (1, 10 ** 8),
                               "max_steps": (1, 10 ** 9), "max_minutes": (0.01, 10 ** 6),
-                              "warmup_steps": (0, 10 ** 9),
+                              "warmup_steps": (0, 10 ** 9), "ss_k": (0.0, 1e9), "ss_floor": (0.0, 1.0),
                               "log_every": (1, 10 ** 9), "eval_every": (0, 10 ** 9)}
 
     def check(self) -> None:
@@ -497,6 +503,18 @@ class TrainConfig(_Config):
                               f"got {self.lr_schedule!r}"[:300])
         from lab.tasks import check_task
         check_task(self.task, self.objective)
+        if self.scheduled_sampling not in ("none", "linear", "exponential", "inverse_sigmoid"):
+            raise ConfigError(f"scheduled_sampling must be 'none', 'linear', 'exponential' or "
+                              f"'inverse_sigmoid', got {self.scheduled_sampling!r}"[:300])
+        if self.scheduled_sampling != "none" and self.task != "captions":
+            raise ConfigError(f"scheduled_sampling is for the captions language model; the "
+                              f"{self.task} task trains with teacher forcing")
+        if self.scheduled_sampling == "exponential" and self.ss_k >= 1:
+            raise ConfigError(f"ss_k of the exponential decay is a rate below 1 (e.g. 0.999), "
+                              f"got {self.ss_k}")
+        if self.scheduled_sampling == "inverse_sigmoid" and 0 < self.ss_k < 1:
+            raise ConfigError(f"ss_k of the inverse-sigmoid decay is at least 1 (e.g. 100), "
+                              f"got {self.ss_k}")
         if self.tokenizer not in ("gpt2", "words", "char"):
             raise ConfigError(f"tokenizer must be 'gpt2' (BPE), 'words' or 'char', "
                               f"got {self.tokenizer!r}"[:300])

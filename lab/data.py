@@ -156,8 +156,11 @@ def sentence_nll(logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torc
     The logits are read in place: each position's target is the next token where the mask counts
     it and ignored elsewhere (no copy of the (B, L, V) logits without their last position)."""
     B, L, V = logits.shape
-    targets = torch.full((B, L), -100, dtype=torch.long, device=logits.device)
-    targets[:, :-1] = batch.input_ids[:, 1:].masked_fill(batch.loss_mask == 0, -100)
+    if batch.targets is not None:           # targets apart (inputs not the targets shifted)
+        targets = batch.targets.masked_fill(batch.loss_mask == 0, -100)
+    else:
+        targets = torch.full((B, L), -100, dtype=torch.long, device=logits.device)
+        targets[:, :-1] = batch.input_ids[:, 1:].masked_fill(batch.loss_mask == 0, -100)
     nll = torch.nn.functional.cross_entropy(
         logits.reshape(-1, V).float(), targets.reshape(-1), reduction="none").view(B, L)
     return nll.sum(1), batch.loss_mask.sum(1)

@@ -69,6 +69,55 @@ def scheduled_lr(cfg: TrainConfig, step: int, total_steps: int) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
+def teacher_forcing(cfg: TrainConfig, step: int, total_steps: int) -> float:
+    """Scheduled sampling's probability of feeding the gold token at a step (Bengio et al. 2015):
+    linear 1 - step/k, exponential k^step, inverse sigmoid k/(k + exp(step/k)), never below
+    ss_floor. ss_k=0 picks k so that the decay reaches the floor (or 1%) at the last step."""
+    kind, floor = cfg.scheduled_sampling, cfg.ss_floor
+    if kind == "none":
+        return 1.0
+    end, k = max(floor, 0.01), cfg.ss_k
+    if kind == "linear":
+        k = k or total_steps / (1 - end)
+        p = 1 - step / k
+    elif kind == "exponential":
+        k = k or end ** (1 / max(total_steps, 1))
+        p = k ** step
+    else:                   # inverse sigmoid: k/(k + exp(total/k)) = end, solved by bisection
+        k = k or _inverse_sigmoid_k(total_steps, end)
+        p = k / (k + math.exp(min(step / k, 700.0)))
+    return max(floor, p)
+
+
+def _inverse_sigmoid_k(total_steps: int, end: float) -> float:
+    lo, hi = 1.0, max(float(total_steps), 2.0)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if mid / (mid + math.exp(min(total_steps / mid, 700.0))) > end:
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
+@torch.no_grad()
+def scheduled_inputs(model, batch: Batch, p_gold: float) -> Batch:
+    """Scheduled sampling in one parallel pass: the model predicts every next token from the gold
+    prefix, one token is sampled at each position, and each caption token of the input is
+    replaced by that sample with probability 1 - p_gold. The targets stay the gold tokens."""
+    B, L = batch.input_ids.shape
+    logits = model(batch.input_ids).logits[:, :-1].float()
+    sampled = torch.multinomial(torch.softmax(logits, -1).reshape(B * (L - 1), -1), 1).view(B, L - 1)
+    swap = (torch.rand(B, L - 1, device=sampled.device) >= p_gold) & (batch.loss_mask > 0)
+    mixed = batch.input_ids.clone()
+    mixed[:, 1:] = torch.where(swap, sampled, batch.input_ids[:, 1:])
+    targets = torch.full_like(batch.input_ids, -100)
+    targets[:, :-1] = batch.input_ids[:, 1:]
+    mask = torch.zeros(B, L, dtype=batch.loss_mask.dtype, device=batch.loss_mask.device)
+    mask[:, :-1] = batch.loss_mask
+    return Batch(mixed, mask, targets)
+
+
 GO, STOP_NOW, STOP_AFTER = 0, 1, 2       # what rank 0 tells every rank between steps
 PROGRESS_EVERY_S = 3.0                   # a progress line at least this often while training
 
@@ -285,6 +334,12 @@ class Trainer:
             per_step * len(self.dev_seqs) / cfg.batch_size / 3
         return per_step * left + per_eval * evals
 
+    def _forcing(self) -> dict:
+        """Scheduled sampling's teacher-forcing probability at this step, when it is on."""
+        if self.cfg.scheduled_sampling == "none":
+            return {}
+        return {"teacher_forcing": teacher_forcing(self.cfg, self.step, self.total_steps)}
+
     def _time_left(self) -> float:
         return self.cfg.max_minutes * 60 - self.trained_before - self.train_s
 
@@ -338,6 +393,7 @@ class Trainer:
                 yield self._log({
                     "event": "step", "epoch": epoch, "step": self.step, "total_steps": self.total_steps,
                     "train_loss": run_loss / run_n, **self._rates(tokens, flop, time.time() - t_log),
+                    **self._forcing(),
                     "elapsed_s": time.time() - self.t_start, "eta_s": self._eta()}, writer)
                 run_loss, run_n, tokens, flop, t_log, t_said = 0.0, 0, 0, 0.0, time.time(), time.time()
             elif time.time() - t_said >= PROGRESS_EVERY_S:
@@ -365,6 +421,10 @@ class Trainer:
         lr = scheduled_lr(self.cfg, self.step, self.total_steps)
         for group in self.opt.param_groups:
             group["lr"] = lr
+        if self.cfg.scheduled_sampling != "none":
+            with autocast(self.device, self.precision):
+                batch = scheduled_inputs(self.model, batch,
+                                         teacher_forcing(self.cfg, self.step, self.total_steps))
         with autocast(self.device, self.precision):
             loss = shard_loss(self.stepper, batch, self.rank, self.world,
                               self.task.loss if self.task else assignment_loss)

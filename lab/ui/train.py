@@ -30,8 +30,8 @@ MODEL_FIELDS = ["model", "n_layer", "n_head", "n_embd", "n_positions", "norm", "
 TRAIN_FIELDS = ["epochs", "batch_size", "lr", "weight_decay", "grad_clip", "seed", "shuffle",
                 "early_stop", "patience", "eval_every", "max_train_captions", "max_dev_captions",
                 "max_steps", "max_minutes", "final_dev", "keep_bleu_best", "log_every", "train_layers",
-                "tokenizer", "task", "objective", "lr_schedule", "warmup_steps", "device", "precision",
-                "compile"]
+                "tokenizer", "task", "objective", "lr_schedule", "warmup_steps", "scheduled_sampling",
+                "ss_k", "ss_floor", "device", "precision", "compile"]
 
 
 @functools.cache
@@ -102,6 +102,10 @@ def _field_component(cls, name, value):
                       for o in REGISTRIES["task"].get(t).meta["objectives"]]
         return Dropdown([""] + objectives, value=value, label=name,
                         info="blank: the task's first; birthplace: span (pretrain) or qa (questions)")
+    if name == "scheduled_sampling":
+        return Radio(["none", "linear", "exponential", "inverse_sigmoid"], value=value, label=name,
+                     info="feed the model its own sampled tokens, more often as training goes "
+                          "(Bengio et al. 2015); captions only")
     if name == "lr_schedule":
         return Radio(["constant", "warmup_cosine"], value=value, label=name,
                      info="warmup_cosine: linear warm-up, then cosine decay to 10% of lr")
@@ -140,7 +144,9 @@ ZERO_MEANS_NONE = {"max_train_captions": "0 or blank: all of them",
                                   "up); 0 or blank: no time limit"}
 
 
-BLANK_MEANS_ZERO = {"warmup_steps": "linear warm-up steps of warmup_cosine; 0 or blank: none",
+BLANK_MEANS_ZERO = {"ss_k": "the decay's constant; 0 or blank: reach the floor at the last step",
+                    "ss_floor": "the lowest teacher-forcing probability; 0 or blank: 1% at the end",
+                    "warmup_steps": "linear warm-up steps of warmup_cosine; 0 or blank: none",
                     "eval_every": "steps between extra dev evaluations; 0 or blank: each epoch's end",
                     "weight_decay": "AdamW's decay; 0 or blank: plain Adam (the assignment's)",
                     "grad_clip": "largest gradient norm; 0 or blank: no clipping"}
