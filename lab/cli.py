@@ -631,6 +631,40 @@ def _write_lines(path: str, lines: list[str]) -> None:
         raise ConfigError(f"cannot write --predictions {path}: {e.strerror}") from None
 
 
+def cmd_exposure(args):
+    """Exposure bias of a captions checkpoint: continuation loss after gold vs own prefixes."""
+    from lab import checkpoints, data, exposure
+    if not 1 <= args.n <= 5000:
+        raise ConfigError(f"--n must be between 1 and 5000, got {args.n}")
+    ck = checkpoints.load(args.checkpoint, args.store)
+    caps = data.load_split(args.split, args.data_dir)
+    caps = [caps[i] for i in data.subset_indices(len(caps), args.n, args.seed)]
+    rows = exposure.measure(ck.model, ck.tokenizer, caps, seed=args.seed)
+    if args.json:
+        print(json.dumps({"checkpoint": ck.name, "split": args.split, "n": len(caps),
+                          "seed": args.seed, "rows": rows}))
+        return
+    print(f"{ck.name} on {len(caps)} {args.split} captions: per-token loss of the gold "
+          f"continuation after the first m tokens")
+    print("  m  captions  gold prefix  own prefix  gap [95%]")
+    for r in rows:
+        lo, hi = r["gap_ci"]
+        print(f"{r['prefix']:>3}  {r['captions']:>8}  {r['teacher_forced']:>11.4f}  "
+              f"{r['own_prefix']:>10.4f}  {r['gap']:+.4f} [{lo:+.4f}, {hi:+.4f}]")
+
+
+def _parser_exposure(sub) -> None:
+    p = sub.add_parser("exposure", help="exposure bias of a captions checkpoint: loss after gold "
+                                        "vs its own sampled prefixes")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--split", choices=["dev", "test"], default="dev")
+    p.add_argument("--n", type=int, default=500, help="captions (a seeded subset)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-dir", help="caption corpus (default $LAB_DATA_DIR or ../shared/data/...)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_exposure)
+
+
 def _parser_birthplace(sub) -> None:
     p = sub.add_parser("birthplace", help="the birth-place task: pretrain, finetune, evaluate, "
                                           "baseline (the minGPT assignment)")
@@ -668,6 +702,7 @@ def build_parser() -> argparse.ArgumentParser:
     _parser_jobs(sub)
     _parser_sweep(sub)
     _parser_birthplace(sub)
+    _parser_exposure(sub)
     _parser_export(sub)
     return ap
 

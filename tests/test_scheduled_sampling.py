@@ -75,3 +75,30 @@ def test_scheduled_sampling_settings_are_checked():
                       ({"ss_floor": 1.5}, "ss_floor must be between")):
         with pytest.raises(ConfigError, match=said):
             TrainConfig(**bad).validate()
+
+
+def test_exposure_bias_is_the_loss_gap_after_the_models_own_prefix(corpus_dir, store, capsys):
+    """With no prefix the two losses are the same captions scored the same way (gap 0); after
+    m sampled tokens the gold continuation is scored at the same positions, paired by caption.
+    A model that ignores its input (a zero attention and MLP output: only the position and the
+    bias decide) has no gap at all, whatever the prefix."""
+    from lab import checkpoints, cli, exposure
+    torch.manual_seed(0)
+    model = build(ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48,
+                              vocab_size=50257)).eval()
+    caps = data.load_split("dev", corpus_dir)[:40]
+    rows = exposure.measure(model, tokenizers.gpt2(), caps, prefixes=(0, 2, 4))
+    assert [r["prefix"] for r in rows] == [0, 2, 4] and rows[0]["captions"] == 40
+    assert rows[0]["gap"] == 0 and rows[0]["teacher_forced"] == rows[0]["own_prefix"]
+    for r in rows:
+        lo, hi = r["gap_ci"]
+        assert lo <= r["gap"] <= hi
+    blind = build(ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48,
+                              vocab_size=50257)).eval()
+    with torch.no_grad():
+        blind.transformer.wte.weight.zero_()        # every token looks the same: no history
+    flat = exposure.measure(blind, tokenizers.gpt2(), caps, prefixes=(4,))
+    assert flat[0]["gap"] == pytest.approx(0, abs=1e-5)
+    checkpoints.save(model, tokenizers.gpt2(), "m")
+    assert cli.main(["exposure", "--checkpoint", "m", "--n", "20"]) == 0
+    assert "gold prefix  own prefix  gap [95%]" in capsys.readouterr().out
