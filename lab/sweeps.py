@@ -48,6 +48,8 @@ class Score(_Config):
     pick_on_test: bool = False
     bleu_tokens: str = "auto"     # "auto": GPT-2 tokens for GPT-2-tokenized models, words
                                   # otherwise; "words" for every run (sweeps across tokenizers)
+    exposure: bool = False        # also measure exposure bias on the subset (lab.exposure): the
+                                  # table shows the gap after 8 own tokens
 
     BOUNDS: ClassVar[dict] = {"seed": (0, SEED_MAX)}
 
@@ -525,6 +527,11 @@ def _score_checkpoint(name: str, sc: Score, store, data_dir, abort, t0: float):
                                  tok.eos_id, abort=abort)
         part = {"n": len(subset), "subset_hash": data.subset_hash(subset), "nll": nll.tolist(),
                 "count": cnt.tolist(), "words": [len(c.split()) + 1 for c in subset], "decoders": []}
+        if sc.exposure:
+            from lab import exposure
+            yield {"event": "scoring", "what": f"{name}: exposure bias on {len(subset):,} {split} "
+                   f"captions", "elapsed_s": time.time() - t0, "time": time.time()}
+            part["exposure"] = exposure.measure(model, tok, subset, seed=sc.seed)
         refs_all = References(bleu_tokens_of(caps, tok, tokens))
         refs = bleu_tokens_of(subset, tok, tokens)
         decoders = [best_decoder(entry["splits"][sc.split])] if split == "test" and sc.pick_on_test \
@@ -619,7 +626,7 @@ COLUMNS = ["kept_by", "checkpoint", "epoch", "decoder", "split", "status", "para
            "word_perplexity", "word_perplexity_ci", "forward_bleu", "forward_bleu_ci",
            "backward_bleu", "backward_bleu_ci", "harmonic_bleu", "harmonic_bleu_ci",
            "kv_bytes_per_token", "gen_tokens_per_s", "perplexity_diff", "perplexity_diff_ci",
-           "harmonic_bleu_diff", "harmonic_bleu_diff_ci", "best"]
+           "harmonic_bleu_diff", "harmonic_bleu_diff_ci", "exposure_gap", "exposure_gap_ci", "best"]
 
 
 def table(name: str, store=None, baseline: int | None = None, n_boot: int = 1000) -> dict:
@@ -668,12 +675,22 @@ def _rows(name: str, runs: list[dict], swept: list[str], store=None) -> tuple[li
                                  "dev_perplexity": entry["dev_perplexity"],
                                  "dev_harmonic_bleu": entry["dev_harmonic_bleu"],
                                  "kv_bytes_per_token": entry["kv_bytes_per_token"],
-                                 "gen_tokens_per_s": d["tokens_per_s"]})
+                                 "gen_tokens_per_s": d["tokens_per_s"], **_exposure_gap(s)})
                     figures.append({"hash": s["subset_hash"], "tokenizer": entry.get("tokenizer"),
                                     "nll": [a / b for a, b in zip(s["nll"], s["count"])],
                                     "cap_nll": s["nll"], "cap_words": s["words"],
                                     "fwd": d["forward"], "bwd": d["backward"]})
     return rows, figures
+
+
+def _exposure_gap(split_results: dict) -> dict:
+    """The exposure-bias gap after the longest own prefix measured (8 tokens), when measured."""
+    rows = split_results.get("exposure")
+    if not rows:
+        return {}
+    last = rows[-1]
+    return {"exposure_gap": last["gap"], "exposure_gap_ci": last["gap_ci"],
+            "exposure_prefix": last["prefix"]}
 
 
 def _intervals(rows: list[dict], figures: list, base_i: int | None, n_boot: int, seed: int,
@@ -757,7 +774,9 @@ def display(t: dict) -> tuple[list[str], list[list[str]]]:
     headers = ["#", *t["swept"], *(["kept by", "epoch"] if two else []), "decoder", "split", "status",
                "params", "train time", "tok/s", "dev ppl", "ppl [95%]", "ppl/word [95%]", "fwd BLEU", "bwd BLEU",
                "harmonic BLEU [95%]", "KV B/tok", "gen tok/s",
-               f"Δppl{vs} [95%]", f"Δharmonic{vs} [95%]", "best"]
+               f"Δppl{vs} [95%]", f"Δharmonic{vs} [95%]"]
+    exposure = any(r.get("exposure_gap") is not None for r in t["rows"])
+    headers += (["exposure gap @8 [95%]"] if exposure else []) + ["best"]
     rows = []
     for r in t["rows"]:
         rows.append([str(r["row"]), *[_text(r[k]) if r[k] is not None else "" for k in t["swept"]],
@@ -771,7 +790,7 @@ def display(t: dict) -> tuple[list[str], list[list[str]]]:
                      f"{r['kv_bytes_per_token']:,.0f}" if r["kv_bytes_per_token"] is not None else "",
                      f"{r['gen_tokens_per_s']:,.0f}" if r["gen_tokens_per_s"] else "",
                      _with_ci(r, "perplexity_diff", 2), _with_ci(r, "harmonic_bleu_diff", 3),
-                     r["best"] or ""])
+                     *([_with_ci(r, "exposure_gap", 4)] if exposure else []), r["best"] or ""])
     return headers, rows
 
 

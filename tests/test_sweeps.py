@@ -119,7 +119,8 @@ def test_runs_with_different_tokenizers_compare_per_word(store):
     """A grid over the tokenizer: BLEU on whitespace words for every run, the lowest perplexity
     and the paired difference per word (per token they differ in kind), said under the table."""
     sweeps.start({"name": "tok", "preset": "tiny", "grid": {"tokenizer": ["gpt2", "char"]},
-                  "score": {"n": 12, "decoders": [{"decoder": "greedy", "max_new_tokens": 60}]},
+                  "score": {"n": 12, "decoders": [{"decoder": "greedy", "max_new_tokens": 60}],
+                            "exposure": True},
                   "set": TINY + ["n_positions=160", "max_steps=3"]}, store)
     _serve(store, "tok")
     t = sweeps.table("tok", store)
@@ -131,6 +132,12 @@ def test_runs_with_different_tokenizers_compare_per_word(store):
     assert "runs compare per word" in sweeps.how_text(t)
     res = sweeps.read_results("tok", "tok-char", store)["kept"][0]
     assert res["tokenizer"] == "char" and res["bleu_tokens"] == "words"
+    # the exposure-bias gap after 8 own tokens, measured on the same captions, with its interval
+    assert [r["prefix"] for r in res["splits"]["test"]["exposure"]] == [0, 1, 2, 4, 8]
+    for r in (a, b):
+        lo, hi = r["exposure_gap_ci"]
+        assert lo <= r["exposure_gap"] <= hi
+    assert "exposure gap @8 [95%]" in sweeps.display(t)[0]
 
 
 @pytest.mark.parametrize("change, message", [
@@ -196,6 +203,9 @@ def test_every_recipe_plans_at_both_budgets(store):
     assert [r.name for r in layers] == ["fl-smollm2_1_2_3", "fl-smollm2_14_15_16", "fl-smollm2_28_29_30",
                                         "fl-smollm2_1_15_30", "fl-smollm2_all"]
     assert all(r.model is None and r.parent.startswith("smollm2:") for r in layers)
+    ss = sweeps.check({**sweeps.recipe("scheduled-sampling", "cpu"), "name": "ss"}, store)
+    assert ss[0].score["exposure"] and [r.train["scheduled_sampling"] for r in ss[1]] == [
+        "none", "linear", "exponential", "inverse_sigmoid"]
     tok = sweeps.check({**sweeps.recipe("tokenization", "cpu"), "name": "tk"}, store)[0]
     assert tok.score["bleu_tokens"] == "words" and tok.score["decoders"][0]["max_new_tokens"] == 190
 
