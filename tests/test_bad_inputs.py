@@ -457,6 +457,10 @@ def _api_cases():
     for endpoint in ("/sweep_status", "/stop_sweep", "/resume_sweep", "/export_sweep"):
         cases += [(endpoint, ["missing"], "no sweep 'missing'"), (endpoint, ["../x"], "is not allowed")]
     cases += [(e, [None], "choose a sweep first") for e in ("/stop_sweep", "/resume_sweep", "/export_sweep")]
+    cases += [("/exposure_bias", [None, 500], "choose a captions checkpoint first"),
+              ("/exposure_bias", ["missing", 500], "no checkpoint 'missing'"),
+              ("/exposure_bias", ["../x", 500], "is not allowed"),
+              ("/exposure_bias", ["good", 7], "is not in the list of choices")]
     cases += [("/birthplace_accuracy", [[], "dev"], "choose birth-place checkpoints first"),
               ("/birthplace_accuracy", [["missing"], "dev"], "no checkpoint 'missing'"),
               ("/birthplace_accuracy", [["../x"], "dev"], "is not allowed"),

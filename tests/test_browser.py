@@ -251,6 +251,14 @@ def test_evaluate_streams_results(page):
     expect(page.locator("#evaluate-provenance")).to_contain_text("Verdicts")
     expect(page.locator("#evaluate-provenance")).to_contain_text("per-word perplexity")
     _shot(page, "evaluate")
+    # exposure bias of one checkpoint: five prefix lengths, no gap without a prefix
+    _choose(page, "#eb-checkpoint", "scratch-a")
+    page.locator("#eb-n").get_by_text("100", exact=True).click()
+    page.locator("#eb-go").click()
+    table = page.locator("#eb-table")
+    expect(table).to_contain_text("+0.0000 [+0.0000, +0.0000]", timeout=120_000)
+    expect(page.locator("#eb-said")).to_contain_text("on 100 dev captions")
+    expect(page.locator("#eb-said")).to_contain_text("scheduled sampling")
 
 
 def test_named_endpoints_through_gradio_client(server):

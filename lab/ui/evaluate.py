@@ -147,6 +147,46 @@ def _birthplace_section(ctx: Context):
              [acc, said, answers, files], api_name="birthplace_accuracy")
 
 
+EXPOSURE_COLUMNS = ["own tokens m", "captions", "loss after the gold prefix",
+                    "loss after its own prefix", "gap [95%]"]
+
+
+def exposure(name, n, store=None, data_dir=None):
+    """A captions checkpoint's exposure bias on a seeded subset of dev captions."""
+    from lab import data
+    from lab import exposure as eb
+    name = names_list(name, "a captions checkpoint", limit=1, store=store)[0]
+    n = whole(n, "captions", 1, 5000)
+    ck = LOADED.get(name, store)
+    if ck.tokenizer.kind == "char" and getattr(ck.tokenizer, "pad", None):
+        raise ConfigError(f"{name} is a birth-place model; exposure bias is measured on captions")
+    caps = data.load_split("dev", data_dir)
+    caps = [caps[i] for i in data.subset_indices(len(caps), n, 0)]
+    rows = eb.measure(ck.model, ck.tokenizer, caps)
+    shown = [[r["prefix"], r["captions"], f"{r['teacher_forced']:.4f}", f"{r['own_prefix']:.4f}",
+              f"{r['gap']:+.4f} [{r['gap_ci'][0]:+.4f}, {r['gap_ci'][1]:+.4f}]"] for r in rows]
+    return gr.update(value=shown, visible=True), (
+        f"**{name}** on {len(caps)} dev captions (seed 0): the per-token loss of each caption's "
+        f"gold continuation after its first m gold tokens, and after m tokens {name} sampled "
+        f"itself. The gap is what writing after its own history costs the model; scheduled "
+        f"sampling (Train form) is meant to close it.")
+
+
+def _exposure_section(ctx: Context):
+    gr.Markdown("### Exposure bias (captions models)")
+    with gr.Row():
+        name = Dropdown(ctx.checkpoint_names(), value=None, allow_custom_value=True,
+                        label="checkpoint", elem_id="eb-checkpoint", scale=3)
+        ctx.add_dropdown(name, "keep")
+        n = Radio([100, 500, 1000], value=500, label="dev captions", elem_id="eb-n")
+    go = gr.Button("Measure exposure bias", elem_id="eb-go")
+    table = gr.Dataframe(headers=EXPOSURE_COLUMNS, label="exposure bias", elem_id="eb-table",
+                         visible=False)
+    said = gr.Markdown(elem_id="eb-said")
+    go.click(friendly(lambda c, k: exposure(c, k, ctx.store, ctx.data_dir)), [name, n],
+             [table, said], api_name="exposure_bias")
+
+
 def build(ctx: Context):
     ctx.empty_note("Use *Getting started* above, or import or train a checkpoint; then evaluate it here.")
     gr.Markdown("Perplexity and BLEU-4 on a seeded subset of the test split, updating as samples "
@@ -163,4 +203,5 @@ def build(ctx: Context):
                        elem_id="evaluate-table", wrap=True, column_widths=WIDTHS)
     prov = gr.Markdown(elem_id="evaluate-provenance")
     wire(go, [names, *dec.components(), n, seed, bleu_tokens], [out, prov], ctx, "evaluate")
+    _exposure_section(ctx)
     _birthplace_section(ctx)
