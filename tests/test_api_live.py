@@ -31,6 +31,17 @@ def _refused(call, expected):
     assert expected in str(e.value) and "Traceback" not in str(e.value), str(e.value)
 
 
+def _birthplace_model(name, store):
+    import torch
+    from lab import birthplace, checkpoints
+    from lab.model import build
+    from tests.conftest import tiny_config
+    tok = birthplace.tokenizer()
+    torch.manual_seed(0)
+    checkpoints.save(build(tiny_config(vocab_size=tok.vocab_size, n_positions=128, n_layer=1)).eval(),
+                     tok, name, store, provenance={"source": "scratch", "task": "birthplace"})
+
+
 def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(live, tmp_path):
     from gradio_client import Client, handle_file
     url, store = live
@@ -58,6 +69,14 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     assert call("/head_differences", "made-later", "made-later", "A dog .")["data"]
     scores = call("/evaluate", ["made-later"], *dec, 100, 0, "auto")
     assert "100 / 100" in scores[1]
+    def data(table):            # a table shown by an update (it also becomes visible)
+        return (table.get("value") or table)["data"] if "__type__" in table else table["data"]
+    table, said = call("/exposure_bias", "made-later", 100)
+    assert data(table)[0][4].startswith("+0.0000") and "made-later" in said
+    _birthplace_model("bp-later", store)              # a birth-place model made after start
+    table, said, answers, files = call("/birthplace_accuracy", ["bp-later"], "dev")
+    assert [r[0] for r in data(table)] == ["bp-later", "London (baseline)"] and len(files) == 2
+    assert len(data(answers)) == 500
     assert "100 / 100" in call("/compare_scores", ["made-later"], *dec, 100, 0)[1]
     assert "done" in call("/job_status", job)[0]
     _refused(lambda: call("/stop_job", job), "only queued or running jobs stop")
