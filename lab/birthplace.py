@@ -73,6 +73,11 @@ def tokenizer(root=None) -> CharTokenizer:
     return CharTokenizer(MASK + "".join(sorted(set(text))), pad=PAD)    # newline included, as minGPT
 
 
+def is_task_tokenizer(tok) -> bool:
+    """A character tokenizer with the task's mask: a model of the birth-place task."""
+    return getattr(tok, "kind", "") == "char" and MASK in getattr(tok, "stoi", {})
+
+
 def _randint(lo: int, hi: int, g: torch.Generator) -> int:
     """A whole number from lo to hi, both included."""
     return lo + int(torch.randint(hi - lo + 1, (1,), generator=g))
@@ -196,7 +201,7 @@ def evaluate(checkpoint: str, split: str = "dev", store=None, root=None, device:
     from lab.config import ConfigError
     pairs = questions(split, root)
     ck = checkpoints.load(checkpoint, store, device=device)
-    if ck.tokenizer.kind != "char" or MASK not in ck.tokenizer.stoi:
+    if not is_task_tokenizer(ck.tokenizer):
         raise ConfigError(f"checkpoint {checkpoint!r} is not a birth-place model (its tokenizer is "
                           f"{ck.tokenizer.kind!r}, without the task's mask character); train one "
                           f"with `python -m lab birthplace pretrain` / `finetune`")

@@ -633,18 +633,16 @@ def _write_lines(path: str, lines: list[str]) -> None:
 
 def cmd_exposure(args):
     """Exposure bias of a captions checkpoint: continuation loss after gold vs own prefixes."""
-    from lab import checkpoints, data, exposure
+    from lab import checkpoints, exposure
     if not 1 <= args.n <= 5000:
         raise ConfigError(f"--n must be between 1 and 5000, got {args.n}")
     ck = checkpoints.load(args.checkpoint, args.store)
-    caps = data.load_split(args.split, args.data_dir)
-    caps = [caps[i] for i in data.subset_indices(len(caps), args.n, args.seed)]
-    rows = exposure.measure(ck.model, ck.tokenizer, caps, seed=args.seed)
+    rows, n = exposure.on_split(ck.model, ck.tokenizer, args.split, args.n, args.seed, args.data_dir)
     if args.json:
-        print(json.dumps({"checkpoint": ck.name, "split": args.split, "n": len(caps),
+        print(json.dumps({"checkpoint": ck.name, "split": args.split, "n": n,
                           "seed": args.seed, "rows": rows}))
         return
-    print(f"{ck.name} on {len(caps)} {args.split} captions: per-token loss of the gold "
+    print(f"{ck.name} on {n} {args.split} captions: per-token loss of the gold "
           f"continuation after the first m tokens")
     print("  m  captions  gold prefix  own prefix  gap [95%]")
     for r in rows:

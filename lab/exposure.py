@@ -73,3 +73,13 @@ def measure(model, tokenizer, captions: list[str], prefixes=PREFIXES, seed: int 
     finally:
         model.train(was)
     return out
+
+
+def on_split(model, tokenizer, split: str = "dev", n: int = 500, seed: int = 0,
+             data_dir=None) -> tuple[list[dict], int]:
+    """measure() on a seeded subset of n captions of a split: (rows, captions used)."""
+    if not 1 <= n <= 5000:
+        raise ConfigError(f"the number of captions must be between 1 and 5000, got {n}")
+    caps = data.load_split(split, data_dir)
+    caps = [caps[i] for i in data.subset_indices(len(caps), n, seed)]
+    return measure(model, tokenizer, caps, seed=seed), len(caps)

@@ -153,20 +153,19 @@ EXPOSURE_COLUMNS = ["own tokens m", "captions", "loss after the gold prefix",
 
 def exposure(name, n, store=None, data_dir=None):
     """A captions checkpoint's exposure bias on a seeded subset of dev captions."""
-    from lab import data
+    from lab import birthplace
     from lab import exposure as eb
     name = names_list(name, "a captions checkpoint", limit=1, store=store)[0]
     n = whole(n, "captions", 1, 5000)
     ck = LOADED.get(name, store)
-    if ck.tokenizer.kind == "char" and getattr(ck.tokenizer, "pad", None):
-        raise ConfigError(f"{name} is a birth-place model; exposure bias is measured on captions")
-    caps = data.load_split("dev", data_dir)
-    caps = [caps[i] for i in data.subset_indices(len(caps), n, 0)]
-    rows = eb.measure(ck.model, ck.tokenizer, caps)
+    if birthplace.is_task_tokenizer(ck.tokenizer):
+        raise ConfigError(f"{name} is a birth-place model; exposure bias is measured on captions: "
+                          f"choose a captions checkpoint")
+    rows, used = eb.on_split(ck.model, ck.tokenizer, "dev", n, 0, data_dir)
     shown = [[r["prefix"], r["captions"], f"{r['teacher_forced']:.4f}", f"{r['own_prefix']:.4f}",
               f"{r['gap']:+.4f} [{r['gap_ci'][0]:+.4f}, {r['gap_ci'][1]:+.4f}]"] for r in rows]
     return gr.update(value=shown, visible=True), (
-        f"**{name}** on {len(caps)} dev captions (seed 0): the per-token loss of each caption's "
+        f"**{name}** on {used} dev captions (seed 0): the per-token loss of each caption's "
         f"gold continuation after its first m gold tokens, and after m tokens {name} sampled "
         f"itself. The gap is what writing after its own history costs the model; scheduled "
         f"sampling (Train form) is meant to close it.")

@@ -22,7 +22,7 @@ class BirthplaceTask:
         return bp.tokenizer(data_dir)
 
     def prepare(self, objective: str, cfg, tok, model_cfg, data_dir=None) -> Prepared:
-        if getattr(tok, "kind", "") != "char" or bp.MASK not in getattr(tok, "stoi", {}):
+        if not bp.is_task_tokenizer(tok):
             raise ConfigError("the birthplace task needs a character model with the task's mask "
                               "character: pretrain one with `python -m lab birthplace pretrain`, "
                               f"or train from scratch (this one's tokenizer is {tok.kind!r})")
