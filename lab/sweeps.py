@@ -255,7 +255,8 @@ def plan(spec: SweepSpec, store=None) -> list[Run]:
         if train_cfg.task != "captions":
             raise ConfigError(f"run {i + 1} ({_describe(point, seed)}): a sweep scores caption "
                               f"models (perplexity and BLEU); task={train_cfg.task} runs are not "
-                              f"scored by sweeps yet: train them with `python -m lab birthplace`")
+                              f"scored by sweeps yet: train them one at a time (Start training in "
+                              f"the Train tab, or `python -m lab birthplace`)")
         slug = _slug(point, seed, len(spec.seeds) > 1, constant)
         name = f"{spec.name}-{slug}"
         if not slug or len(name) > 100 or name in names:

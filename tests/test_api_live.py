@@ -75,6 +75,7 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     assert data(table)[0][4].startswith("+0.0000") and "made-later" in said
     _birthplace_model("bp-later", store)              # a birth-place model made after start
     table, said, answers, files = call("/birthplace_accuracy", ["bp-later"], "dev")
+    files = files["value"] if isinstance(files, dict) and "__type__" in files else files
     assert [r[0] for r in data(table)] == ["bp-later", "London (baseline)"] and len(files) == 2
     assert len(data(answers)) == 500
     assert "100 / 100" in call("/compare_scores", ["made-later"], *dec, 100, 0)[1]

@@ -110,6 +110,11 @@ def birthplace_rows(result: dict) -> list[list]:
 def birthplace(names, split, store=None):
     """Accuracy per checkpoint beside the London baseline, every question's answers, downloads."""
     from lab import birthplace as bp
+    from lab import checkpoints
+    if not names and not checkpoints.names(store):
+        raise ConfigError("the store has no checkpoints yet: train a birth-place model with "
+                          "`python -m lab birthplace pretrain` and `finetune`, or in the Train tab "
+                          "with the birthplace-finetune preset")
     names = names_list(names, "birth-place checkpoints", store=store)
     if split not in ("dev", "test"):
         raise ConfigError(f"questions: 'dev' or 'test', got {split!r}"[:200])
@@ -123,7 +128,8 @@ def birthplace(names, split, store=None):
             f"bootstrap over questions (1,000 resamples) for differences against **{names[0]}**."
             if rows else f"The {split} split has no places: the answers are below and in the downloads.")
     return (gr.update(value=rows, visible=bool(rows)), said,
-            gr.update(value={"headers": ans["headers"], "data": ans["rows"]}), files)
+            gr.update(value={"headers": ans["headers"], "data": ans["rows"]}, visible=True),
+            gr.update(value=files, visible=True))
 
 
 def _birthplace_section(ctx: Context):
@@ -140,9 +146,9 @@ def _birthplace_section(ctx: Context):
     acc = gr.Dataframe(headers=BP_COLUMNS, label="accuracy", elem_id="bp-table", visible=False)
     said = gr.Markdown(elem_id="bp-said")
     answers = gr.Dataframe(label="every question: the place and each checkpoint's answer",
-                           elem_id="bp-answers", max_height=360, wrap=True)
+                           elem_id="bp-answers", max_height=360, wrap=True, visible=False)
     files = gr.File(label="download the answers (CSV, JSON)", file_count="multiple",
-                    interactive=False, elem_id="bp-files")
+                    interactive=False, elem_id="bp-files", visible=False)
     go.click(friendly(lambda n, s: birthplace(n, s, ctx.store)), [names, split],
              [acc, said, answers, files], api_name="birthplace_accuracy")
 
