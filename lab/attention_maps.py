@@ -35,13 +35,14 @@ class AttentionError(LabError):
 
 @dataclass
 class Capture:
-    tokens: list[str]               # token strings, BOS included
+    tokens: list[str]               # token strings, BOS included (when the tokenizer has one)
     ids: list[int]
     attentions: list[torch.Tensor]  # per layer: (n_head, T, T)
     n_prompt: int                   # tokens before the generated part (BOS + prompt)
     n_head: int
     kv_heads: int
     per_token: dict = field(default_factory=dict)   # name -> a value per token (ACT's steps)
+    bos: bool = True                # the first token is a BOS the text does not hold
 
     @property
     def n_layer(self) -> int:
@@ -51,22 +52,25 @@ class Capture:
 @torch.no_grad()
 def capture(model, tokenizer, text: str = "", ids: list[int] | None = None, n_prompt: int | None = None,
             max_tokens: int | None = None) -> Capture:
-    """Attention of every layer and head over BOS + text (or BOS + ids)."""
+    """Attention of every layer and head over BOS + text (or BOS + ids); over the text alone for a
+    tokenizer without BOS (a birth-place model reads a question from its first character)."""
     from lab.generate import GenerationError, check_prompt
     body = ids if ids is not None else tokenizer.encode(check_prompt(text))
-    seq = [tokenizer.eos_id] + list(body)
+    bos = tokenizer.bos_id
+    seq = ([] if bos is None else [bos]) + list(body)
     limit = min(model.config.n_positions, max_tokens or model.config.n_positions)
     if len(seq) > limit:
-        raise GenerationError(f"the text is {len(seq)} tokens with BOS; at most {limit} can be shown")
+        raise GenerationError(f"the text is {len(seq)} tokens{'' if bos is None else ' with BOS'}; "
+                              f"at most {limit} can be shown")
     was_training = model.training
     model.eval()
     out = model(torch.tensor([seq], device=next(model.parameters()).device), output_attentions=True)
     model.train(was_training)
     c = model.config
-    return Capture(tokens=["<bos>"] + tokenizer.token_strings(body), ids=seq,
+    return Capture(tokens=([] if bos is None else ["<bos>"]) + tokenizer.token_strings(body), ids=seq,
                    attentions=[a[0].float().cpu() for a in out.attentions],
                    n_prompt=len(seq) if n_prompt is None else n_prompt,
-                   n_head=c.n_head, kv_heads=kv_heads(c),
+                   n_head=c.n_head, kv_heads=kv_heads(c), bos=bos is not None,
                    per_token={k: v[0].float().cpu().tolist() for k, v in (out.per_token or {}).items()})
 
 
@@ -231,13 +235,16 @@ def _common_prefix(a: str, b: str) -> int:
     return n
 
 
-def word_attention(att: torch.Tensor, token_word: list[int], n_words: int) -> torch.Tensor:
+def word_attention(att: torch.Tensor, token_word: list[int], n_words: int,
+                   bos: bool = True) -> torch.Tensor:
     """(H, T, T) token attention, BOS first -> (H, W, W) word attention with W = 1 + n_words,
     word 0 being <bos>. A word's row is the mean of its sub-tokens' rows (as queries), each column
-    the sum over the key word's sub-tokens, so every row still sums to 1."""
-    group = torch.tensor([0] + [1 + w for w in token_word])
+    the sum over the key word's sub-tokens, so every row still sums to 1. Without a BOS (bos=False:
+    the tokens are the text's alone) word 0's row and column are zero: models with and without a
+    BOS compare over the same words, attention to a BOS counting as attention to no word."""
+    group = torch.tensor(([0] if bos else []) + [1 + w for w in token_word])
     member = torch.nn.functional.one_hot(group, 1 + n_words).to(att.dtype)   # (T, W)
-    mean = member.T / member.sum(0)[:, None]                                   # (W, T)
+    mean = member.T / member.sum(0).clamp(min=1)[:, None]                      # (W, T)
     return mean @ att @ member
 
 
@@ -248,10 +255,10 @@ class WordAttention:
 
 
 def by_words(cap: Capture, tokenizer, text: str) -> WordAttention:
-    """A capture of `text` (BOS + its tokens) seen word by word."""
-    token_word = token_words(tokenizer, cap.ids[1:], text)
+    """A capture of `text` (BOS + its tokens, or its tokens alone) seen word by word."""
+    token_word = token_words(tokenizer, cap.ids[1:] if cap.bos else cap.ids, text)
     words = ["<bos>"] + [text[s:e] for s, e in word_spans(text)]
-    return WordAttention(words, torch.stack([word_attention(a, token_word, len(words) - 1)
+    return WordAttention(words, torch.stack([word_attention(a, token_word, len(words) - 1, cap.bos)
                                              for a in cap.attentions]))
 
 

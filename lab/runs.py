@@ -9,7 +9,7 @@ from typing import Iterator
 
 import torch
 
-from lab import checkpoints, data, distributed, tasks, tokenizers
+from lab import checkpoints, distributed, tasks, tokenizers
 from lab import store as lab_store
 from lab.config import ConfigError, ModelConfig, TrainConfig, parse_blocks
 from lab.model import build
@@ -52,15 +52,8 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
             checkpoints.refuse_existing(bleu_name(name), store)
         if distributed.rank() == 0:
             shutil.rmtree(run_dir_for(name, store), ignore_errors=True)   # an old run's leftovers
-    task = tasks.get(train_cfg.task)            # None: captions, the trainer's own path
-    if task is None:
-        root = data.resolve_data_dir(data_dir)
-        train_caps = data.load_split("train", root)[: train_cfg.max_train_captions]
-        dev_caps = data.load_split("dev", root)[: train_cfg.max_dev_captions]
-    else:
-        # data_dir names the caption corpus (the worker's, the app's): a task finds its own
-        # folder (its default or its environment variable, which its CLI sets from --data-dir)
-        root = task.data_dir(None)
+    task = tasks.get(train_cfg.task)
+    root = task.data_dir(data_dir)
     torch.manual_seed(train_cfg.seed)
     if resume:
         ck = checkpoints.load_dir(source_dir)
@@ -78,20 +71,12 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
                                                              if k in ("layers", "pretrained")}}
     else:
         model_cfg.validate()
-        tok = task.scratch_tokenizer(root) if task is not None else \
-            tokenizers.for_scratch(train_cfg.tokenizer, data.load_split("train", root))
+        tok = task.scratch_tokenizer(root, train_cfg)
         if model_cfg.vocab_size != tok.vocab_size:
             model_cfg = model_cfg.replace(vocab_size=tok.vocab_size)
         model = build(model_cfg)
         source = {"source": "scratch"}
-    prepared = None
-    if task is None:
-        max_len = model_cfg.n_positions
-        train_seqs = data.encode_captions(train_caps, tok, max_len)
-        dev_seqs = data.encode_captions(dev_caps, tok, max_len)
-    else:
-        prepared = task.prepare(tasks.objective_of(train_cfg), train_cfg, tok, model_cfg, root)
-        train_seqs, dev_seqs, dev_caps = prepared.train_items, prepared.dev_items, []
+    prepared = task.prepare(tasks.objective_of(train_cfg), train_cfg, tok, model_cfg, root)
     run_dir = run_dir_for(name, store)
     provenance = {**source, "preset": preset, "train": train_cfg.to_dict(), "task": train_cfg.task,
                   "objective": tasks.objective_of(train_cfg),
@@ -115,47 +100,20 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
                          metrics={k: v for k, v in record.items() if k.startswith("dev_")}
                          | {"epoch": record["epoch"]}, overwrite=True)
 
-    dev_bleu = None
-    if task is None and (train_cfg.early_stop == "bleu" or train_cfg.keep_bleu_best):
-        dev_bleu = _dev_bleu_fn(tok, dev_caps, train_cfg)
-    trainer = Trainer(model, train_seqs, dev_seqs, tok.eos_id, train_cfg, run_dir,
-                      on_best=save_best, on_stop=save_last, dev_bleu=dev_bleu, should_stop=should_stop,
-                      on_best_bleu=save_best_bleu if train_cfg.keep_bleu_best else None,
-                      dev_words=[len(c.split()) for c in dev_caps] if task is None else None,
-                      resume=state, task=prepared)
+    trainer = Trainer(model, prepared, train_cfg, run_dir, on_best=save_best, on_stop=save_last,
+                      should_stop=should_stop,
+                      on_best_bleu=save_best_bleu if train_cfg.keep_bleu_best else None, resume=state)
     if distributed.rank() == 0:
-        yield {"event": "data", "train_captions": len(train_seqs), "dev_captions": len(dev_seqs),
+        yield {"event": "data", "train_items": len(prepared.train_items),
+               "dev_items": len(prepared.dev_items), "unit": prepared.unit,
                "params": sum(p.numel() for p in model.parameters()), "run_dir": str(run_dir),
-               **(prepared.info if prepared else {}), "time": time.time()}
+               **prepared.info, "time": time.time()}
     ended = None
     for ended in trainer.run():
         yield ended
-    if task is None and train_cfg.final_dev and train_cfg.max_dev_captions is not None \
-            and distributed.rank() == 0 \
+    if prepared.final and distributed.rank() == 0 \
             and ended and ended["event"] == "done" and name in checkpoints.names(store):
-        yield from _final_dev(name, tok, root, trainer, store)
-
-
-def _final_dev(name: str, tok, root, trainer: Trainer, store=None) -> Iterator[dict]:
-    """The kept checkpoint scored on every dev caption; the figures join its metrics."""
-    from lab.metrics import Aborted, perplexity
-    dev_caps = data.load_split("dev", root)
-    ck = checkpoints.load(name, store)
-    yield {**trainer.progress(ck.metrics.get("epoch", 1), "evaluating", dev_captions=len(dev_caps),
-                              final=True), "time": time.time()}
-    seqs = data.encode_captions(dev_caps, tok, ck.config.n_positions)
-    try:
-        ppl = perplexity(ck.model.to(trainer.device), seqs, tok.eos_id, trainer.cfg.eval_batch_size,
-                         trainer.device, n_words=[len(c.split()) for c in dev_caps],
-                         abort=trainer.abort_eval)
-    except Aborted:
-        yield {"event": "final_dev_aborted", "time": time.time()}
-        return
-    extra = {"final_dev_captions": len(dev_caps), "final_dev_perplexity": ppl["perplexity"],
-             "final_dev_token_perplexity": ppl["token_perplexity"],
-             "final_dev_word_perplexity": ppl["word_perplexity"]}
-    checkpoints.add_metrics(name, extra, store)
-    yield {"event": "final_dev", "time": time.time(), **extra}
+        yield from prepared.final(name, trainer, store)
 
 
 def bleu_name(name: str) -> str:
@@ -253,18 +211,3 @@ def resume_point(name: str, store=None) -> tuple[dict, Path]:
                           f"imported, saved before checkpoints kept one, or the run ended before "
                           f"its first save); fine-tune from it with a new name, or start it again")
     return max(candidates, key=lambda c: c[0]["step"])
-
-
-def _dev_bleu_fn(tok, dev_caps, cfg: TrainConfig):
-    """Dev harmonic BLEU (GPT-2 tokens, random sampling at tau=1) on a fixed seeded subset."""
-    from lab.config import DecodeConfig
-    from lab.generate import sample_captions
-    from lab.metrics import bleu
-    idx = data.subset_indices(len(dev_caps), cfg.bleu_samples, cfg.seed)
-    refs = tok.encode_batch([dev_caps[i] for i in idx])
-
-    def score(model, abort=None) -> float:
-        gen = sample_captions(model, tok, len(refs), DecodeConfig(decoder="random", seed=cfg.seed),
-                              abort=abort)
-        return bleu([g.tokens for g in gen], refs)["harmonic"]
-    return score

@@ -230,6 +230,11 @@ def plan(spec: SweepSpec, store=None) -> list[Run]:
         if len(set(spec.checkpoints)) != len(spec.checkpoints):
             raise ConfigError(f"checkpoints names a checkpoint twice: {spec.checkpoints}")
         train = TrainConfig().to_dict()
+        for c in spec.checkpoints:
+            info = checkpoints.info(checkpoints.check_name(c), store)
+            if info.get("task") == "birthplace":
+                _check_scored(TrainConfig(task="birthplace", objective="qa"), spec.score,
+                              f"checkpoint {c!r}")
         return [Run(i, checkpoints.check_name(c), {"checkpoint": c}, spec.score["seed"], None, train,
                     None, score_only=True) for i, c in enumerate(spec.checkpoints)]
     points = spec.points()
@@ -252,11 +257,7 @@ def plan(spec: SweepSpec, store=None) -> list[Run]:
         if parent and changed:
             raise ConfigError(f"run {i + 1} ({_describe(point, seed)}): a fine-tune of {parent!r} "
                               f"keeps its parent's architecture; cannot set {', '.join(changed)}")
-        if train_cfg.task != "captions":
-            raise ConfigError(f"run {i + 1} ({_describe(point, seed)}): a sweep scores caption "
-                              f"models (perplexity and BLEU); task={train_cfg.task} runs are not "
-                              f"scored by sweeps yet: train them one at a time (Start training in "
-                              f"the Train tab, or `python -m lab birthplace`)")
+        _check_scored(train_cfg, spec.score, f"run {i + 1} ({_describe(point, seed)})")
         slug = _slug(point, seed, len(spec.seeds) > 1, constant)
         name = f"{spec.name}-{slug}"
         if not slug or len(name) > 100 or name in names:
@@ -265,6 +266,26 @@ def plan(spec: SweepSpec, store=None) -> list[Run]:
         runs.append(Run(i, name, dict(point), seed, None if parent else model_cfg.to_dict(),
                         train_cfg.to_dict(), parent))
     return runs
+
+
+def _check_scored(train_cfg: TrainConfig, score: dict, run: str) -> None:
+    """A run's task must be one a sweep scores: captions (perplexity, BLEU), or birth-place
+    answers after fine-tuning on questions (accuracy on dev, whose questions have places)."""
+    from lab.tasks import objective_of
+    if train_cfg.task == "captions":
+        return
+    if train_cfg.task != "birthplace" or objective_of(train_cfg) != "qa":
+        raise ConfigError(f"{run}: a sweep scores caption models (perplexity, BLEU) and birth-place "
+                          f"answers (accuracy, objective qa); objective={objective_of(train_cfg)} "
+                          f"of task {train_cfg.task} has nothing to score: pretrain one at a time "
+                          f"(Start training, or `python -m lab birthplace pretrain`), then sweep "
+                          f"fine-tunes of it (preset birthplace-finetune, grid parent=NAME1,NAME2)")
+    if score["split"] != "dev":
+        raise ConfigError(f"{run}: birth-place answers are scored on dev (the {score['split']} "
+                          f"questions have no places to score against): set the split to dev")
+    if score["exposure"]:
+        raise ConfigError(f"{run}: exposure bias is measured on captions; a birth-place sweep "
+                          f"scores accuracy: leave exposure off")
 
 
 def _text(v) -> str:
@@ -511,8 +532,11 @@ def _score_checkpoint(name: str, sc: Score, store, data_dir, abort, t0: float):
     from lab.evaluate import bleu_tokens_of, choose_bleu_tokens
     from lab.generate import sample_captions
     from lab.metrics import References, sentence_nlls
+    from lab import birthplace
     ck = checkpoints.load(name, store)
     model, tok = ck.model, ck.tokenizer
+    if birthplace.is_task_tokenizer(tok):
+        return (yield from _score_answers(ck, sc, abort, t0))
     tokens = choose_bleu_tokens([tok.kind], sc.bleu_tokens)
     entry = {"checkpoint": name, "bleu_tokens": tokens, "tokenizer": tok.kind,
              "params": sum(p.numel() for p in model.parameters()),
@@ -557,6 +581,41 @@ def _score_checkpoint(name: str, sc: Score, store, data_dir, abort, t0: float):
     return entry
 
 
+ANSWER_CHUNK = 100            # questions answered between two looks at a stop request
+
+
+def _score_answers(ck, sc: Score, abort, t0: float):
+    """A birth-place checkpoint: its greedy answers to a seeded subset of the dev questions, and
+    which of them are right (a generator of progress events that returns the figures)."""
+    from lab import birthplace, data
+    from lab.metrics import Aborted
+    pairs = birthplace.questions(sc.split)
+    if not pairs or pairs[0][1] is None:
+        raise ConfigError(f"the birth-place {sc.split} questions have no places to score against; "
+                          f"score on dev")
+    subset = [pairs[i] for i in data.subset_indices(len(pairs), sc.n, sc.seed)]
+    yield {"event": "scoring", "what": f"{ck.name}: greedy answers to {len(subset):,} {sc.split} "
+           f"questions", "elapsed_s": time.time() - t0, "time": time.time()}
+    device, got, g0 = next(ck.model.parameters()).device, [], time.time()
+    for k in range(0, len(subset), ANSWER_CHUNK):
+        if abort and abort():
+            raise Aborted()
+        got += birthplace.answer(ck.model, ck.tokenizer, [q for q, _ in subset[k:k + ANSWER_CHUNK]],
+                                 device=device)
+    gen_s = time.time() - g0
+    part = {"n": len(subset), "subset_hash": data.subset_hash([q for q, _ in subset]),
+            "correct": [int(a == p) for a, (_, p) in zip(got, subset)],
+            "decoders": [{"decode": {"decoder": "greedy"}, "label": "greedy (to the next \u2047)",
+                          "generate_s": gen_s,
+                          "tokens_per_s": sum(len(a) + 1 for a in got) / max(gen_s, 1e-9),
+                          "samples": [f"{q} {a}" for (q, _), a in zip(subset[:5], got)]}]}
+    return {"checkpoint": ck.name, "tokenizer": ck.tokenizer.kind, "task": "birthplace",
+            "params": sum(p.numel() for p in ck.model.parameters()),
+            "kv_bytes_per_token": kv_bytes_per_token(ck.model), "epoch": ck.metrics.get("epoch"),
+            "dev_perplexity": ck.metrics.get("dev_perplexity"), "dev_harmonic_bleu": None,
+            "splits": {sc.split: part}}
+
+
 def best_decoder(split_results: dict) -> dict:
     """The decoder with the highest harmonic BLEU on a split's results."""
     return max(split_results["decoders"], key=lambda d: _harmonic(d["forward"], d["backward"]))["decode"]
@@ -571,8 +630,12 @@ def summary_line(res: dict) -> str:
     parts = []
     for entry in res["kept"]:
         for split, s in entry["splits"].items():
-            nll = [a / b for a, b in zip(s["nll"], s["count"])]
             who = f"{entry['checkpoint']} " if len(res["kept"]) > 1 else ""
+            if "correct" in s:
+                parts.append(f"{who}{split} accuracy {100 * sum(s['correct']) / s['n']:.1f}% "
+                             f"({sum(s['correct'])} of {s['n']})")
+                continue
+            nll = [a / b for a, b in zip(s["nll"], s["count"])]
             parts.append(f"{who}{split} perplexity {math.exp(sum(nll) / len(nll)):.3f}")
             parts += [f"{d['label']} harmonic BLEU {_harmonic(d['forward'], d['backward']):.4f}"
                       for d in s["decoders"]]
@@ -627,7 +690,8 @@ COLUMNS = ["kept_by", "checkpoint", "epoch", "decoder", "split", "status", "para
            "word_perplexity", "word_perplexity_ci", "forward_bleu", "forward_bleu_ci",
            "backward_bleu", "backward_bleu_ci", "harmonic_bleu", "harmonic_bleu_ci",
            "kv_bytes_per_token", "gen_tokens_per_s", "perplexity_diff", "perplexity_diff_ci",
-           "harmonic_bleu_diff", "harmonic_bleu_diff_ci", "exposure_gap", "exposure_gap_ci", "best"]
+           "harmonic_bleu_diff", "harmonic_bleu_diff_ci", "exposure_gap", "exposure_gap_ci",
+           "accuracy", "accuracy_ci", "accuracy_diff", "accuracy_diff_ci", "best"]
 
 
 def table(name: str, store=None, baseline: int | None = None, n_boot: int = 1000) -> dict:
@@ -647,10 +711,12 @@ def table(name: str, store=None, baseline: int | None = None, n_boot: int = 1000
     _intervals(rows, figures, base_i, n_boot, spec.score["seed"], per_word)
     _mark_best(rows, scored, per_word)
     columns = ["row", "run"] + swept + COLUMNS
+    answers = any(r["train"].get("task") == "birthplace" for r in runs) \
+        or bool(scored) and all("correct" in figures[i] for i in scored)
     return {"sweep": name, "spec": spec.to_dict(), "columns": columns,
             "rows": [{c: row.get(c) for c in columns} for row in rows],
             "baseline_row": rows[base_i]["row"] if base_i is not None else None,
-            "swept": swept, "bootstrap": n_boot, "per_word": per_word}
+            "swept": swept, "bootstrap": n_boot, "per_word": per_word, "answers": answers}
 
 
 def _rows(name: str, runs: list[dict], swept: list[str], store=None) -> tuple[list[dict], list]:
@@ -668,6 +734,21 @@ def _rows(name: str, runs: list[dict], swept: list[str], store=None) -> tuple[li
             continue
         for entry in res["kept"]:
             for split, s in entry["splits"].items():
+                if "correct" in s:          # birth-place answers: one row, its accuracy
+                    from lab.birthplace import wilson
+                    right = sum(s["correct"])
+                    rows.append({**base, "row": len(rows) + 1, "kept_by": entry["kept_by"],
+                                 "checkpoint": entry["checkpoint"], "epoch": entry["epoch"],
+                                 "decoder": s["decoders"][0]["label"], "split": split,
+                                 "params": entry["params"], "train_s": res.get("train_s"),
+                                 "tokens_per_s": res.get("tokens_per_s"),
+                                 "dev_perplexity": entry["dev_perplexity"],
+                                 "kv_bytes_per_token": entry["kv_bytes_per_token"],
+                                 "gen_tokens_per_s": s["decoders"][0]["tokens_per_s"],
+                                 "accuracy": right / s["n"], "accuracy_ci": wilson(right, s["n"])})
+                    figures.append({"hash": s["subset_hash"], "tokenizer": entry.get("tokenizer"),
+                                    "correct": s["correct"]})
+                    continue
                 for d in s["decoders"]:
                     rows.append({**base, "row": len(rows) + 1, "kept_by": entry["kept_by"],
                                  "checkpoint": entry["checkpoint"], "epoch": entry["epoch"],
@@ -707,6 +788,10 @@ def _intervals(rows: list[dict], figures: list, base_i: int | None, n_boot: int,
     for members in groups.values():
         if base_i in members:                     # the baseline first: differences against it
             members = [base_i] + [i for i in members if i != base_i]
+        if "correct" in figures[members[0]]:
+            if base_i in members:
+                _accuracy_differences(rows, figures, members, n_boot, seed)
+            continue
         shown, diffs = paired_intervals({i: {k: v for k, v in figures[i].items()
                                              if k not in ("hash", "tokenizer")}
                                          for i in members}, n_boot, seed)
@@ -722,9 +807,29 @@ def _intervals(rows: list[dict], figures: list, base_i: int | None, n_boot: int,
                 row["perplexity_diff"], row["perplexity_diff_ci"] = d[f"{kind}_diff"], d[f"{kind}_diff_ci"]
 
 
+def _accuracy_differences(rows: list[dict], figures: list, members: list[int], n_boot: int,
+                          seed: int) -> None:
+    """Each row's accuracy minus the baseline's (members[0]), paired by question: a percentile
+    bootstrap over the questions both answered."""
+    import torch
+    from lab.metrics import bootstrap_indices, percentile_interval
+    base = torch.tensor(figures[members[0]]["correct"], dtype=torch.float64)
+    idx = bootstrap_indices(len(base), n_boot, seed)
+    for i in members[1:]:
+        d = torch.tensor(figures[i]["correct"], dtype=torch.float64) - base
+        rows[i]["accuracy_diff"], rows[i]["accuracy_diff_ci"] = d.mean().item(), \
+            list(percentile_interval(d[idx].mean(1)))
+
+
 def _mark_best(rows: list[dict], scored: list[int], per_word: bool = False) -> None:
     """In each split, the rows of the lowest perplexity (per word when tokenizers differ) and the
-    row of the best harmonic BLEU."""
+    row of the best harmonic BLEU; among birth-place rows, those of the best accuracy."""
+    answered = [i for i in scored if rows[i].get("accuracy") is not None]
+    if answered:
+        top = max(rows[i]["accuracy"] for i in answered)
+        for i in answered:
+            rows[i]["best"] = "best accuracy" if rows[i]["accuracy"] == top else ""
+    scored = [i for i in scored if i not in answered]
     ppl = "word_perplexity" if per_word else "perplexity"
     for split in {rows[i]["split"] for i in scored}:
         here = [i for i in scored if rows[i]["split"] == split]
@@ -772,6 +877,8 @@ def display(t: dict) -> tuple[list[str], list[list[str]]]:
     from lab.train import format_duration
     two = any(r["kept_by"] == "dev harmonic BLEU" for r in t["rows"])
     vs = f" vs #{t['baseline_row']}" if t["baseline_row"] else ""
+    if t.get("answers"):
+        return _display_answers(t, vs)
     headers = ["#", *t["swept"], *(["kept by", "epoch"] if two else []), "decoder", "split", "status",
                "params", "train time", "tok/s", "dev ppl", "ppl [95%]", "ppl/word [95%]", "fwd BLEU", "bwd BLEU",
                "harmonic BLEU [95%]", "KV B/tok", "gen tok/s",
@@ -792,6 +899,24 @@ def display(t: dict) -> tuple[list[str], list[list[str]]]:
                      f"{r['gen_tokens_per_s']:,.0f}" if r["gen_tokens_per_s"] else "",
                      _with_ci(r, "perplexity_diff", 2), _with_ci(r, "harmonic_bleu_diff", 3),
                      *([_with_ci(r, "exposure_gap", 4)] if exposure else []), r["best"] or ""])
+    return headers, rows
+
+
+def _display_answers(t: dict, vs: str) -> tuple[list[str], list[list[str]]]:
+    """A birth-place sweep: accuracy, its Wilson interval and the paired difference."""
+    from lab.train import format_duration
+    headers = ["#", *t["swept"], "decoder", "split", "status", "params", "train time", "tok/s",
+               "dev ppl", "accuracy [95%]", f"Δaccuracy{vs} [95%]", "best"]
+    pct = lambda r, k: "" if r.get(k) is None else (
+        f"{100 * r[k]:.1f}%" + (f" [{100 * r[k + '_ci'][0]:.1f}, {100 * r[k + '_ci'][1]:.1f}]"
+                                if r.get(k + "_ci") else ""))
+    rows = [[str(r["row"]), *[_text(r[k]) if r[k] is not None else "" for k in t["swept"]],
+             r["decoder"] or "", r["split"] or "", r["status"],
+             f"{r['params'] / 1e6:.2f}M" if r["params"] else "",
+             format_duration(r["train_s"]) if r["train_s"] else "",
+             f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "",
+             _fmt(r["dev_perplexity"], 2), pct(r, "accuracy"), pct(r, "accuracy_diff"), r["best"] or ""]
+            for r in t["rows"]]
     return headers, rows
 
 
@@ -822,6 +947,11 @@ def markdown(t: dict) -> str:
 def how_text(t: dict) -> str:
     """What the table's figures are, in one paragraph."""
     against = f"row #{t['baseline_row']}" if t["baseline_row"] else "the baseline row, once one is scored"
+    if t.get("answers"):
+        return (f"Accuracy: the greedy answer (up to the next \u2047) equal to the place, over the "
+                f"dev questions; 95% Wilson interval; differences (in points) paired by question "
+                f"against {against}, percentile bootstrap over questions ({t['bootstrap']} "
+                f"resamples). The London baseline scores 5.0% on dev.")
     words = ("; the runs' tokenizers differ, so runs compare per word (the lowest perplexity "
              "and Δppl are per word) and BLEU is on whitespace words") if t.get("per_word") else ""
     return (f"Perplexity is the assignment's (mean over captions of the per-token loss, then exp), "

@@ -2,8 +2,7 @@
 from scratch, its objective(s) (the batches and the loss) and its dev scores, so the trainer,
 jobs, sweeps and checkpoints serve every task the same way.
 
-`captions` (the Tfmr assignment) is the trainer's own path: caption batches, the assignment's
-loss, dev perplexity and BLEU. Another task returns a `Prepared` that the trainer takes instead.
+Every task's `prepare` returns a `Prepared`: the trainer knows no task by name.
 """
 from __future__ import annotations
 
@@ -39,7 +38,10 @@ class Prepared:
     """A task's run, ready for the trainer: train_items (an epoch is one pass over them; their
     count sets the steps), dev_items (counted in progress lines), batches(generator) for an epoch
     (the trainer seeds the generator per epoch, so a resume sees the same batches), loss(logits,
-    batch), evaluate(model, abort) -> dev scores with dev_loss and dev_perplexity."""
+    batch), evaluate(model, abort) -> dev scores with dev_loss and dev_perplexity (under the
+    run's autocast; raises metrics.Aborted when abort() says stop). unit: what the items are, for
+    progress lines ("captions", "documents", "questions"). final(name, trainer, store): events
+    of a last step once the run is done and its checkpoint kept (captions: every dev caption)."""
     tokenizer: object
     train_items: list
     dev_items: list
@@ -47,3 +49,5 @@ class Prepared:
     loss: Callable
     evaluate: Callable[..., dict]
     info: dict = field(default_factory=dict)
+    unit: str = "examples"
+    final: Callable[..., Iterator[dict]] | None = None

@@ -53,6 +53,12 @@ class Tokenizer:
         return [self.decode([i]) for i in ids]
     def save(self, directory: Path) -> None: ...
 
+    @property
+    def bos_id(self) -> int | None:
+        """What a text starts with: end-of-text (the captions' convention), or None for a
+        tokenizer whose examples start with their first character (the birth-place task's)."""
+        return self.eos_id
+
 
 class HFTokenizer(Tokenizer):
     """A `transformers` fast tokenizer: GPT-2 BPE, or a pretrained model's own."""
@@ -110,6 +116,12 @@ class CharTokenizer(Tokenizer):
 
     def decode(self, ids):
         return "".join("" if i == 0 else self.chars[i - 1] for i in ids)
+
+    @property
+    def bos_id(self):
+        """A pad character (the birth-place task's □) pads examples that start with their first
+        character: nothing goes before a text. Otherwise end-of-text does, as for captions."""
+        return None if self.pad else self.eos_id
 
     def token_strings(self, ids):
         return [(self.pad or "") if i == 0 else self.chars[i - 1] for i in ids]

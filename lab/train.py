@@ -23,8 +23,8 @@ import torch
 
 from lab import distributed, flops, store
 from lab.config import ConfigError, TrainConfig, parse_blocks
-from lab.data import Batch, assignment_loss, batches
-from lab.metrics import Aborted, perplexity
+from lab.data import Batch, assignment_loss
+from lab.metrics import Aborted
 
 
 def pick_device(name: str) -> torch.device:
@@ -185,20 +185,18 @@ class Trainer:
     next epoch already trained), `step`, the best record and the random states: `resume=` takes
     it back and the run goes on exactly as if it had never stopped."""
 
-    def __init__(self, model, train_seqs: list[list[int]], dev_seqs: list[list[int]], pad_id: int,
-                 cfg: TrainConfig, run_dir: Path, on_best: Callable[[dict, dict], None] | None = None,
-                 dev_bleu: Callable[..., float] | None = None,
-                 should_stop: Callable[[], bool] | None = None, dev_words: list[int] | None = None,
-                 resume: dict | None = None, on_stop: Callable[[dict], None] | None = None,
-                 on_best_bleu: Callable[[dict, dict], None] | None = None, task=None):
-        self.model, self.train_seqs, self.dev_seqs, self.pad_id = model, train_seqs, dev_seqs, pad_id
-        self.dev_words = dev_words      # words per dev caption: adds a per-word dev perplexity
+    def __init__(self, model, task, cfg: TrainConfig, run_dir: Path,
+                 on_best: Callable[[dict, dict], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None, resume: dict | None = None,
+                 on_stop: Callable[[dict], None] | None = None,
+                 on_best_bleu: Callable[[dict, dict], None] | None = None):
+        self.model = model
+        self.task = task    # the task's batches, loss and dev scores (lab.tasks.Prepared)
         self.resume = resume            # a checkpoint's train state: go on where it stood
         self.cfg, self.run_dir = cfg, Path(run_dir)
-        self.on_best, self.on_stop, self.dev_bleu = on_best, on_stop, dev_bleu
+        self.on_best, self.on_stop = on_best, on_stop
         self.on_best_bleu = on_best_bleu   # keep_bleu_best: the best dev harmonic BLEU so far
         self.should_stop = should_stop or (lambda: None)
-        self.task = task    # a task's batches, loss and dev scores (lab.tasks.Prepared); None: captions
         self.device = pick_device(cfg.device)
         self.run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -253,7 +251,7 @@ class Trainer:
         c = model.config        # training FLOPs per real token, given the batch's length
         self.flops_per_token = functools.partial(flops.per_token, flops.matmul_params(model),
                                                  c.n_layer, c.n_embd)
-        self.steps_per_epoch = math.ceil(len(self.train_seqs) / cfg.batch_size)
+        self.steps_per_epoch = math.ceil(len(self.task.train_items) / cfg.batch_size)
         self.total_steps = self.steps_per_epoch * cfg.epochs
         if cfg.max_steps is not None:            # a step budget ends the run inside an epoch
             self.total_steps = min(self.total_steps, cfg.max_steps)
@@ -331,7 +329,7 @@ class Trainer:
             - max(self.step - 1, 0) // self.steps_per_epoch \
             + (left // cfg.eval_every if cfg.eval_every else 0)
         per_eval = self.eval_s if self.eval_s is not None else \
-            per_step * len(self.dev_seqs) / cfg.batch_size / 3
+            per_step * len(self.task.dev_items) / cfg.batch_size / 3
         return per_step * left + per_eval * evals
 
     def _forcing(self) -> dict:
@@ -377,9 +375,7 @@ class Trainer:
         g = torch.Generator().manual_seed(cfg.seed * 1000 + epoch)
         skip, self.skip = self.skip, 0
         run_loss, run_n, tokens, flop, t_log, t_said = 0.0, 0, 0, 0.0, time.time(), time.time()
-        source = self.task.batches(g) if self.task else \
-            batches(self.train_seqs, cfg.batch_size, self.pad_id, cfg.shuffle, g)
-        for i, batch in enumerate(source):
+        for i, batch in enumerate(self.task.batches(g)):
             if i < skip:
                 continue
             if self._stop_code() == STOP_NOW:
@@ -426,8 +422,7 @@ class Trainer:
                 batch = scheduled_inputs(self.model, batch,
                                          teacher_forcing(self.cfg, self.step, self.total_steps))
         with autocast(self.device, self.precision):
-            loss = shard_loss(self.stepper, batch, self.rank, self.world,
-                              self.task.loss if self.task else assignment_loss)
+            loss = shard_loss(self.stepper, batch, self.rank, self.world, self.task.loss)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         if self.cfg.grad_clip:
@@ -441,7 +436,8 @@ class Trainer:
 
     def _mid_epoch_eval(self, epoch: int, writer):
         """An extra dev evaluation inside the epoch (eval_every): it draws the curve, saves nothing."""
-        yield self._log(self.progress(epoch, "evaluating", dev_captions=len(self.dev_seqs)), writer)
+        yield self._log(self.progress(epoch, "evaluating", dev_items=len(self.task.dev_items),
+                                      unit=self.task.unit), writer)
         record = self._evaluate(epoch, self.step)
         if record is not None:
             yield self._log(record | {"total_steps": self.total_steps, "mid_epoch": True}, writer)
@@ -452,7 +448,8 @@ class Trainer:
         cut short by a stop-now request is not counted (resume redoes it)."""
         cfg, evaluated, record = self.cfg, True, {"event": "eval", "epoch": epoch, "step": self.step}
         if self.main:
-            yield self._log(self.progress(epoch, "evaluating", dev_captions=len(self.dev_seqs)), writer)
+            yield self._log(self.progress(epoch, "evaluating", dev_items=len(self.task.dev_items),
+                                      unit=self.task.unit), writer)
             scored = self._evaluate(epoch, self.step)
             if scored is None:
                 evaluated, record = False, {"event": "eval_aborted", "epoch": epoch, "step": self.step}
@@ -493,31 +490,14 @@ class Trainer:
     def _evaluate(self, epoch: int, step: int) -> dict | None:
         """Dev scores, or None when a stop-now request cut the evaluation short."""
         t0 = time.time()
-        if self.task is not None:
-            try:
-                with autocast(self.device, self.precision):
-                    scores = self.task.evaluate(self.model, self.abort_eval)
-            except Aborted:
-                self.model.train()
-                return None
-            self.model.train()
-            record = {"event": "eval", "epoch": epoch, "step": step, **scores}
-            record["eval_s"] = self.eval_s = time.time() - t0
-            return record
         try:
             with autocast(self.device, self.precision):
-                ppl = perplexity(self.model, self.dev_seqs, self.pad_id, self.cfg.eval_batch_size,
-                                 self.device, n_words=self.dev_words, abort=self.abort_eval)
-            record = {"event": "eval", "epoch": epoch, "step": step, "dev_loss": ppl["loss"],
-                      "dev_perplexity": ppl["perplexity"], "dev_token_perplexity": ppl["token_perplexity"]}
-            if "word_perplexity" in ppl:
-                record["dev_word_perplexity"] = ppl["word_perplexity"]
-            if self.dev_bleu is not None:         # given when early_stop="bleu" or keep_bleu_best
-                record["dev_harmonic_bleu"] = self.dev_bleu(self.model, abort=self.abort_eval)
+                scores = self.task.evaluate(self.model, self.abort_eval)
         except Aborted:
-            self.model.train()
             return None
-        self.model.train()
+        finally:
+            self.model.train()
+        record = {"event": "eval", "epoch": epoch, "step": step, **scores}
         record["eval_s"] = self.eval_s = time.time() - t0
         return record
 
@@ -537,7 +517,7 @@ def format_duration(seconds: float) -> str:
 def phase_text(ev: dict) -> str:
     """What a progress event says the run is doing."""
     if ev["phase"] == "evaluating":
-        return f"evaluating {ev['dev_captions']:,} dev captions"
+        return f"evaluating {ev['dev_items']:,} dev {ev.get('unit', 'examples')}"
     return "saving the checkpoint" if ev["phase"] == "saving" else "training"
 
 
@@ -550,7 +530,7 @@ def format_event(ev: dict, name: str = "") -> str:
     """One human line per trainer event: progress with ETA, dev scores, the end."""
     e = ev["event"]
     if e == "data":
-        return (f"{ev['train_captions']} train / {ev['dev_captions']} dev captions, "
+        return (f"{ev['train_items']:,} train / {ev['dev_items']:,} dev {ev['unit']}, "
                 f"{ev['params'] / 1e6:.1f}M parameters; run dir {ev['run_dir']}")
     if e == "start":
         procs = f" x {ev['processes']} processes (torchrun)" if ev.get("processes", 1) > 1 else ""

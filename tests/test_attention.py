@@ -4,6 +4,8 @@ import pytest
 import torch
 
 from lab import attention_maps, checkpoints, tokenizers
+from lab import birthplace as bp
+from lab.config import ModelConfig
 from lab.attention_maps import Capture
 from lab.model import build
 from tests.conftest import tiny_config
@@ -66,11 +68,11 @@ def test_word_attention_by_hand():
     assert torch.allclose(words, expected)
 
 
-def _by_hand(tok, text, head):
-    """A capture whose one head is built by `head(T)` over the tokens of `text`."""
-    ids = [tok.eos_id] + tok.encode(text)
+def _by_hand(tok, text, head, bos=True):
+    """A capture whose one head is built by `head(T)` over the tokens of `text` (after BOS)."""
+    ids = [tok.eos_id] * bos + tok.encode(text)
     return attention_maps.by_words(Capture(tokens=[""] * len(ids), ids=ids, attentions=[head(len(ids))[None]],
-                                      n_prompt=len(ids), n_head=1, kv_heads=1), tok, text)
+                                      n_prompt=len(ids), n_head=1, kv_heads=1, bos=bos), tok, text)
 
 
 def test_the_same_head_reads_the_same_across_tokenizers():
@@ -86,6 +88,25 @@ def test_the_same_head_reads_the_same_across_tokenizers():
     assert torch.allclose(a.attentions, torch.eye(12)) and torch.allclose(b.attentions, torch.eye(12))
     assert attention_maps.head_distances(a, b).item() == pytest.approx(0.0, abs=1e-6)
     assert attention_maps.head_distances(a, _by_hand(chars, TEXT, bos)).item() == pytest.approx(1.0)
+
+
+def test_a_model_that_reads_without_bos_is_compared_over_the_same_words():
+    """A birth-place model reads a question from its first character (its tokenizer has a pad
+    and no BOS): its capture starts with the text, and word by word it compares with a BOS model,
+    attention to BOS counting as attention to no word of the text."""
+    gpt2, task = tokenizers.gpt2(), bp.tokenizer()
+    assert gpt2.bos_id == gpt2.eos_id and task.bos_id is None
+    question = "Where was Ada Lovelace born?"
+    model = build(ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=128,
+                              vocab_size=task.vocab_size))
+    cap = attention_maps.capture(model, task, question)
+    assert not cap.bos and cap.tokens == list(question) and cap.ids == task.encode(question)
+    assert cap.attentions[0].shape == (2, len(question), len(question))
+    words = attention_maps.by_words(cap, task, question)
+    assert torch.allclose(words.attentions[0, :, 1:].sum(-1), torch.ones(2, 5))
+    assert torch.all(words.attentions[0, :, 0] == 0) and torch.all(words.attentions[0, :, :, 0] == 0)
+    a, b = _by_hand(gpt2, question, torch.eye), _by_hand(task, question, torch.eye, bos=False)
+    assert attention_maps.head_distances(a, b).item() == pytest.approx(0.0, abs=1e-6)
 
 
 def test_rows_sum_to_one_and_the_same_model_is_at_distance_zero():

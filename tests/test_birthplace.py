@@ -11,6 +11,7 @@ from lab import checkpoints, cli, runs
 from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.presets import configs
 from lab.train import scheduled_lr
+from lab.ui import attention
 
 TINY = ["n_layer=2", "n_head=2", "n_embd=32", "max_train_captions=64", "max_dev_captions=24",
         "batch_size=16", "eval_batch_size=32", "epochs=2"]
@@ -106,6 +107,10 @@ def test_pretrain_finetune_evaluate_from_the_command_line(tmp_path, capsys, stor
     assert cli.main(["birthplace", "evaluate", "--checkpoint", "ft", "--split", "test",
                      "--predictions", str(tmp_path / "test.txt")]) == 0
     assert len((tmp_path / "test.txt").read_text().splitlines()) == 437
+    # the Attention tab reads a question as the model does (no BOS) and shows its answer
+    note, *views, shown = attention.show("ft", "Where was Ada Lovelace born?", True, 0)
+    assert shown.startswith("Where was Ada Lovelace born?\u2047")
+    assert f"{len(shown)} tokens (generated from token 30 on)" in note     # no <bos> among them
     for argv, said in ((["evaluate", "--checkpoint", "ft", "--split", "test"], "give --predictions"),
                        (["evaluate"], "needs --checkpoint"),
                        (["finetune", "--name", "x", "--parent", "pre", "--set", "n_layer=3"],

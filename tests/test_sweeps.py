@@ -140,6 +140,32 @@ def test_runs_with_different_tokenizers_compare_per_word(store):
     assert "exposure gap @8 [95%]" in sweeps.display(t)[0]
 
 
+def test_a_birthplace_sweep_scores_accuracy_paired_by_question(store):
+    """Fine-tunes on the birth-place questions (here from scratch, two learning rates): each run
+    answers the same dev questions greedily; the table shows accuracy with its Wilson interval
+    and the difference against row 1 paired by question."""
+    sweeps.start({"name": "bp", "preset": "birthplace-finetune", "grid": {"lr": [6e-4, 3e-3]},
+                  "set": ["n_layer=2", "n_head=2", "n_embd=32", "max_train_captions=32",
+                          "max_dev_captions=16", "batch_size=16", "epochs=1"],
+                  "score": {"split": "dev", "n": 40}}, store)
+    _serve(store, "bp")
+    t = sweeps.table("bp", store)
+    assert t["answers"] and [r["status"] for r in t["rows"]] == ["done", "done"]
+    a, b = t["rows"]
+    correct = [sweeps.read_results("bp", r["run"], store)["kept"][0]["splits"]["dev"]["correct"]
+               for r in (a, b)]
+    assert [len(c) for c in correct] == [40, 40] and a["split"] == "dev"
+    for r, c in zip((a, b), correct):
+        assert r["accuracy"] == sum(c) / 40 and r["accuracy_ci"][0] <= r["accuracy"] <= r["accuracy_ci"][1]
+    assert a["accuracy_diff"] is None and b["accuracy_diff"] == pytest.approx(b["accuracy"] - a["accuracy"])
+    assert b["accuracy_diff_ci"][0] <= b["accuracy_diff"] <= b["accuracy_diff_ci"][1]
+    assert "best accuracy" in (a["best"] + b["best"])
+    headers, _ = sweeps.display(t)
+    assert "accuracy [95%]" in headers and "Δaccuracy vs #1 [95%]" in headers and "fwd BLEU" not in headers
+    assert "Wilson" in sweeps.how_text(t) and "dev accuracy" in sweeps.summary_line(
+        sweeps.read_results("bp", a["run"], store))
+
+
 @pytest.mark.parametrize("change, message", [
     ({"grid": {"n_head": [1, 5]}}, "run 2 (n_head=5, seed=0): n_embd=64 is not divisible by n_head=5"),
     ({"grid": {"nope": [1]}}, "run 1 (nope=1, seed=0): --set: unknown key 'nope'"),
@@ -151,7 +177,10 @@ def test_runs_with_different_tokenizers_compare_per_word(store):
     ({"grid": {"tokenizer": ["gpt2", "bpe"]}}, "run 2 (tokenizer=bpe, seed=0): tokenizer must be"),
     ({"grid": {"parent": ["smollm2:1,2,31"]}}, "the blocks of parent 'smollm2:1,2,31' [31] out of range"),
     ({"grid": {"max_steps": [0]}}, "max_steps must be at least 1"),
-    ({"preset": "birthplace-vanilla"}, "task=birthplace runs are not scored by sweeps yet"),
+    ({"preset": "birthplace-vanilla"}, "objective=span of task birthplace has nothing to score"),
+    ({"preset": "birthplace-finetune"}, "birth-place answers are scored on dev (the test questions"),
+    ({"preset": "birthplace-finetune", "score": {"split": "dev", "exposure": True}},
+     "exposure bias is measured on captions"),
     ({"score": {"decoders": ["top_k,top_p=0.9"]}}, "top_p is not a setting of the top_k decoder"),
     ({"score": {"split": "test", "pick_on_test": True}}, "set score.split to dev"),
     ({"name": "../x"}, "sweep name '../x' is not allowed"),
@@ -225,8 +254,8 @@ def test_the_train_forms_settings_start_a_sweep(store):
     from lab.ui import train
     m, t = get("tiny")
     values = train.form_values(m.replace(n_head=2, norm="rmsnorm"), t.replace(epochs=1, tokenizer="char"))
-    preset, parent, lines = train.sweep_settings("tiny", "", *values)
-    assert (preset, parent) == ("tiny", "")
+    preset, parent, lines, split = train.sweep_settings("tiny", "", *values)
+    assert (preset, parent, split) == ("tiny", "", "test")
     assert lines.splitlines() == ["n_head=2", "norm=rmsnorm", "epochs=1", "tokenizer=char"]
     spec, runs = sweeps.check({"name": "ft", "preset": preset, "set": lines.splitlines()}, store)
     assert runs[0].model["n_head"] == 2 and runs[0].train["tokenizer"] == "char"
@@ -235,3 +264,9 @@ def test_the_train_forms_settings_start_a_sweep(store):
     five_heads = dataclasses.replace(m, n_head=5)      # the form can hold any number
     with pytest.raises(ConfigError, match="n_embd=64 is not divisible by n_head=5"):
         train.sweep_settings("tiny", "", *train.form_values(five_heads, t))
+    # birth-place fine-tunes are scored on dev, whose questions have places
+    bm, bt = get("birthplace-finetune")
+    preset, _, lines, split = train.sweep_settings("birthplace-finetune", "pre",
+                                                   *train.form_values(bm, bt.replace(epochs=3)))
+    assert (lines, split) == ("epochs=3", "dev")
+    sweeps.check({"name": "bpft", "preset": preset, "set": [lines], "score": {"split": split}}, store)

@@ -86,7 +86,7 @@ def test_final_dev_scores_the_kept_checkpoint_on_every_dev_caption(corpus_dir):
     metrics = checkpoints.info("fd")["metrics"]
     assert metrics["final_dev_captions"] == 5000 and metrics["dev_perplexity"] != metrics["final_dev_perplexity"]
     assert math.isfinite(metrics["final_dev_word_perplexity"])
-    assert [e for e in events if e["event"] == "progress" and e.get("final")][0]["dev_captions"] == 5000
+    assert [e for e in events if e["event"] == "progress" and e.get("final")][0]["dev_items"] == 5000
 
 
 def test_without_final_dev_only_the_chosen_dev_captions_are_scored(corpus_dir):

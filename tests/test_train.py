@@ -183,7 +183,7 @@ def test_progress_says_what_the_run_does_and_the_eta_counts_evaluation(corpus_di
     phases = [(e["phase"], e["step"]) for e in events if e["event"] == "progress"]
     assert ("training", 1) in phases and ("evaluating", 10) in phases and ("saving", 10) in phases
     evaluating = [e for e in events if e["event"] == "progress" and e["phase"] == "evaluating"]
-    assert evaluating[0]["dev_captions"] == 60
+    assert evaluating[0]["dev_items"] == 60 and evaluating[0]["unit"] == "captions"
     order = [(e["event"], e.get("phase")) for e in events if e.get("step") == 10]
     assert order.index(("progress", "evaluating")) < order.index(("eval", None))
     assert order.index(("progress", "saving")) < order.index(("eval", None))

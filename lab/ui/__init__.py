@@ -66,11 +66,12 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
             try:
                 settings = train.sweep_settings(*values)
             except LabError as e:
-                return [gr.skip()] * 7 + [f"**Not carried to a sweep:** {e}"]
+                return [gr.skip()] * 8 + [f"**Not carried to a sweep:** {e}"]
             return [gr.Tabs(selected="experiments")] + experiments.from_train(settings) + [""]
         _, recipe, _, preset, parent, grid, settings = sweep_form[:7]
+        split = sweep_form[9]
         to_sweep.click(friendly(to_experiments), train_form,
-                       [tabs, recipe, preset, parent, grid, settings, sweep_note, train_said],
+                       [tabs, recipe, preset, parent, grid, settings, split, sweep_note, train_said],
                        api_visibility="private")
         known = gr.State(ctx.checkpoint_names())
 

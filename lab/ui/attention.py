@@ -8,7 +8,7 @@ from contextlib import contextmanager
 import gradio as gr
 
 from lab.ui.fields import Checkbox, Dropdown, Number, Textbox
-from lab import attention_maps
+from lab import attention_maps, birthplace
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.errors import LabError
 from lab.generate import MAX_PROMPT_CHARS, sample_captions
@@ -48,6 +48,8 @@ def _capture(name, text, generate, seed, store):
     text = bounded_text(text, "text", MAX_PROMPT_CHARS).strip()
     cfg = DecodeConfig(decoder="top_p", settings={"temperature": 0.7}, seed=whole(seed, "seed", 0, SEED_MAX))
     ck = LOADED.get(need_checkpoint(name, "a checkpoint", store), store)
+    if generate and birthplace.is_task_tokenizer(ck.tokenizer):
+        return (ck, *_answered(ck, need(text, "a question, e.g. 'Where was Ada Lovelace born?'")))
     if generate:      # a caption just generated: attention over the generated tokens too
         cap = sample_captions(ck.model, ck.tokenizer, 1, cfg, prompt=text)[0]
         n_prompt = 1 + cap.n_prompt
@@ -56,6 +58,24 @@ def _capture(name, text, generate, seed, store):
     if not text:
         raise ConfigError("type a text, or tick 'generate a caption' to continue from the prefix")
     return ck, attention_maps.capture(ck.model, ck.tokenizer, text, max_tokens=MAX_TOKENS), text
+
+
+def _answered(ck, question: str):
+    """A birth-place model's capture of question + ⁇ + its greedy answer (as it evaluates: no BOS,
+    the answer read up to its closing ⁇), and that text."""
+    mask = birthplace.MASK
+    prompt = question if question.endswith(mask) else question + mask
+    with reading(ck):
+        ids = ck.tokenizer.encode(prompt)
+        limit = min(MAX_TOKENS * 2, ck.config.n_positions)
+        if len(ids) >= limit:
+            raise ConfigError(f"the question is {len(ids)} characters with its {mask}; a question "
+                              f"of at most {limit - 1} leaves room for the answer")
+        said = birthplace.answer(ck.model, ck.tokenizer, [prompt[:-1]],
+                                 device=next(ck.model.parameters()).device)[0]
+        text = (prompt + said)[:limit]
+        cap = attention_maps.capture(ck.model, ck.tokenizer, text, n_prompt=len(ids), max_tokens=limit)
+    return cap, text
 
 
 def per_token_markdown(cap) -> str:
@@ -187,7 +207,8 @@ def build(ctx: Context):
         text = Textbox("A man riding a wave on top of a surfboard .", label="text (or prefix)",
                        elem_id="attention-text", scale=2)
     with gr.Row():
-        generate = Checkbox(False, label="generate a caption from this prefix and show it")
+        generate = Checkbox(False, label="generate a caption from this prefix and show it (a "
+                                         "birth-place model answers the question)")
         seed = Number(0, label="seed", step=1)
         go = gr.Button("Show attention", variant="primary", elem_id="attention-go")
     shown = gr.State("")      # the text the first checkpoint showed: the second shows the same

@@ -179,9 +179,10 @@ FROM_TRAIN_NOTE = ("From the Train form: its preset, parent and every setting yo
 
 def from_train(settings: tuple) -> list:
     """The Train form's settings written into the sweep form: recipe (build your own), preset,
-    parent and the settings; an empty grid for the person to fill."""
-    preset, parent, lines = settings
-    return [OWN, preset, parent, "", lines, FROM_TRAIN_NOTE]
+    parent and the settings; an empty grid for the person to fill; the split its runs are scored
+    on (dev for birth-place answers: the test questions have no places)."""
+    preset, parent, lines, split = settings
+    return [OWN, preset, parent, "", lines, split, FROM_TRAIN_NOTE]
 
 
 def _form(ctx: Context):

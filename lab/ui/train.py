@@ -197,10 +197,10 @@ def start(name, preset, parent, *values, store=None):
     return gr.update(choices=job_choices(store), value=str(job_id)), f"Queued job {job_id} ({name})."
 
 
-def sweep_settings(preset, parent, *values) -> tuple[str, str, str]:
+def sweep_settings(preset, parent, *values) -> tuple[str, str, str, str]:
     """The Train form as the start of a sweep: (preset, parent, one KEY=VALUE line per setting
-    that differs from the preset's), checked as a job would check them. A fine-tune keeps its
-    parent's architecture, so only training settings are carried."""
+    that differs from the preset's, the split to score on), checked as a job would check them. A
+    fine-tune keeps its parent's architecture, so only training settings are carried."""
     parent = bounded_text(parent, "parent", 200).strip()
     n_model, n_train = len(MODEL_FIELDS), len(TRAIN_FIELDS)
     model = _form_values(MODEL_FIELDS, values[:n_model])
@@ -211,7 +211,7 @@ def sweep_settings(preset, parent, *values) -> tuple[str, str, str]:
     m0, t0 = configs(preset or None)[:2]
     lines = [] if parent else _changed(m0.to_dict(), model_cfg.to_dict())
     lines += _changed(t0.to_dict(), train_cfg.to_dict())
-    return preset or "", parent, "\n".join(lines)
+    return preset or "", parent, "\n".join(lines), "dev" if train_cfg.task == "birthplace" else "test"
 
 
 def _changed(before: dict, after: dict, prefix: str = "") -> list[str]:

@@ -15,10 +15,12 @@ DEV_DOCS = 256            # span objective: documents corrupted once (a fixed se
 class BirthplaceTask:
     name = "birthplace"
 
-    def data_dir(self, path=None):
-        return bp.data_dir(path)
+    def data_dir(self, caption_dir=None):
+        """The task's own folder (LAB_BIRTHPLACE_DIR, which its CLI's --data-dir sets, or the
+        default): a run's data_dir names the caption corpus (the worker's, the app's)."""
+        return bp.data_dir(None)
 
-    def scratch_tokenizer(self, data_dir=None):
+    def scratch_tokenizer(self, data_dir=None, cfg=None):
         return bp.tokenizer(data_dir)
 
     def prepare(self, objective: str, cfg, tok, model_cfg, data_dir=None) -> Prepared:
@@ -43,7 +45,7 @@ class BirthplaceTask:
 
             return Prepared(tok, train, dev_docs, batches, bp.token_loss,
                             lambda model, abort: _dev_loss(model, dev, abort),
-                            {"train_documents": len(train), "dev_documents": len(dev_docs)})
+                            unit="documents")
         pairs = bp.questions("train", data_dir)[:cfg.max_train_captions]
         dev_pairs = bp.questions("dev", data_dir)[:cfg.max_dev_captions]
         dev = [bp.qa_batch(dev_pairs[i:i + cfg.eval_batch_size], tok)
@@ -64,7 +66,7 @@ class BirthplaceTask:
             return scores | {"dev_accuracy": right["accuracy"], "dev_correct": right["correct"]}
 
         return Prepared(tok, pairs, dev_pairs, qa_batches, bp.token_loss, evaluate,
-                        {"train_questions": len(pairs), "dev_questions": len(dev_pairs)})
+                        unit="questions")
 
 
 def _chunks(items: list, cfg, gen: torch.Generator):

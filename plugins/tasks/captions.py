@@ -1,9 +1,94 @@
-"""The captions task (the Tfmr assignment): MSCOCO captions, `<|endoftext|>` around each, the
-assignment's loss, dev perplexity and BLEU. The trainer's own path: it needs no Prepared."""
+"""The captions task (the Tfmr assignment): MSCOCO captions with `<|endoftext|>` around each, the
+assignment's loss, dev perplexity (per token and per word) and, when asked, dev harmonic BLEU;
+after the run, the kept checkpoint on every dev caption (final_dev)."""
+import functools
+import time
+
+from lab import checkpoints, data, tokenizers
+from lab.data import assignment_loss, batches
 from lab.registry import TASKS
+from lab.tasks import Prepared
+
+
+class CaptionsTask:
+    name = "captions"
+
+    def data_dir(self, path=None):
+        return data.resolve_data_dir(path)
+
+    def scratch_tokenizer(self, data_dir, cfg):
+        return tokenizers.for_scratch(cfg.tokenizer, data.load_split("train", data_dir))
+
+    def prepare(self, objective: str, cfg, tok, model_cfg, data_dir=None) -> Prepared:
+        train_caps = data.load_split("train", data_dir)[: cfg.max_train_captions]
+        dev_caps = data.load_split("dev", data_dir)[: cfg.max_dev_captions]
+        train_seqs = data.encode_captions(train_caps, tok, model_cfg.n_positions)
+        dev_seqs = data.encode_captions(dev_caps, tok, model_cfg.n_positions)
+        dev_words = [len(c.split()) for c in dev_caps]
+        dev_bleu = _dev_bleu_fn(tok, dev_caps, cfg) \
+            if cfg.early_stop == "bleu" or cfg.keep_bleu_best else None
+
+        def evaluate(model, abort) -> dict:
+            from lab.metrics import perplexity
+            device = next(model.parameters()).device
+            ppl = perplexity(model, dev_seqs, tok.eos_id, cfg.eval_batch_size, device,
+                             n_words=dev_words, abort=abort)
+            scores = {"dev_loss": ppl["loss"], "dev_perplexity": ppl["perplexity"],
+                      "dev_token_perplexity": ppl["token_perplexity"]}
+            if "word_perplexity" in ppl:
+                scores["dev_word_perplexity"] = ppl["word_perplexity"]
+            if dev_bleu is not None:          # early_stop="bleu" or keep_bleu_best
+                scores["dev_harmonic_bleu"] = dev_bleu(model, abort=abort)
+            return scores
+
+        def epoch_batches(gen):
+            return batches(train_seqs, cfg.batch_size, tok.eos_id, cfg.shuffle, gen)
+
+        # a subset was scored per epoch: the kept checkpoint on every dev caption at the end
+        final = functools.partial(_final_dev, tok=tok, root=data_dir) \
+            if cfg.final_dev and cfg.max_dev_captions is not None else None
+        return Prepared(tok, train_seqs, dev_seqs, epoch_batches, assignment_loss, evaluate,
+                        unit="captions", final=final)
+
+
+def _dev_bleu_fn(tok, dev_caps, cfg):
+    """Dev harmonic BLEU (GPT-2 tokens, random sampling at tau=1) on a fixed seeded subset."""
+    from lab.config import DecodeConfig
+    from lab.generate import sample_captions
+    from lab.metrics import bleu
+    idx = data.subset_indices(len(dev_caps), cfg.bleu_samples, cfg.seed)
+    refs = tok.encode_batch([dev_caps[i] for i in idx])
+
+    def score(model, abort=None) -> float:
+        gen = sample_captions(model, tok, len(refs), DecodeConfig(decoder="random", seed=cfg.seed),
+                              abort=abort)
+        return bleu([g.tokens for g in gen], refs)["harmonic"]
+    return score
+
+
+def _final_dev(name: str, trainer, store=None, *, tok, root):
+    """The kept checkpoint scored on every dev caption; the figures join its metrics."""
+    from lab.metrics import Aborted, perplexity
+    dev_caps = data.load_split("dev", root)
+    ck = checkpoints.load(name, store)
+    yield {**trainer.progress(ck.metrics.get("epoch", 1), "evaluating", dev_items=len(dev_caps),
+                              unit="captions", final=True), "time": time.time()}
+    seqs = data.encode_captions(dev_caps, tok, ck.config.n_positions)
+    try:
+        ppl = perplexity(ck.model.to(trainer.device), seqs, tok.eos_id, trainer.cfg.eval_batch_size,
+                         trainer.device, n_words=[len(c.split()) for c in dev_caps],
+                         abort=trainer.abort_eval)
+    except Aborted:
+        yield {"event": "final_dev_aborted", "time": time.time()}
+        return
+    extra = {"final_dev_captions": len(dev_caps), "final_dev_perplexity": ppl["perplexity"],
+             "final_dev_token_perplexity": ppl["token_perplexity"],
+             "final_dev_word_perplexity": ppl["word_perplexity"]}
+    checkpoints.add_metrics(name, extra, store)
+    yield {"event": "final_dev", "time": time.time(), **extra}
 
 
 @TASKS.register("captions", "MSCOCO captions: language modelling, perplexity and BLEU (Tfmr)",
                 objectives=("lm",))
 def captions():
-    return None
+    return CaptionsTask()
