@@ -122,7 +122,7 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
             gen = sample_captions(ck.model, tok, len(part), cfg)
             hyps = [g.tokens for g in gen] if tokens == "gpt2" else [g.text.split() for g in gen]
             key = tok.kind if tokens == "gpt2" else "words"
-            s["fwd"] += [prepared[key].sentence_bleu(h) for h in hyps]
+            s["fwd"] += prepared[key].sentence_bleus(hyps)
             s["gen"] += hyps
             s["refs"] += bleu_tokens_of(part, tok, tokens)
         yield _snapshot(state, provenance, per_word, n_boot, done=min(start + chunk, len(subset)))
@@ -197,7 +197,7 @@ def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: 
         # resampled with the same rows as forward BLEU
         back_refs = References(s["gen"])
         per_caption[name] = {"nll": s["nll"], "cap_nll": s["cap_nll"], "cap_words": s["cap_words"],
-                             "fwd": s["fwd"], "bwd": [back_refs.sentence_bleu(r) for r in s["refs"]]}
+                             "fwd": s["fwd"], "bwd": back_refs.sentence_bleus(s["refs"])}
     rows, diffs = paired_intervals(per_caption, n_boot, provenance["seed"], per_word)
     return {"done": done, "total": provenance["n"], "models": rows, "differences": diffs,
             "provenance": provenance}

@@ -6,13 +6,15 @@ Definitions (DESIGN.md, part of the contract):
   (total NLL / words, the end of each caption counted as one word) for cross-tokenizer comparison.
 - BLEU: nltk's `sentence_bleu` with weights (0.25,)*4 and `SmoothingFunction().method1`, equal to
   it within 1e-9, but computed fast: the maximum reference count of each n-gram is the same for
-  every hypothesis, so it is computed once per reference set.
+  every hypothesis, so it is computed once per reference set, and all hypotheses are scored at
+  once with array sorts and searches (numpy) instead of Python loops over n-grams.
 """
 from __future__ import annotations
 
+import itertools
 import math
-from collections import Counter
 
+import numpy as np
 import torch
 
 from lab.data import batches, sentence_nll
@@ -73,50 +75,120 @@ def _ngrams(tokens, n):
 
 class References:
     """A reference set, prepared once: the max count of each n-gram over all references, and
-    the reference lengths (for the closest-length brevity penalty)."""
+    the reference lengths (for the closest-length brevity penalty). Hypotheses are scored all at
+    once, in arrays: each n-gram is an integer key (its (n-1)-gram's place among the references'
+    (n-1)-grams, times the vocabulary, plus its last token), so counting and clipping are sorts
+    and searches, not Python loops over n-grams."""
 
     def __init__(self, refs: list[list]):
-        self.max_counts = [dict() for _ in range(MAX_N + 1)]
-        for ref in refs:
-            for n in range(1, MAX_N + 1):
-                mc = self.max_counts[n]
-                for g, c in Counter(_ngrams(ref, n)).items():
-                    if c > mc.get(g, 0):
-                        mc[g] = c
-        self.lengths = sorted(set(len(r) for r in refs))
-        self._closest: dict[int, int] = {}
+        self.ints = _int_tokens(refs)
+        if self.ints:       # token ids: a lookup table from id to vocabulary place
+            vocab = np.unique(_int_array(refs))
+            self.lut = np.full(int(vocab[-1]) + 1 if len(vocab) else 0, -1, dtype=np.int64)
+            self.lut[vocab] = np.arange(len(vocab))
+        else:
+            vocab = {t: i for i, t in enumerate(dict.fromkeys(itertools.chain.from_iterable(refs)))}
+        self.vocab = vocab
+        ids, seq, pos = self._flat(refs)
+        self.V = len(self.vocab)
+        self.keys, self.max_counts = [None], [None]        # per n: sorted keys, max counts
+        prefix = ids                                       # place of each position's (n-1)-gram
+        for n in range(1, MAX_N + 1):
+            key, at = self._grams(prefix, ids, seq, pos, n, np.asarray([len(r) for r in refs]))
+            keys, inverse = np.unique(key, return_inverse=True)
+            per_ref, counts = np.unique(seq[at] * len(keys) + inverse, return_counts=True)
+            max_counts = np.zeros(len(keys), dtype=np.int64)
+            np.maximum.at(max_counts, per_ref % len(keys), counts)
+            self.keys.append(keys); self.max_counts.append(max_counts)
+            prefix = np.full(len(ids), -1, dtype=np.int64)
+            prefix[at] = inverse
+        self.lengths = np.unique(np.asarray([len(r) for r in refs], dtype=np.int64))
 
-    def closest_length(self, hyp_len: int) -> int:
-        # nltk: min(ref_lens, key=lambda r: (abs(r - hyp_len), r))
-        if hyp_len not in self._closest:
-            self._closest[hyp_len] = min(self.lengths, key=lambda r: (abs(r - hyp_len), r))
-        return self._closest[hyp_len]
+    def _flat(self, seqs: list[list]):
+        """Every token's vocabulary id (-1: not in the references), sequence and position."""
+        lengths = np.asarray([len(x) for x in seqs], dtype=np.int64)
+        seq = np.repeat(np.arange(len(seqs)), lengths)
+        pos = np.arange(len(seq)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        if self.ints and _int_tokens(seqs):
+            raw = _int_array(seqs)
+            known = (raw >= 0) & (raw < len(self.lut))
+            ids = np.full(len(raw), -1, dtype=np.int64)
+            ids[known] = self.lut[raw[known]]
+        else:
+            vocab = self.vocab if not self.ints else \
+                {int(t): i for t, i in enumerate(self.lut.tolist()) if i >= 0}
+            ids = np.fromiter((vocab.get(t, -1) for t in itertools.chain.from_iterable(seqs)),
+                              dtype=np.int64, count=len(seq))
+        return ids, seq, pos
+
+    def _grams(self, prefix, ids, seq, pos, n: int, lengths):
+        """The n-grams starting at each position that has n tokens left in its sequence: their
+        keys (-1 when some part is unknown to the references) and where they start."""
+        at = np.nonzero(pos + n <= lengths[seq])[0]
+        if n == 1:
+            return ids[at], at
+        head, last = prefix[at], ids[at + n - 1]
+        return np.where((head >= 0) & (last >= 0), head * self.V + last, -1), at
+
+    def closest_length(self, hyp_len):
+        """nltk: min(ref_lens, key=lambda r: (abs(r - hyp_len), r)), for an array of lengths."""
+        lens = self.lengths
+        i = np.clip(np.searchsorted(lens, hyp_len), 1, len(lens) - 1) if len(lens) > 1 else \
+            np.zeros_like(hyp_len)
+        below, above = lens[np.maximum(i - 1, 0)], lens[i]
+        return np.where(np.abs(hyp_len - below) <= np.abs(above - hyp_len), below, above)
+
+    def sentence_bleus(self, hyps: list[list]) -> list[float]:
+        """nltk.translate.bleu_score.sentence_bleu(refs, hyp, (0.25,)*4, method1) of each
+        hypothesis, to 1e-9."""
+        if not hyps:
+            return []
+        ids, seq, pos = self._flat(hyps)
+        hyp_len = np.asarray([len(h) for h in hyps], dtype=np.int64)
+        logs = np.zeros(len(hyps))
+        first_matches = None
+        prefix = ids
+        for n in range(1, MAX_N + 1):
+            key, at = self._grams(prefix, ids, seq, pos, n, hyp_len)
+            keys = self.keys[n]
+            place = np.clip(np.searchsorted(keys, key), 0, max(len(keys) - 1, 0))
+            found = (key >= 0) & (keys[place] == key) if len(keys) else np.zeros(len(key), bool)
+            combo, counts = np.unique(seq[at][found] * max(len(keys), 1) + place[found],
+                                      return_counts=True)
+            clipped = np.minimum(counts, self.max_counts[n][combo % max(len(keys), 1)])
+            num = np.bincount(combo // max(len(keys), 1), clipped, minlength=len(hyps))
+            den = np.maximum(1, hyp_len - n + 1)
+            if n == 1:
+                first_matches = num
+            # float(Fraction(num, den)), smoothed by epsilon where nothing matched (method1)
+            logs += 0.25 * np.log(np.where(num == 0, (num + EPSILON) / den, num / den))
+            prefix = np.full(len(ids), -1, dtype=np.int64)
+            prefix[at] = np.where(found, place, -1)
+        r = self.closest_length(hyp_len)
+        with np.errstate(divide="ignore"):
+            bp = np.where(hyp_len > r, 1.0, np.where(hyp_len == 0, 0.0,
+                                                      np.exp(1 - r / np.maximum(hyp_len, 1))))
+        return np.where(first_matches == 0, 0.0, bp * np.exp(logs)).tolist()
 
     def sentence_bleu(self, hyp: list) -> float:
-        """nltk.translate.bleu_score.sentence_bleu(refs, hyp, (0.25,)*4, method1), exactly."""
-        hyp_len = len(hyp)
-        p_n = []
-        for n in range(1, MAX_N + 1):
-            counts = Counter(_ngrams(hyp, n)) if hyp_len >= n else Counter()
-            mc = self.max_counts[n]
-            numerator = sum(min(c, mc.get(g, 0)) for g, c in counts.items())
-            denominator = max(1, sum(counts.values()))
-            p_n.append((numerator, denominator))
-        if p_n[0][0] == 0:
-            return 0.0
-        r = self.closest_length(hyp_len)
-        bp = 1.0 if hyp_len > r else (0.0 if hyp_len == 0 else math.exp(1 - r / hyp_len))
-        logs = []
-        for num, den in p_n:
-            p = (num + EPSILON) / den if num == 0 else num / den   # float(Fraction(num, den))
-            logs.append(0.25 * math.log(p))
-        return bp * math.exp(math.fsum(logs))
+        return self.sentence_bleus([hyp])[0]
+
+
+def _int_tokens(seqs: list[list]) -> bool:
+    """Token ids (GPT-2's), or other tokens (words)? The first token says for all."""
+    first = next((x[0] for x in seqs if len(x)), 0)
+    return isinstance(first, (int, np.integer)) and not isinstance(first, bool)
+
+
+def _int_array(seqs: list[list]) -> np.ndarray:
+    return np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64,
+                       count=sum(len(x) for x in seqs))
 
 
 def sentence_bleus(hyps: list[list], refs: list[list] | References) -> list[float]:
     """Each hypothesis scored against the whole reference set."""
     prepared = refs if isinstance(refs, References) else References(refs)
-    return [prepared.sentence_bleu(h) for h in hyps]
+    return prepared.sentence_bleus(hyps)
 
 
 def bleu(generated: list[list], references: list[list]) -> dict:

@@ -572,8 +572,8 @@ def _score_checkpoint(name: str, sc: Score, store, data_dir, abort, t0: float):
             back = References(hyps)
             part["decoders"].append({
                 "decode": d, "label": decoder_label(d),
-                "forward": [refs_all.sentence_bleu(h) for h in hyps],
-                "backward": [back.sentence_bleu(r) for r in refs],
+                "forward": refs_all.sentence_bleus(hyps),
+                "backward": back.sentence_bleus(refs),
                 "generate_s": gen_s,
                 "tokens_per_s": sum(len(g.tokens) - g.n_prompt + g.finished for g in gen) / max(gen_s, 1e-9),
                 "samples": [g.text for g in gen[:5]]})
@@ -1091,8 +1091,8 @@ def split_bleu(data_dir=None, tokens: str = "gpt2", n_boot: int = 1000) -> dict:
     prepared = {s: References(t) for s, t in toks.items()}
     rows = []
     for (a, b), seed_value in SEED_SPLIT_BLEU.items():
-        fwd = torch.tensor([prepared[b].sentence_bleu(h) for h in toks[a]], dtype=torch.float64)
-        bwd = torch.tensor([prepared[a].sentence_bleu(r) for r in toks[b]], dtype=torch.float64)
+        fwd = torch.tensor(prepared[b].sentence_bleus(toks[a]), dtype=torch.float64)
+        bwd = torch.tensor(prepared[a].sentence_bleus(toks[b]), dtype=torch.float64)
         fb = fwd[bootstrap_indices(len(fwd), n_boot, 0)].mean(1)
         bb = bwd[bootstrap_indices(len(bwd), n_boot, 1)].mean(1)
         f, bk = fwd.mean().item(), bwd.mean().item()
