@@ -108,7 +108,7 @@ def cmd_generate(args):
     from lab.generate import sample_captions
     cfg = _decode_cfg(args)
     ck = checkpoints.load(args.checkpoint, args.store)
-    gen = sample_captions(ck.model, ck.tokenizer, args.n, cfg, prompt=args.prompt or "")
+    gen = sample_captions(ck.model, ck.tokenizer, args.n, cfg, prompt=args.prompt or "", probs=True)
     if args.json:
         _print_json({"checkpoint": ck.name, "decode": cfg.to_dict(), "prompt": args.prompt or "",
                      "captions": [{"text": g.text, "tokens": g.tokens, "probs": g.probs,

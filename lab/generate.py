@@ -24,7 +24,7 @@ class Generated:
     tokens: list[int]            # the caption's tokens: prompt text (without BOS) + new tokens
     text: str
     n_prompt: int = 0            # how many of `tokens` came from the prompt
-    probs: list[float] = field(default_factory=list)   # p(token) at tau=1, one per new token
+    probs: list[float] = field(default_factory=list)   # p(token) at tau=1 per new token, if asked
     finished: bool = True        # ended with end-of-text (not cut by max_new_tokens)
 
 
@@ -40,8 +40,9 @@ def _device(model) -> torch.device:
 
 @torch.no_grad()
 def _sample_group(model, prompt: torch.Tensor, decoder, max_new: int, eos_id: int, generator,
-                  abort=None):
-    """prompt: (B, T0) of equal-length prompts. Returns per row (new ids, probs, finished)."""
+                  abort=None, want_probs: bool = False):
+    """prompt: (B, T0) of equal-length prompts. Returns per row (new ids, probs, finished); the
+    probabilities (a softmax over the whole vocabulary each step) only when asked for."""
     B = prompt.size(0)
     out = model(prompt)
     past, logits = out.past_key_values, out.logits[:, -1]          # logits: (b, V) for active rows
@@ -53,14 +54,16 @@ def _sample_group(model, prompt: torch.Tensor, decoder, max_new: int, eos_id: in
         if abort is not None and abort():
             raise Aborted()
         nxt = decoder(logits, generator)                            # (b,)
-        p = torch.softmax(logits.float(), dim=-1).gather(1, nxt[:, None]).squeeze(1)
+        p = torch.softmax(logits.float(), dim=-1).gather(1, nxt[:, None]).squeeze(1).tolist() \
+            if want_probs else None
         done = nxt == eos_id
-        for row, tok, pr, d in zip(active.tolist(), nxt.tolist(), p.tolist(), done.tolist()):
+        for j, (row, tok, d) in enumerate(zip(active.tolist(), nxt.tolist(), done.tolist())):
             if d:
                 finished[row] = True
             else:
                 new[row].append(tok)
-                probs[row].append(pr)
+                if want_probs:
+                    probs[row].append(p[j])
         keep = ~done
         if step == max_new - 1 or not keep.any():
             break
@@ -74,8 +77,10 @@ def _sample_group(model, prompt: torch.Tensor, decoder, max_new: int, eos_id: in
 
 @torch.no_grad()
 def generate(model, prompts: list[list[int]], cfg: DecodeConfig, eos_id: int,
-             batch_size: int = 500, abort=None) -> list[tuple[list[int], list[float], bool]]:
-    """Continue each prompt (token ids, BOS included). Prompts of equal length share a batch."""
+             batch_size: int = 500, abort=None,
+             probs: bool = False) -> list[tuple[list[int], list[float], bool]]:
+    """Continue each prompt (token ids, BOS included). Prompts of equal length share a batch.
+    probs: also each new token's probability at tau=1 (otherwise an empty list)."""
     decoder = make_decoder(cfg)
     device = _device(model)
     n_ctx = model.config.n_positions
@@ -98,12 +103,14 @@ def generate(model, prompts: list[list[int]], cfg: DecodeConfig, eos_id: int,
                 if getattr(decoder, "search", False):
                     for i in chunk:
                         ids = decoder.run(model, torch.tensor(prompts[i], device=device), max_new, eos_id)
-                        results[i] = (ids, _probs_of(model, prompts[i], ids), len(ids) < max_new)
+                        results[i] = (ids, _probs_of(model, prompts[i], ids) if probs else [],
+                                      len(ids) < max_new)
                     continue
                 prompt = torch.tensor([prompts[i] for i in chunk], device=device)
-                new, probs, fin = _sample_group(model, prompt, decoder, max_new, eos_id, generator, abort)
+                new, ps, fin = _sample_group(model, prompt, decoder, max_new, eos_id, generator,
+                                             abort, probs)
                 for j, i in enumerate(chunk):
-                    results[i] = (new[j], probs[j], fin[j])
+                    results[i] = (new[j], ps[j], fin[j])
     finally:
         model.train(was_training)
     return results
@@ -132,13 +139,14 @@ def check_prompt(prompt: str) -> str:
 
 
 def sample_captions(model, tokenizer, n: int, cfg: DecodeConfig, prompt: str = "",
-                    batch_size: int = 500, abort=None) -> list[Generated]:
-    """n captions, each starting with `prompt` (may be empty), decoded as `cfg` says."""
+                    batch_size: int = 500, abort=None, probs: bool = False) -> list[Generated]:
+    """n captions, each starting with `prompt` (may be empty), decoded as `cfg` says; with
+    probs, each new token's probability too (for a display; scoring needs none)."""
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CAPTIONS:
         raise GenerationError(f"the number of captions must be a whole number from 1 to "
                               f"{MAX_CAPTIONS}, got {n!r}")
     prefix = tokenizer.encode(check_prompt(prompt)) if prompt else []
     bos = [tokenizer.eos_id]
-    outs = generate(model, [bos + prefix] * n, cfg, tokenizer.eos_id, batch_size, abort)
-    return [Generated(prefix + new, tokenizer.decode(prefix + new), len(prefix), probs, fin)
-            for new, probs, fin in outs]
+    outs = generate(model, [bos + prefix] * n, cfg, tokenizer.eos_id, batch_size, abort, probs)
+    return [Generated(prefix + new, tokenizer.decode(prefix + new), len(prefix), ps, fin)
+            for new, ps, fin in outs]

@@ -45,6 +45,46 @@ class KVCache(list):
         return KVCache([(k[rows], v[rows]) for k, v in self], self.seen)
 
 
+class _Buffers:
+    """One layer's keys and values with room after them, and how far they are filled."""
+
+    def __init__(self, k: torch.Tensor, v: torch.Tensor, room: int):
+        B, h, S, hs = k.shape
+        self.k = k.new_empty(B, h, S + room, hs)
+        self.v = v.new_empty(B, h, S + room, v.size(-1))
+        self.k[:, :, :S], self.v[:, :, :S] = k, v
+        self.filled = S
+
+
+class KVSlot(tuple):
+    """A layer's cache entry (k, v) whose keys and values sit in buffers with room to grow:
+    continuing it writes the new token's keys and values in place, so a generation step costs its
+    token, not a copy of the whole cache (torch.cat per step). The buffers double when full. A
+    slot continued twice (a branch from an older cache) copies instead of overwriting what the
+    first continuation wrote, so it is always safe; select() copies the rows it keeps."""
+
+    def __new__(cls, buffers: _Buffers, n: int):
+        slot = super().__new__(cls, (buffers.k[:, :, :n], buffers.v[:, :, :n]))
+        slot.buffers, slot.n = buffers, n
+        return slot
+
+    @classmethod
+    def extend(cls, past, k: torch.Tensor, v: torch.Tensor) -> "KVSlot":
+        """past ((k, v) of the tokens before, a KVSlot or a plain pair) followed by k, v (B, h, T, hs)."""
+        T = k.size(2)
+        if isinstance(past, KVSlot) and past.buffers.filled == past.n \
+                and past.n + T <= past.buffers.k.size(2):
+            buf = past.buffers
+            buf.k[:, :, past.n:past.n + T], buf.v[:, :, past.n:past.n + T] = k, v
+            buf.filled = past.n + T
+            return cls(buf, past.n + T)
+        S = past[0].size(2)
+        buf = _Buffers(past[0], past[1], room=max(S + T, 32))
+        buf.k[:, :, S:S + T], buf.v[:, :, S:S + T] = k, v
+        buf.filled = S + T
+        return cls(buf, S + T)
+
+
 class Positional(nn.Module):
     """The do-nothing positional hooks; a positional plugin overrides the ones it uses."""
 

@@ -206,9 +206,13 @@ def test_decoder_valid_and_seeded(decoder):
     model = _model({})
     cfg = DecodeConfig.from_dict(dict(decoder=decoder, max_new_tokens=8, seed=3), lenient=True)
     prompts = [[96, 5, 6]] * 4
-    a = generate(model, prompts, cfg, eos_id=96)
-    b = generate(model, prompts, cfg, eos_id=96)
+    a = generate(model, prompts, cfg, eos_id=96, probs=True)
+    b = generate(model, prompts, cfg, eos_id=96, probs=True)
     assert a == b
+    # probabilities cost a softmax over the vocabulary: only when asked, and never a change of tokens
+    assert [(new, fin) for new, _, fin in generate(model, prompts, cfg, eos_id=96)] == \
+        [(new, fin) for new, _, fin in a]
+    assert all(p == [] for _, p, _ in generate(model, prompts, cfg, eos_id=96))
     for new, probs, finished in a:
         assert len(new) <= 8 and len(probs) == len(new)
         assert all(0 <= t < 97 and t != 96 for t in new)
@@ -283,3 +287,31 @@ def test_finished_rows_leave_the_batch():
     generate(model, [[96]] * 64, DecodeConfig(decoder="random", max_new_tokens=20, seed=0), 96)
     hook.remove()
     assert sizes[0] == 64 and sizes[-1] < 64 and sizes == sorted(sizes, reverse=True)
+
+
+@pytest.mark.parametrize("attention", ["mha", "gqa", "sliding"])
+def test_a_cache_grows_in_place_and_a_branch_from_it_is_safe(attention):
+    """Continuing a cache writes the new keys in place (no copy of the cache per step); a second
+    continuation of the same cache (a branch) must not overwrite the first one's keys."""
+    from lab.model import KVSlot
+    model = _model({"attention": attention})
+    with torch.no_grad():
+        ids = torch.tensor([[96, 5, 6, 7, 8]])
+        full = model(ids).logits
+        past = model(ids[:, :2]).past_key_values
+        a = model(ids[:, 2:3], past_key_values=past).past_key_values
+        steps = a
+        for t in (3, 4):
+            out = model(ids[:, t:t + 1], past_key_values=steps)
+            steps = out.past_key_values
+        assert torch.allclose(out.logits[:, -1], full[:, -1], atol=1e-5)
+        if attention != "sliding":                   # a window keeps plain pairs
+            assert isinstance(steps[0], KVSlot) and steps[0].buffers is a[0].buffers
+        branch = model(torch.tensor([[9]]), past_key_values=a)          # from the older cache
+        assert torch.allclose(branch.logits[:, -1], model(torch.tensor([[96, 5, 6, 9]])).logits[:, -1],
+                              atol=1e-5)
+        again = model(ids[:, 3:4], past_key_values=a).logits
+        assert torch.allclose(again[:, -1], full[:, 3], atol=1e-5)
+        # the first continuation's keys are intact after both branches
+        on = model(torch.tensor([[10]]), past_key_values=steps).logits
+        assert torch.allclose(on[:, -1], model(torch.tensor([[96, 5, 6, 7, 8, 10]])).logits[:, -1], atol=1e-5)

@@ -78,7 +78,7 @@ def compare(checkpoints_chosen, decoder, *rest, store=None):
     columns, texts = [], {}
     for name, cfg in zip(chosen, settings):
         ck = LOADED.get(name, store)
-        caps = sample_captions(ck.model, ck.tokenizer, n, cfg, prompt=prefix)
+        caps = sample_captions(ck.model, ck.tokenizer, n, cfg, prompt=prefix, probs=True)
         columns.append((name, cfg.label(), [shade(ck.tokenizer, c) for c in caps]))
         texts[name] = [c.text for c in caps]
     table = captions_table(columns)
@@ -180,7 +180,7 @@ def decoder_matrix(checkpoints_chosen, temperatures, n, seed, prefix, store=None
         yield matrix_table(chosen, settings, texts, doing=i), None
         for name in chosen:
             ck = LOADED.get(name, store)
-            for c in sample_captions(ck.model, ck.tokenizer, n, cfg, prompt=prefix):
+            for c in sample_captions(ck.model, ck.tokenizer, n, cfg, prompt=prefix, probs=True):
                 texts.append((cfg.label(), name, c.text, shade(ck.tokenizer, c)))
     yield matrix_table(chosen, settings, texts), texts
 

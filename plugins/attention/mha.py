@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from lab.model import KVSlot
 from lab.registry import ATTENTION
 
 
@@ -38,6 +39,11 @@ class CausalSelfAttention(nn.Module):
         """The keys and values (B, nkv, S, hs) later queries can still need: all of them here."""
         return k, v
 
+    @property
+    def keeps_less(self) -> bool:
+        """A subclass keeping fewer keys (its own keep_cache) gets plain pairs, not growing slots."""
+        return type(self).keep_cache is not CausalSelfAttention.keep_cache
+
     def forward(self, x, pos, positions, past=None, need_weights=False):
         """x: (B, T, C); pos: (T,) absolute positions; positions: the positional module (its
         `rotate` and `attn_bias`); past: cached (k, v), each (B, n_kv_head, S_past, hs), of the
@@ -49,10 +55,13 @@ class CausalSelfAttention(nn.Module):
         k = k.view(B, T, nkv, hs).transpose(1, 2)   # (B, nkv, T, hs)
         v = v.view(B, T, nkv, hs).transpose(1, 2)   # (B, nkv, T, hs)
         q, k = positions.rotate(q, k, pos)
-        if past is not None:
-            k = torch.cat([past[0], k], dim=2)      # (B, nkv, S, hs), S = S_past + T
-            v = torch.cat([past[1], v], dim=2)
-        present = self.keep_cache(k, v)
+        present = None
+        if past is not None and not self.keeps_less:    # (B, nkv, S, hs), S = S_past + T: written
+            present = KVSlot.extend(past, k, v)         # after the cached keys, in place when it can
+            k, v = present
+        elif past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        present = present or self.keep_cache(k, v)
         S = k.size(2)
         if nkv != nh:   # each KV head serves a contiguous group of query heads (HF's repeat_kv)
             k = k.repeat_interleave(nh // nkv, dim=1)
