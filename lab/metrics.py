@@ -80,37 +80,46 @@ class References:
     (n-1)-grams, times the vocabulary, plus its last token), so counting and clipping are sorts
     and searches, not Python loops over n-grams."""
 
-    def __init__(self, refs: list[list]):
+    def __init__(self, refs: list[list], raw: np.ndarray | None = None):
+        """raw: the references' token ids flattened, when the caller has them already."""
         self.ints = _int_tokens(refs)
         if self.ints:       # token ids: a lookup table from id to vocabulary place
-            vocab = np.unique(_int_array(refs))
+            raw = _int_array(refs, sum(map(len, refs))) if raw is None else raw
+            present = np.zeros(int(raw.max()) + 1 if len(raw) else 0, dtype=bool)
+            present[raw] = True
+            vocab = np.flatnonzero(present)
             self.lut = np.full(int(vocab[-1]) + 1 if len(vocab) else 0, -1, dtype=np.int64)
             self.lut[vocab] = np.arange(len(vocab))
         else:
             vocab = {t: i for i, t in enumerate(dict.fromkeys(itertools.chain.from_iterable(refs)))}
         self.vocab = vocab
-        ids, seq, pos = self._flat(refs)
+        ids, seq, pos, lengths = self._flat(refs, raw)
         self.V = len(self.vocab)
         self.keys, self.max_counts = [None], [None]        # per n: sorted keys, max counts
         prefix = ids                                       # place of each position's (n-1)-gram
         for n in range(1, MAX_N + 1):
-            key, at = self._grams(prefix, ids, seq, pos, n, np.asarray([len(r) for r in refs]))
-            keys, inverse = np.unique(key, return_inverse=True)
-            per_ref, counts = np.unique(seq[at] * len(keys) + inverse, return_counts=True)
-            max_counts = np.zeros(len(keys), dtype=np.int64)
-            np.maximum.at(max_counts, per_ref % len(keys), counts)
+            key, at = self._grams(prefix, ids, seq, pos, n, lengths)
+            # one sort of (n-gram, reference) pairs: their counts, then each n-gram's largest
+            R = max(len(refs), 1)
+            pairs, inverse, counts = np.unique(key * R + seq[at], return_inverse=True,
+                                               return_counts=True)
+            gram = pairs // R
+            starts = np.flatnonzero(np.r_[True, gram[1:] != gram[:-1]]) if len(gram) else gram
+            keys, max_counts = gram[starts], np.maximum.reduceat(counts, starts) if len(gram) else counts
+            group = np.cumsum(np.r_[True, gram[1:] != gram[:-1]]) - 1 if len(gram) else gram
             self.keys.append(keys); self.max_counts.append(max_counts)
             prefix = np.full(len(ids), -1, dtype=np.int64)
-            prefix[at] = inverse
-        self.lengths = np.unique(np.asarray([len(r) for r in refs], dtype=np.int64))
+            prefix[at] = group[inverse]
+        self.lengths = np.unique(lengths)
 
-    def _flat(self, seqs: list[list]):
-        """Every token's vocabulary id (-1: not in the references), sequence and position."""
-        lengths = np.asarray([len(x) for x in seqs], dtype=np.int64)
+    def _flat(self, seqs: list[list], raw: np.ndarray | None = None):
+        """Every token's vocabulary id (-1: not in the references), sequence and position, and
+        each sequence's length."""
+        lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
         seq = np.repeat(np.arange(len(seqs)), lengths)
         pos = np.arange(len(seq)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
         if self.ints and _int_tokens(seqs):
-            raw = _int_array(seqs)
+            raw = _int_array(seqs, int(lengths.sum())) if raw is None else raw
             known = (raw >= 0) & (raw < len(self.lut))
             ids = np.full(len(raw), -1, dtype=np.int64)
             ids[known] = self.lut[raw[known]]
@@ -119,7 +128,7 @@ class References:
                 {int(t): i for t, i in enumerate(self.lut.tolist()) if i >= 0}
             ids = np.fromiter((vocab.get(t, -1) for t in itertools.chain.from_iterable(seqs)),
                               dtype=np.int64, count=len(seq))
-        return ids, seq, pos
+        return ids, seq, pos, lengths
 
     def _grams(self, prefix, ids, seq, pos, n: int, lengths):
         """The n-grams starting at each position that has n tokens left in its sequence: their
@@ -138,21 +147,28 @@ class References:
         below, above = lens[np.maximum(i - 1, 0)], lens[i]
         return np.where(np.abs(hyp_len - below) <= np.abs(above - hyp_len), below, above)
 
-    def sentence_bleus(self, hyps: list[list]) -> list[float]:
+    def sentence_bleus(self, hyps: list[list], raw: np.ndarray | None = None) -> list[float]:
         """nltk.translate.bleu_score.sentence_bleu(refs, hyp, (0.25,)*4, method1) of each
-        hypothesis, to 1e-9."""
+        hypothesis, to 1e-9. raw: the hypotheses' token ids flattened, if at hand."""
         if not hyps:
             return []
-        ids, seq, pos = self._flat(hyps)
-        hyp_len = np.asarray([len(h) for h in hyps], dtype=np.int64)
+        ids, seq, pos, hyp_len = self._flat(hyps, raw)
         logs = np.zeros(len(hyps))
         first_matches = None
         prefix = ids
         for n in range(1, MAX_N + 1):
             key, at = self._grams(prefix, ids, seq, pos, n, hyp_len)
             keys = self.keys[n]
-            place = np.clip(np.searchsorted(keys, key), 0, max(len(keys) - 1, 0))
-            found = (key >= 0) & (keys[place] == key) if len(keys) else np.zeros(len(key), bool)
+            if n == 1:                                     # a unigram's key is its place
+                place, found = key, key >= 0
+            else:           # only n-grams whose (n-1)-gram the references hold can be there
+                place, found = np.zeros(len(key), dtype=np.int64), key >= 0
+                if len(keys):
+                    hit = np.minimum(np.searchsorted(keys, key[found]), len(keys) - 1)
+                    place[found] = hit
+                    found[found] = keys[hit] == key[found]
+                else:
+                    found[:] = False
             combo, counts = np.unique(seq[at][found] * max(len(keys), 1) + place[found],
                                       return_counts=True)
             clipped = np.minimum(counts, self.max_counts[n][combo % max(len(keys), 1)])
@@ -180,9 +196,8 @@ def _int_tokens(seqs: list[list]) -> bool:
     return isinstance(first, (int, np.integer)) and not isinstance(first, bool)
 
 
-def _int_array(seqs: list[list]) -> np.ndarray:
-    return np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64,
-                       count=sum(len(x) for x in seqs))
+def _int_array(seqs: list[list], total: int) -> np.ndarray:
+    return np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=total)
 
 
 def sentence_bleus(hyps: list[list], refs: list[list] | References) -> list[float]:
@@ -193,8 +208,10 @@ def sentence_bleus(hyps: list[list], refs: list[list] | References) -> list[floa
 
 def bleu(generated: list[list], references: list[list]) -> dict:
     """Forward (generated vs references), backward (references vs generated), harmonic."""
-    forward = sum(sentence_bleus(generated, references)) / len(generated)
-    backward = sum(sentence_bleus(references, generated)) / len(references)
+    gen_raw, ref_raw = (_int_array(x, sum(map(len, x))) if _int_tokens(x) else None
+                        for x in (generated, references))
+    forward = sum(References(references, ref_raw).sentence_bleus(generated, gen_raw)) / len(generated)
+    backward = sum(References(generated, gen_raw).sentence_bleus(references, ref_raw)) / len(references)
     harmonic = 2 * forward * backward / (forward + backward) if forward + backward else 0.0
     return {"forward": forward, "backward": backward, "harmonic": harmonic,
             "n_generated": len(generated), "n_references": len(references)}
