@@ -20,7 +20,8 @@ from lab.presets import get
 from tests.conftest import start_app, wait_job
 
 ROOT = Path(__file__).resolve().parent.parent
-TRAIN = dict(get("tiny")[1].to_dict(), max_train_captions=200, max_dev_captions=50, epochs=3, patience=5)
+TRAIN = dict(get("tiny")[1].to_dict(), max_train_captions=200, max_dev_captions=50, epochs=3, patience=5,
+             tokenizer="words")                       # a small output layer: cheap tiny runs
 MODEL = get("tiny")[0].to_dict()
 
 

@@ -13,7 +13,7 @@ from lab.presets import get
 from tests.conftest import wait_job
 
 TINY_TRAIN = dict(get("tiny")[1].to_dict(), max_train_captions=200, max_dev_captions=50, epochs=2,
-                  patience=5)
+                  patience=5, tokenizer="words")     # a small output layer: cheap tiny runs
 
 
 def _tiny_model():
