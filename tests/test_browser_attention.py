@@ -10,7 +10,7 @@ import pytest
 import torch
 from playwright.sync_api import expect
 
-from lab import checkpoints, tokenizers
+from lab import birthplace, checkpoints, tokenizers
 from lab.model import build
 from tests.conftest import serving, tiny_config
 from tests.test_browser import CHROMIUM, _shot, _tab, browser, page  # noqa: F401 (fixtures)
@@ -30,6 +30,10 @@ def server(tmp_path_factory):
     checkpoints.save(build(tiny_config(vocab_size=chars.vocab_size, n_positions=64, n_layer=3,
                                        n_head=2)).eval(), chars, "chars", store,
                      provenance={"source": "scratch"})
+    bp = birthplace.tokenizer()     # a birth-place model: reads a question with no BOS before it
+    checkpoints.save(build(tiny_config(vocab_size=bp.vocab_size, n_positions=128, n_layer=1,
+                                       n_head=2)).eval(), bp, "bp", store,
+                     provenance={"source": "scratch", "task": "birthplace", "objective": "qa"})
     with serving(store) as url:
         yield url, store
 
@@ -76,6 +80,23 @@ def test_attention_of_two_checkpoints_side_by_side(page, server):
         expect(page.locator(f"#{elem} .js-plotly-plot")).to_contain_text(title, timeout=30_000)
     _shot(page, "attention-pair-grid")
     assert page.left_machine == [], f"requests tried to leave the machine: {page.left_machine}"
+
+
+def test_a_birthplace_model_answers_the_question_it_is_shown(page, server):
+    """Ticked 'generate', a birth-place model answers: the view is the question, its ⁇ and the
+    answer, read from the first character (no BOS), as the evaluation reads it."""
+    _tab(page, "Attention")
+    _choose(page, "attention-checkpoint", "bp")
+    page.locator("#attention-text textarea, #attention-text input").first.fill("Where was Ada Lovelace born?")
+    page.get_by_label(re.compile("a birth-place model answers the question")).check()
+    page.locator("#attention-go").click()
+    frame = page.frame_locator("#attention-head-view iframe")
+    frame.locator("svg text").first.wait_for(timeout=60_000)
+    expect(page.locator("body")).to_contain_text("Where was Ada Lovelace born?\u2047")
+    expect(page.locator("body")).to_contain_text("(generated from token 30 on)")
+    assert frame.locator("svg text").first.text_content() == "W"       # the question's own first character
+    _shot(page, "attention-birthplace-question")
+    assert page.left_machine == []
 
 
 def test_head_differences_across_tokenizers_and_views_cleared_on_a_new_choice(page, server):

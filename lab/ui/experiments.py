@@ -177,12 +177,18 @@ FROM_TRAIN_NOTE = ("From the Train form: its preset, parent and every setting yo
                    "then Check and Start.")
 
 
+BIRTHPLACE_NOTE = (" Birth-place fine-tunes are scored by their greedy answers to the dev "
+                   "questions (accuracy): *captions scored* counts questions (500 at most) and "
+                   "the decoders do not apply.")
+
+
 def from_train(settings: tuple) -> list:
     """The Train form's settings written into the sweep form: recipe (build your own), preset,
     parent and the settings; an empty grid for the person to fill; the split its runs are scored
     on (dev for birth-place answers: the test questions have no places)."""
     preset, parent, lines, split = settings
-    return [OWN, preset, parent, "", lines, split, FROM_TRAIN_NOTE]
+    return [OWN, preset, parent, "", lines, split,
+            FROM_TRAIN_NOTE + (BIRTHPLACE_NOTE if split == "dev" else "")]
 
 
 def _form(ctx: Context):
