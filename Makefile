@@ -50,6 +50,7 @@ bench: install
 	$(BIN)/python benchmarks/bleu_vs_nltk.py
 	$(BIN)/python benchmarks/generate_vs_hf.py
 	$(BIN)/python benchmarks/train_vs_hf.py
+	$(BIN)/python benchmarks/live_eval.py
 
 clean:
 	rm -rf $(VENV)

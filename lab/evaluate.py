@@ -82,8 +82,10 @@ def choose_bleu_tokens(tokenizer_kinds: list[str], requested: str = "auto") -> s
 
 
 def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test",
-                  bleu_tokens: str = "auto", data_dir=None, chunk: int = 100, n_boot: int = 500):
-    """Score every model on the same seeded subset, yielding a snapshot after each chunk.
+                  bleu_tokens: str = "auto", data_dir=None, chunk: int = 100, n_boot: int = 500,
+                  first: int | None = None):
+    """Score every model on the same seeded subset, yielding a snapshot after each chunk (the
+    first chunk `first` captions, when given: early figures in seconds, then `chunk` at a time).
 
     models: {name: Checkpoint}. Forward BLEU scores each generated caption against the *full*
     reference set (an unbiased estimate of the full figure); backward BLEU uses the n references
@@ -109,8 +111,10 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
                   "subset_hash": data.subset_hash(subset), "bleu_tokens": tokens,
                   "decode": decode.to_dict(), "checkpoints": list(models),
                   "perplexity_shown": "per word" if per_word else "per sentence (assignment)"}
-    for start in range(0, len(subset), chunk):
-        part = subset[start:start + chunk]
+    starts = ([0] + list(range(first, len(subset), chunk))) if first else \
+        list(range(0, len(subset), chunk))
+    for start, end in zip(starts, starts[1:] + [len(subset)]):
+        part = subset[start:end]
         for name, ck in models.items():
             s, tok = state[name], ck.tokenizer
             seqs = data.encode_captions(part, tok, ck.config.n_positions)
@@ -125,7 +129,7 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
             s["fwd"] += prepared[key].sentence_bleus(hyps)
             s["gen"] += hyps
             s["refs"] += bleu_tokens_of(part, tok, tokens)
-        yield _snapshot(state, provenance, per_word, n_boot, done=min(start + chunk, len(subset)))
+        yield _snapshot(state, provenance, per_word, n_boot, done=end)
 
 
 def _word_perplexity(s: dict, rows=None):

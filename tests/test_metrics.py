@@ -99,6 +99,11 @@ def test_live_evaluation_labels_perplexity_by_tokenizers_not_bleu_tokens(corpus_
     snaps = list(evaluate_live({"m": checkpoints.load("m")}, 40, DecodeConfig(max_new_tokens=8),
                                bleu_tokens="words", chunk=20, n_boot=100))
     assert [s["done"] for s in snaps] == [20, 40]
+    # a small first chunk: early figures, then a chunk at a time, the same captions scored
+    early = list(evaluate_live({"m": checkpoints.load("m")}, 40, DecodeConfig(max_new_tokens=8),
+                               bleu_tokens="words", chunk=20, n_boot=100, first=5))
+    assert [s["done"] for s in early] == [5, 25, 40]
+    assert early[-1]["provenance"]["subset_hash"] == snaps[-1]["provenance"]["subset_hash"]
     last = snaps[-1]
     assert last["provenance"]["perplexity_shown"] == "per sentence (assignment)"
     assert last["provenance"]["bleu_tokens"] == "words"

@@ -14,6 +14,7 @@ from lab.ui.common import (LOADED, Context, checkpoint_dropdown, decode_config, 
 COLUMNS = ["checkpoint", "n", "perplexity ↓", "per-word perplexity ↓", "forward BLEU ↑",
            "backward BLEU (N) ↑", "harmonic BLEU (N) ↑"]
 WIDTHS = ["11%", "5%", "14%", "16%", "16%", "19%", "19%"]      # every column in view at 1400 px
+FIRST_CHUNK = 10          # captions per model before the first figures (seconds, not minutes)
 
 
 def _ci(v, ci, digits=3):
@@ -63,8 +64,9 @@ def run(names, decoder, *rest, store=None, data_dir=None):
     n = whole(n, "subset size", 1, 5000)
     cfg = decode_config(decoder, *values, seed=whole(seed, "seed", 0, SEED_MAX))
     models = {name: LOADED.get(name, store) for name in names}
-    chunk = max(50, n // 10)
-    for snap in evaluate_live(models, n, cfg, bleu_tokens=bleu_tokens, data_dir=data_dir, chunk=chunk):
+    chunk = max(50, n // 10)       # the first figures after 10 captions, then a chunk at a time
+    for snap in evaluate_live(models, n, cfg, bleu_tokens=bleu_tokens, data_dir=data_dir, chunk=chunk,
+                              first=min(FIRST_CHUNK, chunk)):
         rows = table(snap)
         yield rows, provenance_md(snap), {"headers": COLUMNS, "rows": rows, "verdicts": verdicts(snap),
                                           "provenance": snap["provenance"], "done": snap["done"],
