@@ -222,12 +222,21 @@ def said(result: dict) -> str:
     return f"Correct: {result['correct']} out of {result['total']}: {100 * result['accuracy']:.1f}%"
 
 
+def paired_difference(correct, base, idx: torch.Tensor) -> tuple[float, list[float]]:
+    """Accuracy minus the baseline's, paired by question (0/1 per question each), with its 95%
+    percentile-bootstrap interval over the questions (idx: metrics.bootstrap_indices, shared by
+    every comparison against the same baseline)."""
+    from lab.metrics import percentile_interval
+    d = torch.as_tensor(correct, dtype=torch.float64) - torch.as_tensor(base, dtype=torch.float64)
+    return d.mean().item(), list(percentile_interval(d[idx].mean(1)))
+
+
 def compare(names: list[str], split: str = "dev", store=None, root=None, n_boot: int = 1000,
             seed: int = 0) -> dict:
     """Several checkpoints answer the same questions, beside the London baseline: each one's
     accuracy with its Wilson interval, its paired difference against the first checkpoint (a
     bootstrap over questions, 95%), and every question with the gold place and each answer."""
-    from lab.metrics import bootstrap_indices, percentile_interval
+    from lab.metrics import bootstrap_indices
     if not names:
         raise DataError("choose at least one birth-place checkpoint")
     pairs = questions(split, root)
@@ -244,9 +253,7 @@ def compare(names: list[str], split: str = "dev", store=None, root=None, n_boot:
             row = {"checkpoint": k, **score(answers[k], gold),
                    "accuracy_ci": wilson(int(r.sum()), len(gold))}
             if k != base:
-                d = r - right[base]
-                row["diff"] = d.mean().item()
-                row["diff_ci"] = percentile_interval(d[idx].mean(1))
+                row["diff"], row["diff_ci"] = paired_difference(r, right[base], idx)
             rows.append(row)
     headers = ["question", "place"] + list(answers)      # a checkpoint may be named "place"
     table = [[q, g or ""] + [v[i] for v in answers.values()] for i, (q, g) in enumerate(pairs)]

@@ -146,7 +146,10 @@ def sample_captions(model, tokenizer, n: int, cfg: DecodeConfig, prompt: str = "
         raise GenerationError(f"the number of captions must be a whole number from 1 to "
                               f"{MAX_CAPTIONS}, got {n!r}")
     prefix = tokenizer.encode(check_prompt(prompt)) if prompt else []
-    bos = [tokenizer.eos_id]
+    bos = [] if tokenizer.bos_id is None else [tokenizer.bos_id]
+    if not bos and not prefix:
+        raise GenerationError("this model reads a text from its first character (its tokenizer "
+                              "has no start token): give a prompt to continue")
     outs = generate(model, [bos + prefix] * n, cfg, tokenizer.eos_id, batch_size, abort, probs)
     return [Generated(prefix + new, tokenizer.decode(prefix + new), len(prefix), ps, fin)
             for new, ps, fin in outs]

@@ -809,16 +809,14 @@ def _intervals(rows: list[dict], figures: list, base_i: int | None, n_boot: int,
 
 def _accuracy_differences(rows: list[dict], figures: list, members: list[int], n_boot: int,
                           seed: int) -> None:
-    """Each row's accuracy minus the baseline's (members[0]), paired by question: a percentile
-    bootstrap over the questions both answered."""
-    import torch
-    from lab.metrics import bootstrap_indices, percentile_interval
-    base = torch.tensor(figures[members[0]]["correct"], dtype=torch.float64)
+    """Each row's accuracy minus the baseline's (members[0]), paired by question."""
+    from lab.birthplace import paired_difference
+    from lab.metrics import bootstrap_indices
+    base = figures[members[0]]["correct"]
     idx = bootstrap_indices(len(base), n_boot, seed)
     for i in members[1:]:
-        d = torch.tensor(figures[i]["correct"], dtype=torch.float64) - base
-        rows[i]["accuracy_diff"], rows[i]["accuracy_diff_ci"] = d.mean().item(), \
-            list(percentile_interval(d[idx].mean(1)))
+        rows[i]["accuracy_diff"], rows[i]["accuracy_diff_ci"] = \
+            paired_difference(figures[i]["correct"], base, idx)
 
 
 def _mark_best(rows: list[dict], scored: list[int], per_word: bool = False) -> None:

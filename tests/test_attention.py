@@ -107,6 +107,16 @@ def test_a_model_that_reads_without_bos_is_compared_over_the_same_words():
     assert torch.all(words.attentions[0, :, 0] == 0) and torch.all(words.attentions[0, :, :, 0] == 0)
     a, b = _by_hand(gpt2, question, torch.eye), _by_hand(task, question, torch.eye, bos=False)
     assert attention_maps.head_distances(a, b).item() == pytest.approx(0.0, abs=1e-6)
+    # generation follows the same rule: the prompt alone goes in first; with no prompt, one message
+    from lab.config import DecodeConfig
+    from lab.generate import GenerationError, sample_captions
+    greedy = DecodeConfig(decoder="greedy", max_new_tokens=4)
+    out = sample_captions(model.eval(), task, 1, greedy, prompt="Where was")[0]
+    with torch.no_grad():
+        first = model(torch.tensor([task.encode("Where was")])).logits[0, -1].argmax().item()
+    assert out.text.startswith("Where was") and out.tokens[len(task.encode("Where was"))] == first
+    with pytest.raises(GenerationError, match="give a prompt"):
+        sample_captions(model, task, 1, greedy)
 
 
 def test_rows_sum_to_one_and_the_same_model_is_at_distance_zero():
