@@ -22,6 +22,16 @@ def bleu_tokens_of(texts_or_ids, tokenizer, kind: str):
     raise ConfigError(f"bleu_tokens must be 'gpt2' or 'words', got {kind!r}")
 
 
+def check_captions_model(ck) -> None:
+    """Caption perplexity and BLEU are for caption models: a birth-place model (it reads a
+    question from its first character) is scored by its answers instead."""
+    from lab import birthplace
+    if birthplace.is_task_tokenizer(ck.tokenizer):
+        raise ConfigError(f"{ck.name} is a birth-place model: caption perplexity and BLEU do not "
+                          f"apply to it; score its answers in the Evaluate tab's Birth places "
+                          f"section or with `python -m lab birthplace evaluate --checkpoint {ck.name}`")
+
+
 def evaluate(checkpoint: str, split: str = "test", n: int = 5000, decode: DecodeConfig | None = None,
              bleu_tokens: str = "gpt2", data_dir=None, store=None, skip_bleu: bool = False,
              ck=None, skip_perplexity: bool = False, device: str = "cpu") -> dict:
@@ -32,6 +42,7 @@ def evaluate(checkpoint: str, split: str = "test", n: int = 5000, decode: Decode
     if not 1 <= n <= 100_000:
         raise ConfigError(f"n must be between 1 and 100000, got {n}")
     ck = ck or checkpoints.load(checkpoint, store, device=str(pick_device(device)))
+    check_captions_model(ck)
     model, tok = ck.model, ck.tokenizer
     if not skip_bleu:
         bleu_tokens = choose_bleu_tokens([tok.kind], bleu_tokens)
@@ -93,6 +104,8 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     from lab.metrics import References
     if n < 1:
         raise ConfigError(f"subset size must be at least 1, got {n}")
+    for ck in models.values():
+        check_captions_model(ck)
     caps = data.load_split(split, data_dir)
     idx = data.subset_indices(len(caps), n, decode.seed)
     subset = [caps[i] for i in idx]

@@ -104,6 +104,14 @@ def test_live_evaluation_labels_perplexity_by_tokenizers_not_bleu_tokens(corpus_
                                bleu_tokens="words", chunk=20, n_boot=100, first=5))
     assert [s["done"] for s in early] == [5, 25, 40]
     assert early[-1]["provenance"]["subset_hash"] == snaps[-1]["provenance"]["subset_hash"]
+    # a birth-place model is refused with where to score it instead
+    from lab import birthplace
+    from lab.config import ConfigError
+    bp = birthplace.tokenizer()
+    checkpoints.save(build(tiny_config(vocab_size=bp.vocab_size, n_positions=128)), bp, "bp")
+    with pytest.raises(ConfigError, match="bp is a birth-place model.*Birth places section"):
+        next(evaluate_live({"m": checkpoints.load("m"), "bp": checkpoints.load("bp")}, 40,
+                           DecodeConfig(max_new_tokens=8)))
     last = snaps[-1]
     assert last["provenance"]["perplexity_shown"] == "per sentence (assignment)"
     assert last["provenance"]["bleu_tokens"] == "words"
