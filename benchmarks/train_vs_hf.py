@@ -1,4 +1,5 @@
-"""Training steps on the real corpus: the lab (padding to the batch's longest caption) against
+"""Training steps on the real corpus: the lab as its trainer runs (each batch's captions packed
+into rows, no compute on padding) and padded to the batch's longest caption, against
 transformers' GPT2LMHeadModel trained the assignment's way (fixed padding to 36), identical initial
 weights, Adam lr 1e-4, batch 32, the assignment's masked loss. Reports real (unpadded) tokens per
 second and checks that the first step's losses agree.
@@ -22,16 +23,20 @@ from benchmarks.common import header, lab_and_hf_models, report  # noqa: E402
 from lab import flops, tokenizers  # noqa: E402
 from lab.config import TrainConfig  # noqa: E402
 from lab.data import assignment_loss, batches, collate, encode_captions, load_split  # noqa: E402
-from lab.train import autocast, make_optimizer  # noqa: E402
+from lab.train import autocast, make_optimizer, shard_loss  # noqa: E402
 
 EOS = 50256
 
 
-def run(model, seqs, steps, pad_to, device=torch.device("cpu"), precision="fp32", flops_per_token=None):
-    """(real tokens, seconds, first loss, training FLOPs) of the timed steps after the warm-up."""
+def run(model, seqs, steps, pad_to, device=torch.device("cpu"), precision="fp32", flops_per_token=None,
+        packed=False, plain_adam=False):
+    """(real tokens, seconds, first loss, training FLOPs) of the timed steps after the warm-up.
+    packed: the lab's model, its batches packed into rows the way its trainer does. plain_adam:
+    the assignment's optimizer (torch.optim.Adam as it comes), not the lab's (fused)."""
     model.to(device).train()
     torch.manual_seed(0)
-    opt = make_optimizer(list(model.parameters()), TrainConfig(lr=1e-4), device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4) if plain_adam else \
+        make_optimizer(list(model.parameters()), TrainConfig(lr=1e-4), device)
     g = torch.Generator().manual_seed(0)
     tokens, flop, losses = 0, 0.0, []
     it = batches(seqs, 32, EOS, shuffle=True, generator=g)
@@ -44,7 +49,10 @@ def run(model, seqs, steps, pad_to, device=torch.device("cpu"), precision="fp32"
                              zip(batch.input_ids, batch.loss_mask)], EOS, pad_to=pad_to)
         batch = batch.to(device)
         with autocast(device, precision):
-            loss = assignment_loss(model(batch.input_ids).logits, batch)
+            if packed:
+                loss = shard_loss(model, batch, packed=True)
+            else:
+                loss = assignment_loss(model(batch.input_ids).logits, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -60,10 +68,13 @@ def run(model, seqs, steps, pad_to, device=torch.device("cpu"), precision="fp32"
 
 
 @torch.no_grad()
-def eval_loss(model, seqs, pad_to):
-    """The assignment's loss on the first 32 captions, dropout off: equal weights, equal loss."""
+def eval_loss(model, seqs, pad_to, packed=False):
+    """The assignment's loss on the first 32 captions, dropout off: equal weights, equal loss
+    (packed or padded; in training the dropout masks differ, so the first steps' losses do)."""
     model.eval()
     batch = collate(seqs[:32], EOS, pad_to=pad_to)
+    if packed:
+        return shard_loss(model, batch, packed=True).item()
     return assignment_loss(model(batch.input_ids).logits, batch).item()
 
 
@@ -71,10 +82,25 @@ def cpu_rows(seqs, steps, tmp):
     ours, hf, _ = lab_and_hf_models(None, tmp)
     header(f"training steps, Tfmr-scratch size, batch 32, {steps} timed steps each")
     lab_loss, hf_loss = eval_loss(ours, seqs, None), eval_loss(hf, seqs, 36)
-    lab_tokens, lab_s, _, _ = run(ours, seqs, steps, pad_to=None)
-    hf_tokens, hf_s, _, _ = run(hf, seqs, steps, pad_to=36)
-    report(lab_tokens_per_s=round(lab_tokens / lab_s, 1), hf_fixed36_tokens_per_s=round(hf_tokens / hf_s, 1),
-           speedup=round(lab_tokens / lab_s / (hf_tokens / hf_s), 2), initial_loss_lab=round(lab_loss, 6),
+    packed_loss = eval_loss(ours, seqs, None, packed=True)
+    lab_start = {k: v.clone() for k, v in ours.state_dict().items()}
+    hf_start = {k: v.clone() for k, v in hf.state_dict().items()}
+    rates = {}
+    # the lab as its trainer runs (packed, fused Adam), then padded; transformers the
+    # assignment's way (padded to 36, torch's Adam as it comes), then with the lab's fused Adam
+    for label, model, start, pad_to, kw in (
+            ("lab_packed", ours, lab_start, None, dict(packed=True)),
+            ("lab_padded", ours, lab_start, None, {}),
+            ("hf_fixed36", hf, hf_start, 36, dict(plain_adam=True)),
+            ("hf_fixed36_fused_adam", hf, hf_start, 36, {})):
+        model.load_state_dict(start)
+        tokens, seconds, _, _ = run(model, seqs, steps, pad_to, **kw)
+        rates[label] = tokens / seconds
+    report(**{f"{k}_tokens_per_s": round(v, 1) for k, v in rates.items()},
+           speedup=round(rates["lab_packed"] / rates["hf_fixed36"], 2),
+           speedup_same_optimizer=round(rates["lab_packed"] / rates["hf_fixed36_fused_adam"], 2),
+           speedup_padded=round(rates["lab_padded"] / rates["hf_fixed36_fused_adam"], 2),
+           initial_loss_lab_packed=round(packed_loss, 6), initial_loss_lab_padded=round(lab_loss, 6),
            initial_loss_hf_fixed36=round(hf_loss, 6))
 
 

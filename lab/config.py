@@ -467,6 +467,10 @@ class TrainConfig(_Config):
                                       # "fp32"; weights and optimizer state stay float32 either way
     compile: bool = False             # torch.compile the model for training steps (CUDA; the first
                                       # steps of each new batch length compile)
+    pack: bool = True                 # pack each batch's captions into rows (no compute on
+                                      # padding; the loss and gradients are the padded batch's),
+                                      # where it is exact: a model whose parts all take packed
+                                      # rows, captions without scheduled sampling
 
     BOUNDS: ClassVar[dict] = {"epochs": (1, 100_000), "batch_size": (1, 65536), "lr": (0.0, 10.0),
                               "weight_decay": (0.0, 10.0), "grad_clip": (0.0, 1e6),

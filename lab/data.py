@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,14 +123,68 @@ class Batch:
     # input_ids (B, L) are the model's whole input, targets (B, L) the next characters, and
     # loss_mask (B, L) says which count
     targets: torch.Tensor | None = None
+    # packed rows (pack()): several texts per row, targets apart; positions (B, L) restart at 0
+    # for each text, segments (B, L) say which of the batch's `texts` a token belongs to (a pad:
+    # a negative number of its own)
+    positions: torch.Tensor | None = None
+    segments: torch.Tensor | None = None
+    texts: int = 0
 
     def to(self, device):
-        return Batch(self.input_ids.to(device), self.loss_mask.to(device),
-                     None if self.targets is None else self.targets.to(device))
+        def move(t):
+            return None if t is None else t.to(device)
+        return Batch(self.input_ids.to(device), self.loss_mask.to(device), move(self.targets),
+                     move(self.positions), move(self.segments), self.texts)
 
     def rows(self, sl: slice) -> "Batch":
+        assert self.segments is None, "packed rows are made per process, after the split"
         return Batch(self.input_ids[sl], self.loss_mask[sl],
                      None if self.targets is None else self.targets[sl])
+
+    def model_inputs(self) -> dict:
+        """What the model reads besides the token ids: a packed batch's positions and segments."""
+        if self.segments is None:
+            return {}
+        return {"positions": self.positions, "segments": self.segments}
+
+
+PACK_ROW = 128     # tokens a packed row aims at: longer rows waste less, their masked attention more
+
+
+def packable(batch: Batch) -> bool:
+    """Separate texts padded after their end (the captions' batches): packing them drops only
+    padding. A batch whose targets come apart (birth places, scheduled sampling) has pads that
+    are input, or inputs that are not its targets shifted: it is read as it is."""
+    return batch.targets is None and batch.segments is None
+
+
+def pack(batch: Batch, row: int = PACK_ROW) -> Batch:
+    """The same texts and targets with no compute on padding: each text without its last token
+    (which predicts nothing and, last in its text, is seen by nobody) goes whole into one of
+    ceil(tokens / row) rows, longest first into the emptiest row, so the rows come out nearly
+    equal; positions restart at 0 for each text and segments keep attention within it. The loss
+    per text and its gradient equal the padded batch's (tests/test_packing.py)."""
+    lengths = (batch.loss_mask.sum(1)).long().tolist()      # targets per text: its tokens - 1
+    n_rows = max(1, math.ceil(sum(lengths) / row))
+    fill = [0] * n_rows
+    place = [0] * len(lengths)
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        r = min(range(n_rows), key=fill.__getitem__)
+        place[i], fill[r] = (r, fill[r]), fill[r] + lengths[i]
+    B, L = n_rows, max(max(fill), 1)
+    dev = batch.input_ids.device
+    ids = torch.zeros(B, L, dtype=torch.long, device=dev)
+    targets = torch.full((B, L), -100, dtype=torch.long, device=dev)
+    positions = torch.zeros(B, L, dtype=torch.long, device=dev)
+    segments = -1 - torch.arange(B * L, device=dev).view(B, L)    # a pad sees only itself
+    for i, n in enumerate(lengths):
+        r, at = place[i]
+        ids[r, at:at + n] = batch.input_ids[i, :n]
+        targets[r, at:at + n] = batch.input_ids[i, 1:n + 1]
+        positions[r, at:at + n] = torch.arange(n, device=dev)
+        segments[r, at:at + n] = i
+    return Batch(ids, (targets != -100).to(batch.loss_mask.dtype), targets, positions, segments,
+                 texts=len(lengths))
 
 
 def collate(seqs: list[list[int]], pad_id: int, pad_to: int | None = None) -> Batch:
@@ -152,7 +207,8 @@ def batches(seqs: list[list[int]], batch_size: int, pad_id: int, shuffle: bool =
 
 
 def sentence_nll(logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-sentence summed negative log-likelihood and target count: ((B,), (B,)).
+    """Per-sentence summed negative log-likelihood and target count: ((B,), (B,)), B the batch's
+    texts (a packed batch's too: each row's tokens summed into their text).
     The logits are read in place: each position's target is the next token where the mask counts
     it and ignored elsewhere (no copy of the (B, L, V) logits without their last position)."""
     B, L, V = logits.shape
@@ -163,7 +219,12 @@ def sentence_nll(logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torc
         targets[:, :-1] = batch.input_ids[:, 1:].masked_fill(batch.loss_mask == 0, -100)
     nll = torch.nn.functional.cross_entropy(
         logits.reshape(-1, V).float(), targets.reshape(-1), reduction="none").view(B, L)
-    return nll.sum(1), batch.loss_mask.sum(1)
+    if batch.segments is None:
+        return nll.sum(1), batch.loss_mask.sum(1)
+    text = batch.segments.clamp(min=0).reshape(-1)          # pads count nothing (mask and nll 0)
+    sums = nll.new_zeros(batch.texts).index_add(0, text, nll.reshape(-1))
+    counts = batch.loss_mask.new_zeros(batch.texts).index_add(0, text, batch.loss_mask.reshape(-1))
+    return sums, counts
 
 
 def assignment_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:

@@ -18,6 +18,12 @@ The contracts a part keeps (tests/test_plugin_contracts.py checks each):
   `n_head` and `n_kv_head`.
 - positional: `embed(x, pos)`, `rotate(q, k, pos)` and `attn_bias(q_pos, k_pos)` ((n_head, T, S)
   added to the attention scores, or None); `Positional` gives the do-nothing versions.
+- packed rows (training reads several texts per row, data.pack): a part declaring `packable =
+  True` also takes pos (B, T), restarting at 0 for each text (positional: embed, rotate and
+  attn_bias, which then returns (B, n_head, T, S)), and the attention a keyword `segments` (B, T):
+  a query sees only keys of its own segment. A model whose parts all declare it packs its
+  training batches (TfmrLM.packable); tests/test_packing.py checks the loss and gradients equal
+  the padded batch's for every attention and positional plugin.
 """
 from __future__ import annotations
 
@@ -87,6 +93,7 @@ class KVSlot(tuple):
 
 class Positional(nn.Module):
     """The do-nothing positional hooks; a positional plugin overrides the ones it uses."""
+    packable = False    # a plugin taking pos (B, T) for packed rows says so (the module docstring)
 
     def embed(self, x, pos):           # x: (B, T, C) token embeddings, pos: (T,) absolute positions
         return x
@@ -129,13 +136,14 @@ class Block(nn.Module):
         self.ln_1, self.attn, self.ln_2, self.mlp = ln_1, attn, ln_2, mlp
         self.pre_norm = norm_position == "pre"
 
-    def forward(self, x, pos, positions, past=None, need_weights=False):
+    def forward(self, x, pos, positions, past=None, need_weights=False, segments=None):
+        packed = {} if segments is None else {"segments": segments}     # packed rows only
         if self.pre_norm:    # GPT-2: x + f(norm(x))
-            a, present, w = self.attn(self.ln_1(x), pos, positions, past, need_weights)
+            a, present, w = self.attn(self.ln_1(x), pos, positions, past, need_weights, **packed)
             x = x + a
             x = x + self.mlp(self.ln_2(x))
         else:                # the original Transformer: norm(x + f(x))
-            a, present, w = self.attn(x, pos, positions, past, need_weights)
+            a, present, w = self.attn(x, pos, positions, past, need_weights, **packed)
             x = self.ln_1(x + a)
             x = self.ln_2(x + self.mlp(x))
         return x, present, w
@@ -154,11 +162,22 @@ class TfmrLM(nn.Module):
         if config.tie_embeddings:
             self.lm_head.weight = self.transformer.wte.weight
 
-    def forward(self, idx, past_key_values=None, output_attentions=False, labels=None):
+    @property
+    def packable(self) -> bool:
+        """Whether training may pack several texts per row: every part takes packed rows."""
+        return getattr(self.transformer.wpe, "packable", False) and all(
+            getattr(block.attn, "packable", False) for block in self.transformer.h)
+
+    def forward(self, idx, past_key_values=None, output_attentions=False, labels=None,
+                positions=None, segments=None):
         """idx: (B, T) token ids. past_key_values continue a cached prefix. labels: (B, T) targets
-        aligned with idx (shifted inside, -100 ignored), for an HF-style mean loss."""
+        aligned with idx (shifted inside, -100 ignored), for an HF-style mean loss. positions and
+        segments (B, T): packed rows (data.pack), read whole: each text from position 0, its
+        tokens seeing only their own text."""
         B, T = idx.size()
         t0 = 0
+        if segments is not None:
+            return self._packed(idx, positions, segments, output_attentions)
         if past_key_values:
             t0 = getattr(past_key_values, "seen", None)
             if t0 is None:               # a plain list of (k, v): every key is still there
@@ -178,6 +197,21 @@ class TfmrLM(nn.Module):
         logits = self.lm_head(self.transformer.ln_f(x))               # (B, T, V)
         return LMOutput(logits, KVCache(presents, t0 + T), attentions if output_attentions else None,
                         lm_loss(logits, labels))
+
+    def _packed(self, idx, pos, segments, output_attentions):
+        if not self.packable:
+            raise ValueError("this model's parts do not take packed rows (model.packable)")
+        if int(pos.max()) >= self.config.n_positions:
+            raise ValueError(f"a packed text of {int(pos.max()) + 1} tokens is longer than the "
+                             f"model's context (n_positions={self.config.n_positions})")
+        wpe = self.transformer.wpe
+        x = self.transformer.drop(wpe.embed(self.transformer.wte(idx), pos))   # (B, T, C)
+        attentions = []
+        for block in self.transformer.h:
+            x, _, w = block(x, pos, wpe, None, output_attentions, segments)
+            attentions.append(w)
+        return LMOutput(self.lm_head(self.transformer.ln_f(x)),
+                        attentions=attentions if output_attentions else None)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -201,6 +235,8 @@ class PrefixLM(TfmrLM):
         """idx (B, T) -> hidden states (B, T, C) before the final norm, attentions (per layer
         (B, nh, T, T), or None) and extras: `aux_loss` and `per_token` {name: (B, T)}."""
         raise NotImplementedError
+
+    packable = False     # its outputs depend on the whole prefix it reads: one text per row
 
     def forward(self, idx, past_key_values=None, output_attentions=False, labels=None):
         n_new = idx.size(1)

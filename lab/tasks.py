@@ -41,7 +41,9 @@ class Prepared:
     batch), evaluate(model, abort) -> dev scores with dev_loss and dev_perplexity (under the
     run's autocast; raises metrics.Aborted when abort() says stop). unit: what the items are, for
     progress lines ("captions", "documents", "questions"). final(name, trainer, store): events
-    of a last step once the run is done and its checkpoint kept (captions: every dev caption)."""
+    of a last step once the run is done and its checkpoint kept (captions: every dev caption).
+    packs: its batches are separate texts padded after their end, which the trainer may pack
+    into rows (data.pack) with the same loss."""
     tokenizer: object
     train_items: list
     dev_items: list
@@ -51,3 +53,4 @@ class Prepared:
     info: dict = field(default_factory=dict)
     unit: str = "examples"
     final: Callable[..., Iterator[dict]] | None = None
+    packs: bool = False

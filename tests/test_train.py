@@ -34,8 +34,9 @@ def test_negative_eval_every_is_refused():
         TrainConfig(eval_every=-5).validate()
 
 
-def _tiny_run(name, epochs, resume=False, should_stop=None, dropout=0.1):
-    cfg = TrainConfig(epochs=epochs, lr=1e-3, max_train_captions=320, max_dev_captions=60, patience=5)
+def _tiny_run(name, epochs, resume=False, should_stop=None, dropout=0.1, **train):
+    cfg = TrainConfig(epochs=epochs, lr=1e-3, max_train_captions=320, max_dev_captions=60, patience=5,
+                      **train)
     model_cfg = ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48, dropout=dropout)
     return list(runs.train(name, None if resume else model_cfg, cfg, resume=resume,
                            should_stop=should_stop))
@@ -207,7 +208,30 @@ def test_a_cpu_run_is_float32_and_reports_tokens_per_second_with_mfu_unknown(cor
     steps = [e for e in events if e["event"] == "step"]
     assert steps and all(e["tokens_per_s"] > 0 and e["mfu"] is None for e in steps)
     from lab.train import format_event
-    assert "tok/s, MFU unknown" in format_event(steps[0])
+    assert "tok/s packed, MFU unknown" in format_event(steps[0])
+    assert "(cpu, fp32, captions packed into rows)" in format_event(start)
+
+
+def test_packed_batches_train_the_weights_the_padded_ones_do(corpus_dir):
+    """Packing is on by default where it is exact: an epoch packed and one padded give the same
+    losses and weights (to float rounding); a family reading one text per row says why not."""
+    import torch
+    packed = _tiny_run("packed", 1, dropout=0.0)
+    padded = _tiny_run("padded", 1, dropout=0.0, pack=False)
+    assert [next(e["packed"] for e in run if e["event"] == "start") for run in (packed, padded)] \
+        == [True, False]
+    losses = [[e["train_loss"] for e in run if e["event"] == "step"] for run in (packed, padded)]
+    assert len(losses[0]) == 1 and losses[0] == pytest.approx(losses[1], rel=1e-5)
+    a = checkpoints.load("packed").model.state_dict()
+    b = checkpoints.load("padded").model.state_dict()
+    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+    assert [e.get("packed") for e in padded if e["event"] == "step"][0] is False
+
+    cfg = TrainConfig(epochs=1, lr=1e-3, max_train_captions=64, max_dev_captions=20)
+    model_cfg = ModelConfig(model="perceiver", n_layer=2, n_head=2, n_embd=32, n_positions=48)
+    start = next(e for e in runs.train("perceived", model_cfg, cfg) if e["event"] == "start")
+    assert not start["packed"]
+    assert "not packed: the perceiver model's parts read one text per row" in format_event(start)
 
 
 def test_a_step_budget_ends_the_run_inside_an_epoch_and_a_resume_goes_on_exactly(corpus_dir):

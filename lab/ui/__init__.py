@@ -19,7 +19,7 @@ CSS = CAPTIONS_CSS + """
 .lab-progress { background: #e5e7eb; border-radius: 6px; height: 14px; overflow: hidden; }
 .lab-progress .bar { background: #2563eb; height: 100%; transition: width .5s; }
 .lab-progress-text { font-size: 14px; margin-top: 4px; }
-#train-shuffle, #train-tie_embeddings, #train-final_dev, #train-keep_bleu_best, #train-compile { min-width: 170px !important; }
+#train-shuffle, #train-tie_embeddings, #train-final_dev, #train-keep_bleu_best, #train-compile, #train-pack { min-width: 170px !important; }
 /* dark theme: bertviz draws black on white; inverted and hue-turned back, its colours keep their hue */
 .dark .lab-attention-frame { filter: invert(0.88) hue-rotate(180deg); }
 .dark .lab-progress { background: #374151; }

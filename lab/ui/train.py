@@ -31,7 +31,7 @@ TRAIN_FIELDS = ["epochs", "batch_size", "lr", "weight_decay", "grad_clip", "seed
                 "early_stop", "patience", "eval_every", "max_train_captions", "max_dev_captions",
                 "max_steps", "max_minutes", "final_dev", "keep_bleu_best", "log_every", "train_layers",
                 "tokenizer", "task", "objective", "lr_schedule", "warmup_steps", "scheduled_sampling",
-                "ss_k", "ss_floor", "device", "precision", "compile"]
+                "ss_k", "ss_floor", "device", "precision", "compile", "pack"]
 
 
 @functools.cache
@@ -131,7 +131,8 @@ def _field_component(cls, name, value):
 
 CHECKBOX_INFO = {"final_dev": "at the end, score the kept checkpoint on all dev captions",
                  "keep_bleu_best": "also keep the epoch with the best dev BLEU, as NAME-bleu",
-                 "compile": "torch.compile the model (GPU; its first steps compile)"}
+                 "compile": "torch.compile the model (GPU; its first steps compile)",
+                 "pack": "several captions per row: no compute on padding, the same loss"}
 
 
 # optional numbers: the form shows them empty, and an empty Number can come back as 0

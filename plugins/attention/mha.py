@@ -18,6 +18,8 @@ from lab.registry import ATTENTION
 
 
 class CausalSelfAttention(nn.Module):
+    packable = True     # takes packed rows: pos (B, T) and segments (lab/model.py's docstring)
+
     def __init__(self, n_embd: int, n_head: int, n_kv_head: int, bias: bool, dropout: float):
         super().__init__()
         assert n_embd % n_head == 0 and n_head % n_kv_head == 0
@@ -44,10 +46,12 @@ class CausalSelfAttention(nn.Module):
         """A subclass keeping fewer keys (its own keep_cache) gets plain pairs, not growing slots."""
         return type(self).keep_cache is not CausalSelfAttention.keep_cache
 
-    def forward(self, x, pos, positions, past=None, need_weights=False):
+    def forward(self, x, pos, positions, past=None, need_weights=False, segments=None):
         """x: (B, T, C); pos: (T,) absolute positions; positions: the positional module (its
         `rotate` and `attn_bias`); past: cached (k, v), each (B, n_kv_head, S_past, hs), of the
-        keys just before pos[0]. Returns (y, kept (k, v), weights (B, nh, T, S) or None)."""
+        keys just before pos[0]. Packed rows: pos (B, T) restarting per text and segments (B, T),
+        no past; a query sees the keys of its own segment that mask_mod allows.
+        Returns (y, kept (k, v), weights (B, nh, T, S) or None)."""
         B, T, C = x.size()
         hs, nh, nkv = self.head_dim, self.n_head, self.n_kv_head
         q, k, v = self.c_attn(x).split([C, nkv * hs, nkv * hs], dim=2)
@@ -66,12 +70,20 @@ class CausalSelfAttention(nn.Module):
         if nkv != nh:   # each KV head serves a contiguous group of query heads (HF's repeat_kv)
             k = k.repeat_interleave(nh // nkv, dim=1)
             v = v.repeat_interleave(nh // nkv, dim=1)
-        k_pos = torch.arange(S, device=x.device) + (pos[-1] + 1 - S)     # (S,) keys end at pos[-1]
-        bias = positions.attn_bias(pos, k_pos)                           # (nh, T, S) or None
-        plain = bias is None and type(self).mask_mod is CausalSelfAttention.mask_mod
+        if segments is None:
+            k_pos = torch.arange(S, device=x.device) + (pos[-1] + 1 - S)   # (S,) keys end at pos[-1]
+            q_at, k_at = pos[:, None], k_pos[None, :]
+        else:                                                  # packed: (B, T) each, S == T
+            k_pos = pos
+            q_at, k_at = pos[:, :, None], pos[:, None, :]
+        bias = positions.attn_bias(pos, k_pos)               # (nh, T, S), (B, nh, T, S) or None
+        plain = bias is None and segments is None and \
+            type(self).mask_mod is CausalSelfAttention.mask_mod
         mask = None                     # plain causal attention needs none when S == T or T == 1
         if not plain or (T > 1 and S != T) or need_weights and T > 1:
-            allowed = self.mask_mod(pos[:, None], k_pos[None, :])        # (T, S)
+            allowed = self.mask_mod(q_at, k_at)                            # (T, S) or (B, T, S)
+            if segments is not None:
+                allowed = (allowed & (segments[:, :, None] == segments[:, None, :]))[:, None]
             mask = torch.zeros(allowed.shape, dtype=q.dtype, device=x.device)
             mask = mask.masked_fill(~allowed, float("-inf"))
             if bias is not None:

@@ -27,8 +27,12 @@ class ALiBi(Positional):
         super().__init__()
         self.register_buffer("slopes", slopes(n_head)[:, None, None], persistent=False)   # (nh, 1, 1)
 
+    packable = True
+
     def attn_bias(self, q_pos, k_pos):     # (T,), (S,) -> (nh, T, S); future keys are masked anyway
-        distance = (q_pos[:, None] - k_pos[None, :]).clamp(min=0)
+        distance = (q_pos[..., :, None] - k_pos[..., None, :]).clamp(min=0)
+        if distance.dim() == 3:            # packed rows: (B, T), (B, S) -> (B, nh, T, S)
+            distance = distance[:, None]
         return -self.slopes * distance.to(self.slopes.dtype)
 
 

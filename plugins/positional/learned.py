@@ -13,7 +13,9 @@ class LearnedPositional(Positional):
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(n_positions, n_embd))
 
-    def embed(self, x, pos):   # x: (B, T, C) token embeddings, pos: (T,) absolute positions
+    packable = True     # pos (B, T) indexes the table per row
+
+    def embed(self, x, pos):   # x: (B, T, C) token embeddings, pos: (T,) or (B, T) positions
         return x + self.weight[pos]
 
 

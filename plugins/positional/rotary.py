@@ -36,8 +36,12 @@ class RotaryPositional(Positional):
         self.register_buffer("cos", emb.cos(), persistent=False)
         self.register_buffer("sin", emb.sin(), persistent=False)
 
-    def rotate(self, q, k, pos):   # q: (B, nh, T, hs), k: (B, nkv, T, hs), pos: (T,)
-        cos, sin = self.cos[pos].to(q.dtype), self.sin[pos].to(q.dtype)   # (T, hs)
+    packable = True
+
+    def rotate(self, q, k, pos):   # q: (B, nh, T, hs), k: (B, nkv, T, hs), pos: (T,) or (B, T)
+        cos, sin = self.cos[pos].to(q.dtype), self.sin[pos].to(q.dtype)   # (T, hs) or (B, T, hs)
+        if pos.dim() == 2:                                                 # packed rows
+            cos, sin = cos[:, None], sin[:, None]
         return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
 
 

@@ -17,6 +17,8 @@ class SinusoidalPositional(Positional):
         table[:, 1::2] = torch.cos(pos * div)[:, : n_embd // 2]
         self.register_buffer("table", table, persistent=False)
 
+    packable = True     # pos (B, T) indexes the table per row
+
     def embed(self, x, pos):
         return x + self.table[pos].to(x.dtype)
 

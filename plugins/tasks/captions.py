@@ -48,7 +48,7 @@ class CaptionsTask:
         final = functools.partial(_final_dev, tok=tok, root=data_dir) \
             if cfg.final_dev and cfg.max_dev_captions is not None else None
         return Prepared(tok, train_seqs, dev_seqs, epoch_batches, assignment_loss, evaluate,
-                        unit="captions", final=final)
+                        unit="captions", final=final, packs=True)
 
 
 def _dev_bleu_fn(tok, dev_caps, cfg):
