@@ -95,8 +95,10 @@ def choose_bleu_tokens(tokenizer_kinds: list[str], requested: str = "auto") -> s
 def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test",
                   bleu_tokens: str = "auto", data_dir=None, chunk: int = 100, n_boot: int = 500,
                   first: int | None = None):
-    """Score every model on the same seeded subset, yielding a snapshot after each chunk (the
-    first chunk `first` captions, when given: early figures in seconds, then `chunk` at a time).
+    """Score every model on the same seeded subset, yielding a snapshot after each chunk: `chunk`
+    captions at a time or, with `first`, first that many (early figures in seconds), then each
+    chunk twice the one before, up to `chunk` (later chunks generate in larger batches, which
+    read the weights once for more rows: the output layer is memory-bound in small ones).
 
     models: {name: Checkpoint}. Forward BLEU scores each generated caption against the *full*
     reference set (an unbiased estimate of the full figure); backward BLEU uses the n references
@@ -124,8 +126,10 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
                   "subset_hash": data.subset_hash(subset), "bleu_tokens": tokens,
                   "decode": decode.to_dict(), "checkpoints": list(models),
                   "perplexity_shown": "per word" if per_word else "per sentence (assignment)"}
-    starts = ([0] + list(range(first, len(subset), chunk))) if first else \
-        list(range(0, len(subset), chunk))
+    starts, size = [0], first or chunk
+    while starts[-1] + size < len(subset):
+        starts.append(starts[-1] + size)
+        size = min(2 * size, chunk) if first else chunk
     for start, end in zip(starts, starts[1:] + [len(subset)]):
         part = subset[start:end]
         for name, ck in models.items():

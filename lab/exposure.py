@@ -12,6 +12,7 @@ import torch
 from lab import data
 from lab.config import ConfigError
 from lab.metrics import bootstrap_indices, percentile_interval
+from lab.sampling import draw
 
 PREFIXES = (0, 1, 2, 4, 8)
 
@@ -23,7 +24,7 @@ def _sample_prefix(model, bos: int, n: int, m: int, eos: int, g: torch.Generator
     for _ in range(m):
         logits = model(x).logits[:, -1].float()
         logits[:, eos] = float("-inf")
-        nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=g)
+        nxt = draw(torch.softmax(logits, -1), g)[:, None]
         x = torch.cat([x, nxt], 1)
     return x[:, 1:]
 

@@ -17,7 +17,7 @@ import math
 import numpy as np
 import torch
 
-from lab.data import batches, sentence_nll
+from lab.data import batches, pack, sentence_nll
 
 
 class Aborted(Exception):
@@ -28,19 +28,21 @@ class Aborted(Exception):
 def sentence_nlls(model, seqs: list[list[int]], pad_id: int, batch_size: int = 128,
                   device="cpu", abort=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed NLL and target count of every sequence, in order: ((N,), (N,)). Sequences are
-    batched by length (shortest first), so a batch pads to little: the output layer's logits over
-    the whole vocabulary are most of the work, and a padded position costs as much as a real one.
+    batched by length (shortest first), and packed into rows when the model takes packed rows
+    (data.pack: no padding, no last token, which predicts nothing), so no position is computed
+    for nothing: the output layer's logits over the whole vocabulary are most of the work.
     `abort()` is asked before each batch; when it answers true, Aborted is raised."""
     was_training = model.training
     model.eval()
+    packed = getattr(model, "packable", False)
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
     nlls, counts = [], []
     try:
         for batch in batches([seqs[i] for i in order], batch_size, pad_id):
             if abort is not None and abort():
                 raise Aborted()
-            batch = batch.to(device)
-            nll, n = sentence_nll(model(batch.input_ids).logits, batch)
+            batch = (pack(batch) if packed else batch).to(device)
+            nll, n = sentence_nll(model(batch.input_ids, **batch.model_inputs()).logits, batch)
             nlls.append(nll.cpu()); counts.append(n.cpu())
     finally:
         model.train(was_training)

@@ -25,6 +25,7 @@ from lab import distributed, flops, store
 from lab.config import ConfigError, TrainConfig, parse_blocks
 from lab.data import Batch, assignment_loss, pack, packable
 from lab.metrics import Aborted
+from lab.sampling import draw
 
 
 def pick_device(name: str) -> torch.device:
@@ -109,7 +110,7 @@ def scheduled_inputs(model, batch: Batch, p_gold: float) -> Batch:
     replaced by that sample with probability 1 - p_gold. The targets stay the gold tokens."""
     B, L = batch.input_ids.shape
     logits = model(batch.input_ids).logits[:, :-1].float()
-    sampled = torch.multinomial(torch.softmax(logits, -1).reshape(B * (L - 1), -1), 1).view(B, L - 1)
+    sampled = draw(torch.softmax(logits, -1).reshape(B * (L - 1), -1)).view(B, L - 1)
     swap = (torch.rand(B, L - 1, device=sampled.device) >= p_gold) & (batch.loss_mask > 0)
     mixed = batch.input_ids.clone()
     mixed[:, 1:] = torch.where(swap, sampled, batch.input_ids[:, 1:])

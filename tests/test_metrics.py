@@ -99,10 +99,12 @@ def test_live_evaluation_labels_perplexity_by_tokenizers_not_bleu_tokens(corpus_
     snaps = list(evaluate_live({"m": checkpoints.load("m")}, 40, DecodeConfig(max_new_tokens=8),
                                bleu_tokens="words", chunk=20, n_boot=100))
     assert [s["done"] for s in snaps] == [20, 40]
-    # a small first chunk: early figures, then a chunk at a time, the same captions scored
+    # a small first chunk: early figures, then chunks doubling up to 20, the same captions scored
     early = list(evaluate_live({"m": checkpoints.load("m")}, 40, DecodeConfig(max_new_tokens=8),
                                bleu_tokens="words", chunk=20, n_boot=100, first=5))
-    assert [s["done"] for s in early] == [5, 25, 40]
+    assert [s["done"] for s in early] == [5, 15, 35, 40]
+    from lab.ui.evaluate import chunks
+    assert chunks(500) == (10, 166) and chunks(20) == (10, 50)
     assert early[-1]["provenance"]["subset_hash"] == snaps[-1]["provenance"]["subset_hash"]
     # a birth-place model is refused with where to score it instead
     from lab import birthplace

@@ -17,6 +17,13 @@ WIDTHS = ["11%", "5%", "14%", "16%", "16%", "19%", "19%"]      # every column in
 FIRST_CHUNK = 10          # captions per model before the first figures (seconds, not minutes)
 
 
+def chunks(n: int) -> tuple[int, int]:
+    """The live evaluation's first chunk and its largest: the first figures after 10 captions,
+    then chunks doubling up to a third of the subset (500: 10, 30, 70, 150, 310, 476, 500)."""
+    chunk = max(50, n // 3)
+    return min(FIRST_CHUNK, chunk), chunk
+
+
 def _ci(v, ci, digits=3):
     return f"{v:.{digits}f} [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
 
@@ -64,9 +71,9 @@ def run(names, decoder, *rest, store=None, data_dir=None):
     n = whole(n, "subset size", 1, 5000)
     cfg = decode_config(decoder, *values, seed=whole(seed, "seed", 0, SEED_MAX))
     models = {name: LOADED.get(name, store) for name in names}
-    chunk = max(50, n // 10)       # the first figures after 10 captions, then a chunk at a time
+    first, chunk = chunks(n)
     for snap in evaluate_live(models, n, cfg, bleu_tokens=bleu_tokens, data_dir=data_dir, chunk=chunk,
-                              first=min(FIRST_CHUNK, chunk)):
+                              first=first):
         rows = table(snap)
         yield rows, provenance_md(snap), {"headers": COLUMNS, "rows": rows, "verdicts": verdicts(snap),
                                           "provenance": snap["provenance"], "done": snap["done"],

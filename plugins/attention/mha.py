@@ -67,7 +67,8 @@ class CausalSelfAttention(nn.Module):
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         present = present or self.keep_cache(k, v)
         S = k.size(2)
-        if nkv != nh:   # each KV head serves a contiguous group of query heads (HF's repeat_kv)
+        grouped = nkv != nh     # each KV head serves a contiguous group of query heads (HF's repeat_kv)
+        if grouped and need_weights:
             k = k.repeat_interleave(nh // nkv, dim=1)
             v = v.repeat_interleave(nh // nkv, dim=1)
         if segments is None:
@@ -97,10 +98,12 @@ class CausalSelfAttention(nn.Module):
         else:
             weights = None
             p = self.dropout if self.training else 0.0
-            if plain and S == T:
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+            if plain and S == T:        # SDPA reads each KV head for its group, with no copies
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True,
+                                                   enable_gqa=grouped)
             else:
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                                   enable_gqa=grouped)
         y = y.transpose(1, 2).contiguous().view(B, T, C)       # re-assemble the heads
         return self.resid_dropout(self.c_proj(y)), present, weights
 

@@ -1,7 +1,9 @@
-"""Random (ancestral) sampling from softmax(logits / temperature)."""
+"""Random (ancestral) sampling from softmax(logits / temperature); the draw is lab.sampling's."""
 from dataclasses import dataclass, field
 
 import torch
+
+from lab.sampling import draw
 
 from lab.registry import DECODERS
 
@@ -16,8 +18,7 @@ class SamplingSettings:
 
 def sample(logits, temperature, generator):
     """Sample one token per row from softmax(logits / temperature); -inf logits are never drawn."""
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return draw(torch.softmax(logits.float() / temperature, dim=-1), generator)
 
 
 class RandomSampling:

@@ -3,12 +3,17 @@ As in the assignment, the nucleus is taken after temperature: the smallest set o
 whose probability reaches p, the token that crosses p included.
 
 Sorting the whole vocabulary every step is what made nucleus sampling slow; the nucleus of a trained
-model is usually a few dozen tokens, so the likeliest `CUT` are looked at first (a partial top-k) and
-only rows whose nucleus is wider than that fall back to the full sort. The kept set is the one the
-full sort gives (up to float rounding of the running sum right at p)."""
+model is usually a few dozen tokens, so the likeliest `CUT` are looked at first (a partial top-k).
+A row whose nucleus is wider than that (an untrained model's, or a high temperature's) finds the
+probability where the running sum crosses p without sorting, by a radix select on the float's bits
+(non-negative floats order as their bit patterns): the mass in 4,096 buckets of the top bits, then
+the crossing bucket's elements by the next bits, then the last ones, the sums in float64; 0.12 s
+for 256 rows of GPT-2's 50,257 tokens on this CPU against 0.61 s for the sort. The kept set is the
+one the full sort gives (up to float rounding of the running sum right at p)."""
 from dataclasses import dataclass, field
 
 import torch
+from torch.nn import functional as F
 
 from lab.config import ConfigError
 from lab.registry import DECODERS
@@ -44,10 +49,41 @@ def nucleus_drop(logits: torch.Tensor, p: float, cut: int = CUT) -> torch.Tensor
     drop.scatter_(1, idx, ~_keep_sorted(cum, p))
     wide = cum[:, -1] <= p                      # the nucleus may go on past the cut
     if wide.any():
-        top, idx = torch.sort(probs[wide], descending=True, dim=-1)
-        drop_sorted = ~_keep_sorted(top.cumsum(dim=-1), p)
-        drop[wide] = drop_sorted.scatter(1, idx, drop_sorted)
+        drop[wide] = probs[wide] < crossing(probs[wide], p)[:, None]
     return drop
+
+
+def _settle(mass, above, found, shift: int, p: float):
+    """One radix level: mass (B * n,) per bucket of the bits at `shift` -> the bucket where the
+    running sum from the top crosses p joins `found`, the mass of the buckets above it `above`."""
+    suffix = mass.double().view(above.size(0), -1).flip(1).cumsum(1).flip(1)   # at or above each
+    at = ((above[:, None] + suffix > p).sum(1) - 1).clamp_(min=0)
+    above = above + F.pad(suffix, (0, 1)).gather(1, (at + 1)[:, None])[:, 0]
+    return above, found | (at.int() << shift)
+
+
+def crossing(probs: torch.Tensor, p: float) -> torch.Tensor:
+    """(B, V) probabilities -> (B,) the smallest kept one: the nucleus is every probability at
+    least this (the likeliest tokens while the mass before them is at most p)."""
+    B = probs.size(0)
+    if p >= 1.0:
+        return probs.new_zeros(B)
+    bits = probs.float().contiguous().view(torch.int32)        # bit 31 (the sign) is 0
+    probs = bits.view(torch.float32)
+    above = torch.zeros(B, dtype=torch.float64, device=probs.device)
+    found = torch.zeros(B, dtype=torch.int32, device=probs.device)
+    rows = torch.arange(B, dtype=torch.int32, device=probs.device)[:, None]
+    mass = torch.bincount(((bits >> 19) + rows * 4096).view(-1), weights=probs.view(-1),
+                          minlength=B * 4096)                  # bits 30-19 of every element
+    above, found = _settle(mass, above, found, 19, p)
+    r, c = ((bits >> 19) == (found >> 19)[:, None]).nonzero(as_tuple=True)
+    b, w = bits[r, c], probs[r, c]                              # the crossing bucket's elements
+    mass = torch.bincount(r * 4096 + ((b >> 7) & 4095), weights=w, minlength=B * 4096)
+    above, found = _settle(mass, above, found, 7, p)           # bits 18-7
+    last = (b >> 7) == (found >> 7)[r]
+    r, b, w = r[last], b[last], w[last]
+    mass = torch.bincount(r * 128 + (b & 127), weights=w, minlength=B * 128)
+    return _settle(mass, above, found, 0, p)[1].view(torch.float32)   # bits 6-0
 
 
 class TopP:

@@ -1,0 +1,30 @@
+"""Drawing one token per row from a distribution over the vocabulary, fast and exact.
+
+One token is drawn per row by inverting the cumulative distribution with one uniform number, in two
+levels: blocks of BLOCK tokens by their summed probability, then the token inside the block, both
+summed in float64. torch.multinomial draws an exponential number per vocabulary entry instead: 60 ms
+a step for 50 rows of GPT-2's 50,257 tokens on this CPU, against 4 ms here. The two draw from the
+same distribution, not the same tokens: a seed's captions differ from those before session 9."""
+import torch
+
+BLOCK = 1024
+
+
+def draw(p: torch.Tensor, generator=None) -> torch.Tensor:
+    """One index per row of p (B, V), index i with probability p[i] / sum(p) (p need not sum to
+    1); a zero is never drawn (the first index whose cumulative sum exceeds the uniform number is
+    taken). Blocks are summed in p's float32 (pairwise, as exact as the probabilities themselves),
+    the running sums in float64."""
+    B, V = p.shape
+    whole, rest = divmod(V, BLOCK)
+    sums = p[:, :whole * BLOCK].view(B, whole, BLOCK).sum(-1)                 # (B, whole)
+    if rest:
+        sums = torch.cat([sums, p[:, whole * BLOCK:].sum(-1, keepdim=True)], 1)
+    cum = sums.double().cumsum(-1)                                            # (B, nb)
+    u = torch.rand(B, 1, generator=generator, dtype=torch.float64, device=p.device) * cum[:, -1:]
+    b = torch.searchsorted(cum, u, right=True).clamp_(max=cum.size(1) - 1)   # (B, 1) its block
+    before = torch.where(b > 0, cum.gather(1, (b - 1).clamp(min=0)), 0.0)
+    at = b * BLOCK + torch.arange(BLOCK, device=p.device)                     # (B, BLOCK)
+    inner = p.gather(1, at.clamp(max=V - 1)).masked_fill(at >= V, 0.0).double().cumsum(-1)
+    u = torch.minimum(u - before, inner[:, -1:] * (1 - 2 ** -40))             # rounding stays inside
+    return (b * BLOCK + torch.searchsorted(inner, u, right=True).clamp_(max=BLOCK - 1)).squeeze(1)
