@@ -284,7 +284,7 @@ class Trainer:
         if not self.cfg.pack:
             return False, None
         if not self.task.packs:
-            return False, f"the {self.task.unit} are read as whole blocks (their padding is input)"
+            return False, f"the {self.task.unit}' padding is model input"
         if self.cfg.scheduled_sampling != "none":
             return False, "scheduled sampling feeds padded rows"
         if not getattr(model, "packable", False):
@@ -434,7 +434,9 @@ class Trainer:
     def _train_step(self, batch) -> tuple[float, int]:
         """One optimizer step on a batch: (its loss, averaged over processes; its real tokens)."""
         t0 = time.time()
-        batch = batch.to(self.device)
+        if self.packed and self.world == 1:     # packed here, before the copy to the device (its
+            batch = pack(batch)                 # slicing is many small copies); under DDP each
+        batch = batch.to(self.device)           # process packs its rows after the split
         lr = scheduled_lr(self.cfg, self.step, self.total_steps)
         for group in self.opt.param_groups:
             group["lr"] = lr

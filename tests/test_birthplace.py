@@ -10,7 +10,7 @@ from lab import birthplace as bp
 from lab import checkpoints, cli, runs
 from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.presets import configs
-from lab.train import scheduled_lr
+from lab.train import format_event, scheduled_lr
 from lab.ui import attention
 
 TINY = ["n_layer=2", "n_head=2", "n_embd=32", "max_train_captions=64", "max_dev_captions=24",
@@ -140,7 +140,9 @@ def test_a_stopped_pretraining_run_resumes_to_the_same_weights(store):
     """The corruption is drawn from the epoch's seeded generator: stopped at step 3 of 8 and
     resumed, the run sees the same examples and ends with the same weights."""
     model_cfg, train_cfg, _ = configs("birthplace-vanilla", TINY + ["dropout=0.0"])
-    list(runs.train("straight", model_cfg, train_cfg))
+    start = next(e for e in list(runs.train("straight", model_cfg, train_cfg)) if e["event"] == "start")
+    assert not start["packed"]          # its pads are input: packing is not exact, so it is off
+    assert "not packed: the documents' padding is model input" in format_event(start)
     calls = []
 
     def stop_at_4():

@@ -58,3 +58,22 @@ def test_the_optimizer_is_fused_on_cuda():
     p = [torch.nn.Parameter(torch.zeros(3, device="cuda"))]
     assert make_optimizer(p, TrainConfig(), torch.device("cuda")).defaults["fused"] is True
     assert make_optimizer(p, TrainConfig(weight_decay=0.1), torch.device("cuda")).defaults["fused"] is True
+
+
+def test_packed_rows_give_the_padded_loss_on_cuda_in_float32_and_bf16():
+    """Packing's masks and per-row positions on the GPU: equal to the padded batch in float32,
+    within bf16 rounding under autocast (SDPA takes another kernel with a mask)."""
+    from lab.data import collate, pack
+    from lab.train import shard_loss
+    torch.manual_seed(0)
+    model = build(MODEL.replace(vocab_size=97, dropout=0.0)).cuda().eval()
+    g = torch.Generator().manual_seed(0)
+    seqs = [[0] + torch.randint(1, 97, (n,), generator=g).tolist() + [0] for n in (3, 17, 9, 30, 5, 12)]
+    batch = collate(seqs, 0).to("cuda")
+    assert pack(batch).segments.is_cuda
+    with torch.no_grad():
+        padded, packed = shard_loss(model, batch), shard_loss(model, batch, packed=True)
+        torch.testing.assert_close(packed, padded, atol=1e-5, rtol=1e-5)
+        with autocast(torch.device("cuda"), "bf16"):
+            fast = shard_loss(model, batch, packed=True)
+    assert abs(fast.item() - padded.item()) / padded.item() < 1e-2

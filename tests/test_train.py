@@ -229,7 +229,7 @@ def test_packed_batches_train_the_weights_the_padded_ones_do(corpus_dir):
 
     cfg = TrainConfig(epochs=1, lr=1e-3, max_train_captions=64, max_dev_captions=20)
     model_cfg = ModelConfig(model="perceiver", n_layer=2, n_head=2, n_embd=32, n_positions=48)
-    start = next(e for e in runs.train("perceived", model_cfg, cfg) if e["event"] == "start")
+    start = next(e for e in list(runs.train("perceived", model_cfg, cfg)) if e["event"] == "start")
     assert not start["packed"]
     assert "not packed: the perceiver model's parts read one text per row" in format_event(start)
 
@@ -285,3 +285,12 @@ def test_budgets_are_checked():
                       ({"max_minutes": 10 ** 7}, "max_minutes must be between")):
         with pytest.raises(ConfigError, match=said):
             TrainConfig(**bad).validate()
+
+
+def test_the_optimizer_is_fused_on_the_cpu_too():
+    """torch's Adam loops over the parameters on the CPU unless asked for its fused kernel."""
+    import torch
+    from lab.train import make_optimizer
+    p = [torch.nn.Parameter(torch.zeros(3))]
+    assert make_optimizer(p, TrainConfig(), torch.device("cpu")).defaults["fused"] is True
+    assert make_optimizer(p, TrainConfig(weight_decay=0.1), torch.device("cpu")).defaults["fused"] is True
