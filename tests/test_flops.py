@@ -83,12 +83,15 @@ def test_precision_is_checked_and_auto_is_float32_on_the_cpu():
         assert torch.get_autocast_dtype("cpu") == torch.bfloat16 and torch.is_autocast_enabled("cpu")
 
 
-def test_the_optimizer_is_fused_only_on_cuda():
+def test_the_optimizer_is_fused_on_the_cpu_too():
+    """torch's Adam loops over the parameters on the CPU unless asked for its fused kernel
+    (0.44 s of a 1.9 s Tfmr-scratch step, fused 0.07 s)."""
     p = [torch.nn.Parameter(torch.zeros(3))]
     adam = make_optimizer(p, TrainConfig(), torch.device("cpu"))
-    assert type(adam) is torch.optim.Adam and not adam.defaults.get("fused")
+    assert type(adam) is torch.optim.Adam and adam.defaults["fused"] is True
     adamw = make_optimizer(p, TrainConfig(weight_decay=0.1), torch.device("cpu"))
     assert type(adamw) is torch.optim.AdamW and adamw.defaults["weight_decay"] == 0.1
+    assert adamw.defaults["fused"] is True
 
 
 @pytest.mark.parametrize("attention", ["mha", "gqa", "mqa"])

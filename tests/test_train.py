@@ -286,11 +286,3 @@ def test_budgets_are_checked():
         with pytest.raises(ConfigError, match=said):
             TrainConfig(**bad).validate()
 
-
-def test_the_optimizer_is_fused_on_the_cpu_too():
-    """torch's Adam loops over the parameters on the CPU unless asked for its fused kernel."""
-    import torch
-    from lab.train import make_optimizer
-    p = [torch.nn.Parameter(torch.zeros(3))]
-    assert make_optimizer(p, TrainConfig(), torch.device("cpu")).defaults["fused"] is True
-    assert make_optimizer(p, TrainConfig(weight_decay=0.1), torch.device("cpu")).defaults["fused"] is True
