@@ -161,11 +161,13 @@ def packable(batch: Batch) -> bool:
 def pack(batch: Batch, row: int = PACK_ROW) -> Batch:
     """The same texts and targets with no compute on padding: each text without its last token
     (which predicts nothing and, last in its text, is seen by nobody) goes whole into one of
-    ceil(tokens / row) rows, longest first into the emptiest row, so the rows come out nearly
+    ceil(tokens / row) rows (row: at least the longest text), longest first into the emptiest
+    row (never more rows than texts), so the rows come out nearly
     equal; positions restart at 0 for each text and segments keep attention within it. The loss
     per text and its gradient equal the padded batch's (tests/test_packing.py)."""
     lengths = (batch.loss_mask.sum(1)).long().tolist()      # targets per text: its tokens - 1
-    n_rows = max(1, math.ceil(sum(lengths) / row))
+    row = max(row, max(lengths))                            # a text longer than a row: rows that long
+    n_rows = max(1, min(sum(n > 0 for n in lengths), math.ceil(sum(lengths) / row)))
     fill = [0] * n_rows
     place = [0] * len(lengths)
     for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):

@@ -106,6 +106,8 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     from lab.metrics import References
     if n < 1:
         raise ConfigError(f"subset size must be at least 1, got {n}")
+    if chunk < 1 or first is not None and first < 1:
+        raise ConfigError(f"chunks must hold at least 1 caption, got chunk={chunk}, first={first}")
     for ck in models.values():
         check_captions_model(ck)
     caps = data.load_split(split, data_dir)

@@ -177,6 +177,9 @@ class TfmrLM(nn.Module):
         B, T = idx.size()
         t0 = 0
         if segments is not None:
+            if past_key_values or labels is not None:
+                raise ValueError("packed rows are read whole, without a cache, and scored by "
+                                 "the caller (data.sentence_nll), not with labels")
             return self._packed(idx, positions, segments, output_attentions)
         if past_key_values:
             t0 = getattr(past_key_values, "seen", None)

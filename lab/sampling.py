@@ -21,6 +21,10 @@ def draw(p: torch.Tensor, generator=None) -> torch.Tensor:
     if rest:
         sums = torch.cat([sums, p[:, whole * BLOCK:].sum(-1, keepdim=True)], 1)
     cum = sums.double().cumsum(-1)                                            # (B, nb)
+    total = cum[:, -1]
+    if not bool((torch.isfinite(total) & (total > 0)).all()):
+        raise ValueError("invalid distribution to sample from: a row sums to zero, infinity or "
+                         "NaN (all logits -inf, or a model whose outputs are no longer finite)")
     u = torch.rand(B, 1, generator=generator, dtype=torch.float64, device=p.device) * cum[:, -1:]
     b = torch.searchsorted(cum, u, right=True).clamp_(max=cum.size(1) - 1)   # (B, 1) its block
     before = torch.where(b > 0, cum.gather(1, (b - 1).clamp(min=0)), 0.0)

@@ -269,6 +269,8 @@ class Trainer:
         if self.resume:
             try:
                 self.opt.load_state_dict(self.resume["optimizer"])
+                for group in self.opt.param_groups:    # a state saved unfused keeps the kernel chosen now
+                    group["fused"] = self.opt.defaults.get("fused")
             except (ValueError, KeyError) as e:
                 raise ConfigError(f"the saved optimizer state does not fit this run ({e}); resume "
                                   f"with the training settings it was saved with") from None

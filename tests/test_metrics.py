@@ -104,7 +104,7 @@ def test_live_evaluation_labels_perplexity_by_tokenizers_not_bleu_tokens(corpus_
                                bleu_tokens="words", chunk=20, n_boot=100, first=5))
     assert [s["done"] for s in early] == [5, 15, 35, 40]
     from lab.ui.evaluate import chunks
-    assert chunks(500) == (10, 166) and chunks(20) == (10, 50)
+    assert chunks(500) == (10, 166) and chunks(20) == (10, 50) and chunks(5000) == (10, 500)
     assert early[-1]["provenance"]["subset_hash"] == snaps[-1]["provenance"]["subset_hash"]
     # a birth-place model is refused with where to score it instead
     from lab import birthplace

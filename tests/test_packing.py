@@ -99,3 +99,11 @@ def test_only_models_whose_parts_all_take_packed_rows_pack():
     batch = pack(collate(_captions(), pad_id=0))
     with pytest.raises(ValueError, match="packed rows"):
         model(batch.input_ids, **batch.model_inputs())
+
+
+def test_texts_longer_than_a_row_get_rows_of_their_length_and_no_empty_rows():
+    def captions(*lengths):
+        return collate([[0] + [1] * (n - 2) + [0] for n in lengths], pad_id=0)
+    assert pack(captions(300)).input_ids.shape == (1, 299)
+    assert pack(captions(*[255] * 8)).input_ids.shape == (8, 254)
+    assert pack(captions(200, 200)).input_ids.shape == (2, 199)

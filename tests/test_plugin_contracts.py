@@ -335,3 +335,23 @@ def test_a_drawn_token_follows_the_distribution_and_never_has_probability_zero()
     assert ((freq - p.double()).abs() <= 5 * err + 1e-12).all()
     again = draw(p.repeat(50, 1), torch.Generator().manual_seed(3))
     assert torch.equal(again, draw(p.repeat(50, 1), torch.Generator().manual_seed(3)))
+
+
+def test_a_row_with_nothing_to_draw_is_refused():
+    from lab.sampling import draw
+    for bad in (torch.zeros(2, 2058), torch.full((2, 2058), float("nan"))):
+        with pytest.raises(ValueError, match="invalid distribution"):
+            draw(bad)
+
+
+@pytest.mark.parametrize("p", [0.05, 0.5, 0.9])
+def test_top_p_with_tied_probabilities_keeps_as_many_as_the_sort(p):
+    """Equal probabilities at the crossing: as many are kept as a sort would take."""
+    from plugins.decoders.top_p import nucleus_drop
+    uniform = torch.zeros(1, 50257)
+    flat_top = torch.cat([torch.full((1, 1000), 5.0), torch.zeros(1, 9000)], 1)
+    for logits in (uniform, flat_top):
+        probs = torch.softmax(logits, -1).sort(descending=True).values
+        before = probs.cumsum(-1) - probs
+        expected = int((before <= p).sum())
+        assert int((~nucleus_drop(logits, p, cut=4)).sum()) == expected

@@ -19,8 +19,9 @@ FIRST_CHUNK = 10          # captions per model before the first figures (seconds
 
 def chunks(n: int) -> tuple[int, int]:
     """The live evaluation's first chunk and its largest: the first figures after 10 captions,
-    then chunks doubling up to a third of the subset (500: 10, 30, 70, 150, 310, 476, 500)."""
-    chunk = max(50, n // 3)
+    then chunks doubling up to a third of the subset, at most 500 (500: 10, 30, 70, 150, 310,
+    476, 500), so a large subset still shows new figures every few minutes."""
+    chunk = min(500, max(50, n // 3))
     return min(FIRST_CHUNK, chunk), chunk
 
 

@@ -68,9 +68,6 @@ class CausalSelfAttention(nn.Module):
         present = present or self.keep_cache(k, v)
         S = k.size(2)
         grouped = nkv != nh     # each KV head serves a contiguous group of query heads (HF's repeat_kv)
-        if grouped and need_weights:
-            k = k.repeat_interleave(nh // nkv, dim=1)
-            v = v.repeat_interleave(nh // nkv, dim=1)
         if segments is None:
             k_pos = torch.arange(S, device=x.device) + (pos[-1] + 1 - S)   # (S,) keys end at pos[-1]
             q_at, k_at = pos[:, None], k_pos[None, :]
@@ -89,6 +86,12 @@ class CausalSelfAttention(nn.Module):
             mask = mask.masked_fill(~allowed, float("-inf"))
             if bias is not None:
                 mask = mask + bias.to(q.dtype)
+        if grouped and (need_weights or mask is not None):
+            # SDPA reads grouped heads without copies only in its unmasked kernels (CUDA's flash
+            # kernel takes no mask): copies here, as HF's repeat_kv
+            k = k.repeat_interleave(nh // nkv, dim=1)
+            v = v.repeat_interleave(nh // nkv, dim=1)
+            grouped = False
         if need_weights:
             att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)     # (B, nh, T, S)
             if mask is not None:
@@ -98,7 +101,7 @@ class CausalSelfAttention(nn.Module):
         else:
             weights = None
             p = self.dropout if self.training else 0.0
-            if plain and S == T:        # SDPA reads each KV head for its group, with no copies
+            if plain and S == T:        # grouped KV heads read by SDPA, with no copies
                 y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True,
                                                    enable_gqa=grouped)
             else:

@@ -49,41 +49,60 @@ def nucleus_drop(logits: torch.Tensor, p: float, cut: int = CUT) -> torch.Tensor
     drop.scatter_(1, idx, ~_keep_sorted(cum, p))
     wide = cum[:, -1] <= p                      # the nucleus may go on past the cut
     if wide.any():
-        drop[wide] = probs[wide] < crossing(probs[wide], p)[:, None]
+        drop[wide] = ~_nucleus(probs[wide], p)
     return drop
+
+
+def _nucleus(probs: torch.Tensor, p: float) -> torch.Tensor:
+    """(B, V) -> (B, V) bool, the nucleus the full sort gives: every probability above the
+    crossing one, and of those equal to it as many as the sort would take (the j-th is kept while
+    the mass before it, the mass above plus j of them, is at most p)."""
+    if p >= 1.0:
+        return torch.ones_like(probs, dtype=torch.bool)
+    t, above, ties = crossing(probs, p)
+    keep = probs >= t[:, None]
+    k = ((p - above) / t.double().clamp_min(1e-300)).floor().clamp(0, probs.size(1)) + 1
+    fewer = k < ties                       # more equal ones than the sort takes (a flat row)
+    if fewer.any():
+        sub, ts = probs[fewer], t[fewer][:, None]
+        tie = sub == ts
+        keep[fewer] = (sub > ts) | (tie & (tie.cumsum(1) <= k[fewer][:, None]))
+    return keep
 
 
 def _settle(mass, above, found, shift: int, p: float):
     """One radix level: mass (B * n,) per bucket of the bits at `shift` -> the bucket where the
-    running sum from the top crosses p joins `found`, the mass of the buckets above it `above`."""
+    running sum from the top crosses p joins `found`, the mass of the buckets above it `above`;
+    also which bucket that was."""
     suffix = mass.double().view(above.size(0), -1).flip(1).cumsum(1).flip(1)   # at or above each
     at = ((above[:, None] + suffix > p).sum(1) - 1).clamp_(min=0)
     above = above + F.pad(suffix, (0, 1)).gather(1, (at + 1)[:, None])[:, 0]
-    return above, found | (at.int() << shift)
+    return above, found | (at.int() << shift), at
 
 
-def crossing(probs: torch.Tensor, p: float) -> torch.Tensor:
-    """(B, V) probabilities -> (B,) the smallest kept one: the nucleus is every probability at
-    least this (the likeliest tokens while the mass before them is at most p)."""
+def crossing(probs: torch.Tensor, p: float):
+    """(B, V) probabilities, p < 1 -> (B,) each, the crossing probability t (the nucleus holds
+    every probability above it and some equal to it), the mass above t, and how many equal t."""
     B = probs.size(0)
-    if p >= 1.0:
-        return probs.new_zeros(B)
     bits = probs.float().contiguous().view(torch.int32)        # bit 31 (the sign) is 0
     probs = bits.view(torch.float32)
     above = torch.zeros(B, dtype=torch.float64, device=probs.device)
     found = torch.zeros(B, dtype=torch.int32, device=probs.device)
     rows = torch.arange(B, dtype=torch.int32, device=probs.device)[:, None]
-    mass = torch.bincount(((bits >> 19) + rows * 4096).view(-1), weights=probs.view(-1),
+    mass = torch.bincount(((bits >> 19) + rows * 4096).view(-1), weights=probs.view(-1).double(),
                           minlength=B * 4096)                  # bits 30-19 of every element
-    above, found = _settle(mass, above, found, 19, p)
+    above, found, _ = _settle(mass, above, found, 19, p)
     r, c = ((bits >> 19) == (found >> 19)[:, None]).nonzero(as_tuple=True)
     b, w = bits[r, c], probs[r, c]                              # the crossing bucket's elements
-    mass = torch.bincount(r * 4096 + ((b >> 7) & 4095), weights=w, minlength=B * 4096)
-    above, found = _settle(mass, above, found, 7, p)           # bits 18-7
+    mass = torch.bincount(r * 4096 + ((b >> 7) & 4095), weights=w.double(), minlength=B * 4096)
+    above, found, _ = _settle(mass, above, found, 7, p)        # bits 18-7
     last = (b >> 7) == (found >> 7)[r]
-    r, b, w = r[last], b[last], w[last]
-    mass = torch.bincount(r * 128 + (b & 127), weights=w, minlength=B * 128)
-    return _settle(mass, above, found, 0, p)[1].view(torch.float32)   # bits 6-0
+    key = r[last] * 128 + (b[last] & 127)
+    mass = torch.bincount(key, weights=w[last].double(), minlength=B * 128)
+    above, found, at = _settle(mass, above, found, 0, p)       # bits 6-0: one value per bucket
+    ties = torch.bincount(key, minlength=B * 128).view(B, 128).gather(1, at[:, None])[:, 0]
+    t = found.view(torch.float32)
+    return t, above, ties                      # above: the mass of the buckets above t's
 
 
 class TopP:
