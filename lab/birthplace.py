@@ -132,41 +132,44 @@ def token_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
 def answer(model, tok: CharTokenizer, qs: list[str], max_chars: int = 32, batch_size: int = 256,
            device="cpu") -> list[str]:
     """Greedy answers: from question + MASK, one character at a time up to the next MASK (or 32
-    characters, as minGPT's evaluation, or the block's end). The prompts are padded on the right and each row reads its prediction at its
-    own last position: the model is causal, so no row sees the padding after it."""
+    characters, as minGPT's evaluation, or the block's end). Questions of one length are answered
+    together, so each batch decodes from its cache with no padding: one new character per step
+    instead of the whole prefix again."""
     was = model.training
     model.eval()
     mask_id, n_ctx = tok.stoi[MASK], model.config.n_positions
-    out: list[str] = []
+    prompts = [tok.encode(q + MASK)[:n_ctx] for q in qs]
+    by_length: dict[int, list[int]] = {}
+    for i, p in enumerate(prompts):
+        by_length.setdefault(len(p), []).append(i)
+    out = [""] * len(qs)
     try:
-        for k in range(0, len(qs), batch_size):
-            prompts = [tok.encode(q + MASK)[:n_ctx] for q in qs[k:k + batch_size]]
-            B = len(prompts)
-            lengths = torch.tensor([len(p) for p in prompts], device=device)
-            buf = torch.zeros(B, n_ctx, dtype=torch.long, device=device)
-            for r, p in enumerate(prompts):
-                buf[r, :len(p)] = torch.tensor(p)
-            made = [[] for _ in range(B)]
-            live = torch.ones(B, dtype=torch.bool, device=device)
-            rows = torch.arange(B, device=device)
-            for _ in range(max_chars):
-                live &= lengths < n_ctx
-                if not live.any():
-                    break
-                logits = model(buf[:, :int(lengths.max())]).logits
-                nxt = logits[rows, lengths - 1].argmax(-1)
-                for r in live.nonzero().flatten().tolist():
-                    c = int(nxt[r])
-                    if c == mask_id:
-                        live[r] = False
-                    else:
-                        made[r].append(c)
-                        buf[r, lengths[r]] = c
-                lengths = torch.where(live, lengths + 1, lengths)
-            out += [tok.decode(m) for m in made]
+        for n, members in sorted(by_length.items()):
+            for k in range(0, len(members), batch_size):
+                rows = members[k:k + batch_size]
+                ids = torch.tensor([prompts[i] for i in rows], device=device)
+                for i, made in zip(rows, _greedy(model, ids, min(max_chars, n_ctx - n), mask_id)):
+                    out[i] = tok.decode(made)
     finally:
         model.train(was)
     return out
+
+
+def _greedy(model, ids: torch.Tensor, steps: int, stop: int) -> list[list[int]]:
+    """Up to `steps` greedy tokens after each row of ids (B, n), each row ending before `stop`."""
+    made: list[list[int]] = [[] for _ in range(ids.size(0))]
+    live = torch.ones(ids.size(0), dtype=torch.bool, device=ids.device)
+    past, x = None, ids
+    for _ in range(steps):
+        out = model(x, past_key_values=past)
+        past, nxt = out.past_key_values, out.logits[:, -1].argmax(-1)
+        live &= nxt != stop
+        if not live.any():
+            break
+        for r, c in zip(live.nonzero().flatten().tolist(), nxt[live].tolist()):
+            made[r].append(c)
+        x = nxt[:, None]
+    return made
 
 
 def wilson(correct: int, total: int, z: float = 1.959964) -> list[float]:

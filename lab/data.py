@@ -152,20 +152,27 @@ PACK_ROW = 128     # tokens a packed row aims at: longer rows waste less, their 
 
 
 def packable(batch: Batch) -> bool:
-    """Separate texts padded after their end (the captions' batches): packing them drops only
-    padding. A batch whose targets come apart (birth places, scheduled sampling) has pads that
-    are input, or inputs that are not its targets shifted: it is read as it is."""
-    return batch.targets is None and batch.segments is None
+    """Texts one per row from its first position, anything after a text's last counted target
+    being padding: packing them drops only that padding, which a causal model's counted positions
+    never see. Every unpacked batch the tasks make is so (captions, birth places, scheduled
+    sampling's inputs)."""
+    return batch.segments is None
 
 
 def pack(batch: Batch, row: int = PACK_ROW) -> Batch:
-    """The same texts and targets with no compute on padding: each text without its last token
-    (which predicts nothing and, last in its text, is seen by nobody) goes whole into one of
+    """The same texts and counted targets with no compute on padding. Each text is cut after its
+    last counted target's input (what follows is padding, or a last token that predicts nothing:
+    in a causal model no counted position sees it) and goes whole into one of
     ceil(tokens / row) rows (row: at least the longest text), longest first into the emptiest
-    row (never more rows than texts), so the rows come out nearly
-    equal; positions restart at 0 for each text and segments keep attention within it. The loss
-    per text and its gradient equal the padded batch's (tests/test_packing.py)."""
-    lengths = (batch.loss_mask.sum(1)).long().tolist()      # targets per text: its tokens - 1
+    row (never more rows than texts), so the rows come out nearly equal. Positions restart at 0
+    for each text and segments keep attention within it; inputs before a text's first counted
+    target (a question before its answer) stay, uncounted. The loss per text and its gradient
+    equal the padded batch's (tests/test_packing.py)."""
+    mask = batch.loss_mask
+    counted = mask != 0
+    through = torch.arange(1, mask.size(1) + 1, device=mask.device)
+    lengths = (counted * through).amax(1).tolist()        # inputs per text: to its last counted
+    targets = batch.targets if batch.targets is not None else batch.input_ids[:, 1:]
     row = max(row, max(lengths))                            # a text longer than a row: rows that long
     n_rows = max(1, min(sum(n > 0 for n in lengths), math.ceil(sum(lengths) / row)))
     fill = [0] * n_rows
@@ -176,17 +183,18 @@ def pack(batch: Batch, row: int = PACK_ROW) -> Batch:
     B, L = n_rows, max(max(fill), 1)
     dev = batch.input_ids.device
     ids = torch.zeros(B, L, dtype=torch.long, device=dev)
-    targets = torch.full((B, L), -100, dtype=torch.long, device=dev)
+    packed_targets = torch.full((B, L), -100, dtype=torch.long, device=dev)
+    packed_mask = torch.zeros(B, L, dtype=mask.dtype, device=dev)
     positions = torch.zeros(B, L, dtype=torch.long, device=dev)
     segments = -1 - torch.arange(B * L, device=dev).view(B, L)    # a pad sees only itself
     for i, n in enumerate(lengths):
         r, at = place[i]
         ids[r, at:at + n] = batch.input_ids[i, :n]
-        targets[r, at:at + n] = batch.input_ids[i, 1:n + 1]
+        packed_targets[r, at:at + n] = targets[i, :n].masked_fill(~counted[i, :n], -100)
+        packed_mask[r, at:at + n] = mask[i, :n]
         positions[r, at:at + n] = torch.arange(n, device=dev)
         segments[r, at:at + n] = i
-    return Batch(ids, (targets != -100).to(batch.loss_mask.dtype), targets, positions, segments,
-                 texts=len(lengths))
+    return Batch(ids, packed_mask, packed_targets, positions, segments, texts=len(lengths))
 
 
 def collate(seqs: list[list[int]], pad_id: int, pad_to: int | None = None) -> Batch:

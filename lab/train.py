@@ -319,7 +319,7 @@ class Trainer:
                          "device": str(self.device), "device_name": self.device_name,
                          "precision": self.precision, "compiled": cfg.compile,
                          "packed": self.packed, "unpacked_why": self.unpacked_why,
-                         "peak_flops": self.peak, "processes": self.world}, writer)
+                         "unit": self.task.unit, "peak_flops": self.peak, "processes": self.world}, writer)
         try:
             for epoch in range(self.epoch_done + 1, self.epochs + 1):
                 if (yield from self._epoch(epoch, writer)):
@@ -561,7 +561,7 @@ def format_event(ev: dict, name: str = "") -> str:
                 f"{ev['params'] / 1e6:.1f}M parameters; run dir {ev['run_dir']}")
     if e == "start":
         procs = f" x {ev['processes']} processes (torchrun)" if ev.get("processes", 1) > 1 else ""
-        packing = ", captions packed into rows" if ev.get("packed") else \
+        packing = f", {ev.get('unit', 'captions')} packed into rows" if ev.get("packed") else \
             f", not packed: {ev['unpacked_why']}" if ev.get("unpacked_why") else ""
         how = f" ({ev['device_name']}, {ev['precision']}{', compiled' if ev.get('compiled') else ''}" \
               f"{packing})" if "precision" in ev else ""

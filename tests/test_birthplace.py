@@ -141,8 +141,8 @@ def test_a_stopped_pretraining_run_resumes_to_the_same_weights(store):
     resumed, the run sees the same examples and ends with the same weights."""
     model_cfg, train_cfg, _ = configs("birthplace-vanilla", TINY + ["dropout=0.0"])
     start = next(e for e in list(runs.train("straight", model_cfg, train_cfg)) if e["event"] == "start")
-    assert not start["packed"]          # its pads are input: packing is not exact, so it is off
-    assert "not packed: the documents' padding is model input" in format_event(start)
+    assert start["packed"]      # no position a target counts at sees the pads after it: packed
+    assert "documents packed into rows" in format_event(start), format_event(start)
     calls = []
 
     def stop_at_4():

@@ -16,7 +16,9 @@ class LearnedPositional(Positional):
     packable = True     # pos (B, T) indexes the table per row
 
     def embed(self, x, pos):   # x: (B, T, C) token embeddings, pos: (T,) or (B, T) positions
-        return x + self.weight[pos]
+        # F.embedding, not weight[pos]: its backward sums a position's repeats (a packed batch's
+        # many position-0s) in a fixed order, so a run repeats bit for bit on the CPU
+        return x + nn.functional.embedding(pos, self.weight)
 
 
 @POSITIONAL.register("learned", "Learned absolute position embeddings added to the input (GPT-2)")

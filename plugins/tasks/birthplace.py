@@ -45,7 +45,7 @@ class BirthplaceTask:
 
             return Prepared(tok, train, dev_docs, batches, bp.token_loss,
                             lambda model, abort: _dev_loss(model, dev, abort),
-                            unit="documents")
+                            unit="documents", packs=True)
         pairs = bp.questions("train", data_dir)[:cfg.max_train_captions]
         dev_pairs = bp.questions("dev", data_dir)[:cfg.max_dev_captions]
         dev = [bp.qa_batch(dev_pairs[i:i + cfg.eval_batch_size], tok)
@@ -66,7 +66,7 @@ class BirthplaceTask:
             return scores | {"dev_accuracy": right["accuracy"], "dev_correct": right["correct"]}
 
         return Prepared(tok, pairs, dev_pairs, qa_batches, bp.token_loss, evaluate,
-                        unit="questions")
+                        unit="questions", packs=True)
 
 
 def _chunks(items: list, cfg, gen: torch.Generator):
@@ -79,7 +79,9 @@ def _chunks(items: list, cfg, gen: torch.Generator):
 
 @torch.no_grad()
 def _dev_loss(model, dev_batches, abort) -> dict:
-    """minGPT's loss over the dev examples (every counted target alike)."""
+    """minGPT's loss over the dev examples (every counted target alike), packed into rows where
+    the model takes them (the same loss, without the padding's compute)."""
+    from lab.data import pack
     from lab.metrics import Aborted
     was = model.training
     model.eval()
@@ -89,8 +91,10 @@ def _dev_loss(model, dev_batches, abort) -> dict:
         for b in dev_batches:
             if abort():
                 raise Aborted()
+            if getattr(model, "packable", False):
+                b = pack(b)
             b = b.to(device)
-            logits = model(b.input_ids).logits
+            logits = model(b.input_ids, **b.model_inputs()).logits
             n = float(b.loss_mask.sum())
             total += float(bp.token_loss(logits, b)) * n
             count += n
