@@ -150,6 +150,26 @@ def test_dropdowns_built_on_an_empty_store_pick_checkpoints_once_there_are_some(
     assert "value" not in ctx.refreshed(one, names, was_empty=False)     # a person's choice stays
 
 
+def test_caption_tabs_pick_caption_checkpoints_before_birth_place_ones(store):
+    """Compare and Evaluate generate captions: a birth-place model first in the store's order is
+    not what they open on; the Attention tab reads either."""
+    import gradio as gr
+    from lab import birthplace as bp
+    from lab.ui.common import Context, checkpoint_dropdown
+    torch.manual_seed(0)
+    char = bp.tokenizer()
+    checkpoints.save(build(tiny_config(vocab_size=char.vocab_size)), char, "a-birthplace",
+                     provenance={"task": "birthplace"})
+    for name in ("b", "c"):
+        checkpoints.save(build(tiny_config()), tokenizers.gpt2(), name)
+    ctx = Context()
+    with gr.Blocks():
+        captions = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, task="captions")
+        anything = checkpoint_dropdown(ctx, "checkpoint")
+    assert captions.value == ["b", "c"] and anything.value == "a-birthplace"
+    assert ctx.refreshed(captions, ["a-birthplace", "b", "c"], was_empty=True)["value"] == ["b", "c"]
+
+
 def test_on_an_empty_store_a_missing_choice_says_where_checkpoints_come_from(store):
     from lab.config import ConfigError
     from lab.ui import attention, compare

@@ -74,6 +74,31 @@ def test_batched_greedy_answers_equal_one_question_at_a_time():
                                                         for q in qs]
 
 
+def test_cached_answers_equal_reading_the_whole_prefix_again():
+    """answer() groups the questions by length and decodes from the cache; the reference reads
+    question + MASK + the answer so far whole for each character, as minGPT's sample() does."""
+    from lab.model import build
+    tok = bp.tokenizer()
+    torch.manual_seed(1)
+    model = build(ModelConfig(model="gpt2", n_layer=2, n_head=2, n_embd=32, n_positions=128,
+                              vocab_size=tok.vocab_size)).eval()
+    qs = [q for q, _ in bp.questions("dev")[:40]]
+    assert len({len(q) for q in qs}) > 5
+
+    def whole_prefix(q):
+        ids = tok.encode(q + bp.MASK)
+        made = []
+        for _ in range(20):
+            c = int(model(torch.tensor([ids])).logits[0, -1].argmax())
+            if c == tok.stoi[bp.MASK]:
+                break
+            made.append(c)
+            ids.append(c)
+        return tok.decode(made)
+    expected = [whole_prefix(q) for q in qs]
+    assert any(expected) and bp.answer(model, tok, qs, max_chars=20) == expected
+
+
 def test_warm_up_then_cosine_decay_to_a_tenth():
     cfg = TrainConfig(lr=1.0, lr_schedule="warmup_cosine", warmup_steps=4)
     assert [scheduled_lr(cfg, s, 104) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]

@@ -107,3 +107,33 @@ def test_texts_longer_than_a_row_get_rows_of_their_length_and_no_empty_rows():
     assert pack(captions(300)).input_ids.shape == (1, 299)
     assert pack(captions(*[255] * 8)).input_ids.shape == (8, 254)
     assert pack(captions(200, 200)).input_ids.shape == (2, 199)
+
+
+@pytest.mark.parametrize("objective", ["span", "qa"])
+def test_birth_place_batches_pack_to_the_same_loss_and_gradients(objective):
+    """A birth-place example fills the block with pad characters after its text; a question's
+    inputs come before its first counted target. Packing keeps the question as uncounted input
+    and drops the pads after the last counted target, which no counted position sees."""
+    from lab import birthplace as bp
+    tok = bp.tokenizer()
+    torch.manual_seed(0)
+    model = build(tiny_config(vocab_size=tok.vocab_size, n_positions=bp.BLOCK)).train()
+    g = torch.Generator().manual_seed(0)
+    padded = (bp.span_batch(bp.wiki()[:12], tok, g) if objective == "span"
+              else bp.qa_batch(bp.questions("train")[:12], tok))
+    packed = pack(padded)
+    assert packed.input_ids.numel() < padded.input_ids.numel() * 2 / 3
+    assert packed.loss_mask.sum() == padded.loss_mask.sum()
+    if objective == "qa":       # each question is there, before its uncounted targets
+        assert (packed.loss_mask == 0).sum() - (packed.segments < 0).sum() > 12 * 20
+
+    def run(batch):
+        model.zero_grad()
+        loss = bp.token_loss(model(batch.input_ids, **batch.model_inputs()).logits, batch)
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+    loss, grads = run(padded)
+    p_loss, p_grads = run(packed)
+    torch.testing.assert_close(p_loss, loss, atol=1e-6, rtol=1e-5)
+    for name, grad in grads.items():
+        torch.testing.assert_close(p_grads[name], grad, atol=1e-6, rtol=1e-4, msg=name)

@@ -31,6 +31,7 @@ class Context:
     # how each dropdown is filled: "one" (the first name), "two" (the first two, to compare) or
     # "blank" (nothing chosen: an optional choice such as the parent of a fine-tune)
     fill: dict = field(default_factory=dict)
+    task: dict = field(default_factory=dict)    # a dropdown's task: what it picks first
     empty_notes: list = field(default_factory=list)     # shown while the store is empty
 
     def empty_note(self, what_to_do: str) -> gr.Markdown:
@@ -43,10 +44,18 @@ class Context:
     def checkpoint_names(self) -> list[str]:
         return checkpoints.names(self.store)
 
-    def add_dropdown(self, dd, fill: str = "one"):
+    def add_dropdown(self, dd, fill: str = "one", task: str | None = None):
         self.checkpoint_dropdowns.append(dd)
         self.fill[id(dd)] = fill
+        self.task[id(dd)] = task
         return dd
+
+    def picked(self, names: list[str], fill: str, task: str | None = None):
+        """What a dropdown picks for the person: the first one or two names, those trained for
+        its task first (a caption tab does not open on a birth-place model)."""
+        if task:
+            names = sorted(names, key=lambda n: checkpoint_task(n, self.store) != task)
+        return names[:2] if fill == "two" else names[0] if names else None
 
     def refreshed(self, dd, names: list[str], was_empty: bool):
         """The update that brings a checkpoint dropdown up to date with the store; when the store
@@ -55,7 +64,16 @@ class Context:
         choices = [""] + names if fill == "blank" else names
         if not was_empty or fill in ("blank", "keep"):       # keep: nothing chosen for the person
             return gr.update(choices=choices)
-        return gr.update(choices=choices, value=names[:2] if fill == "two" else names[0] if names else None)
+        return gr.update(choices=choices, value=self.picked(names, fill, self.task[id(dd)]))
+
+
+def checkpoint_task(name: str, store=None) -> str | None:
+    """The task a stored checkpoint was trained for ("captions" before tasks existed); None for
+    one that cannot be read."""
+    try:
+        return checkpoints.read_config(checkpoints.resolve(name, store))[1].get("task") or "captions"
+    except (LabError, OSError, ValueError):
+        return None
 
 
 class ModelCache:
@@ -235,13 +253,16 @@ def decode_config(decoder, *values, seed=0, max_new_tokens: int = 35) -> DecodeC
                                    **dict(zip(names, values))}, lenient=True)
 
 
-def checkpoint_dropdown(ctx: Context, label: str, multiselect: bool = False, **kw) -> gr.Dropdown:
+def checkpoint_dropdown(ctx: Context, label: str, multiselect: bool = False, task: str | None = None,
+                        **kw) -> gr.Dropdown:
+    """Every stored checkpoint, the first one (or two, multiselect) picked: those trained for
+    `task` first when one is given."""
     names = ctx.checkpoint_names()
-    value = names[:2] if multiselect else (names[0] if names else None)
+    fill = "two" if multiselect else "one"
     # custom values: a script reaches checkpoints made after the page was built (checked on use)
-    dd = Dropdown(names, value=value, label=label, multiselect=multiselect,
+    dd = Dropdown(names, value=ctx.picked(names, fill, task), label=label, multiselect=multiselect,
                   allow_custom_value=True, **kw)
-    return ctx.add_dropdown(dd, "two" if multiselect else "one")
+    return ctx.add_dropdown(dd, fill, task)
 
 
 def table_files(table, stem: str, store=None, about: dict | None = None) -> list[str] | None:

@@ -223,7 +223,8 @@ def build(ctx: Context) -> SideBySide:
     gr.Markdown("Captions from each checkpoint side by side. Row *i* of every column comes from the "
                 "same seed and position; each generated token is shaded by the probability the model "
                 "gave it (hover for the number).")
-    chosen = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, elem_id="compare-checkpoints")
+    chosen = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, task="captions",
+                                  elem_id="compare-checkpoints")
     dec = decoder_inputs("top_p", elem_id="compare-decoder")
     with gr.Row():
         seed = Number(0, label="seed", step=1)

@@ -206,7 +206,8 @@ def build(ctx: Context):
     ctx.empty_note("Use *Getting started* above, or import or train a checkpoint; then evaluate it here.")
     gr.Markdown("Perplexity and BLEU-4 on a seeded subset of the test split, updating as samples "
                 "accumulate. Every model is scored on the same subset with the same seeds.")
-    names = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, elem_id="evaluate-checkpoints")
+    names = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, task="captions",
+                                elem_id="evaluate-checkpoints")
     dec = decoder_inputs("random", elem_id="evaluate-decoder")
     with gr.Row():
         n = Radio([100, 500, 1000, 5000], value=500, label="subset size")
