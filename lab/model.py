@@ -175,46 +175,40 @@ class TfmrLM(nn.Module):
         segments (B, T): packed rows (data.pack), read whole: each text from position 0, its
         tokens seeing only their own text."""
         B, T = idx.size()
-        t0 = 0
         if segments is not None:
-            if past_key_values or labels is not None:
-                raise ValueError("packed rows are read whole, without a cache, and scored by "
-                                 "the caller (data.sentence_nll), not with labels")
-            return self._packed(idx, positions, segments, output_attentions)
-        if past_key_values:
-            t0 = getattr(past_key_values, "seen", None)
-            if t0 is None:               # a plain list of (k, v): every key is still there
-                t0 = past_key_values[0][0].size(2)
-        if t0 + T > self.config.n_positions:
-            raise ValueError(f"sequence of {t0 + T} tokens is longer than the model's context "
-                             f"(n_positions={self.config.n_positions})")
-        pos = torch.arange(t0, t0 + T, device=idx.device)            # (T,)
+            t0, pos = None, positions
+            self._check_packed(positions, past_key_values, labels)
+        else:
+            t0 = 0
+            if past_key_values:
+                t0 = getattr(past_key_values, "seen", None)
+                if t0 is None:               # a plain list of (k, v): every key is still there
+                    t0 = past_key_values[0][0].size(2)
+            if t0 + T > self.config.n_positions:
+                raise ValueError(f"sequence of {t0 + T} tokens is longer than the model's context "
+                                 f"(n_positions={self.config.n_positions})")
+            pos = torch.arange(t0, t0 + T, device=idx.device)            # (T,)
         wpe = self.transformer.wpe
         x = self.transformer.drop(wpe.embed(self.transformer.wte(idx), pos))   # (B, T, C)
         presents, attentions = [], []
         for i, block in enumerate(self.transformer.h):
             past = past_key_values[i] if past_key_values else None
-            x, present, w = block(x, pos, wpe, past, output_attentions)
+            x, present, w = block(x, pos, wpe, past, output_attentions, segments)
             presents.append(present)
             attentions.append(w)
         logits = self.lm_head(self.transformer.ln_f(x))               # (B, T, V)
-        return LMOutput(logits, KVCache(presents, t0 + T), attentions if output_attentions else None,
-                        lm_loss(logits, labels))
+        return LMOutput(logits, None if t0 is None else KVCache(presents, t0 + T),
+                        attentions if output_attentions else None, lm_loss(logits, labels))
 
-    def _packed(self, idx, pos, segments, output_attentions):
+    def _check_packed(self, positions, past_key_values, labels) -> None:
+        if past_key_values or labels is not None:
+            raise ValueError("packed rows are read whole, without a cache, and scored by "
+                             "the caller (data.sentence_nll), not with labels")
         if not self.packable:
             raise ValueError("this model's parts do not take packed rows (model.packable)")
-        if int(pos.max()) >= self.config.n_positions:
-            raise ValueError(f"a packed text of {int(pos.max()) + 1} tokens is longer than the "
-                             f"model's context (n_positions={self.config.n_positions})")
-        wpe = self.transformer.wpe
-        x = self.transformer.drop(wpe.embed(self.transformer.wte(idx), pos))   # (B, T, C)
-        attentions = []
-        for block in self.transformer.h:
-            x, _, w = block(x, pos, wpe, None, output_attentions, segments)
-            attentions.append(w)
-        return LMOutput(self.lm_head(self.transformer.ln_f(x)),
-                        attentions=attentions if output_attentions else None)
+        if int(positions.max()) >= self.config.n_positions:
+            raise ValueError(f"a packed text of {int(positions.max()) + 1} tokens is longer than "
+                             f"the model's context (n_positions={self.config.n_positions})")
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
