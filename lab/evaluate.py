@@ -6,7 +6,7 @@ import time
 
 from lab import checkpoints, data
 from lab.config import ConfigError, DecodeConfig
-from lab.generate import sample_captions
+from lab.generate import CaptionStream, sample_captions
 from lab.metrics import (bleu, bootstrap_indices, distinct_n, percentile_interval, perplexity,
                          sentence_nlls)
 
@@ -98,7 +98,9 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     """Score every model on the same seeded subset, yielding a snapshot after each chunk: `chunk`
     captions at a time or, with `first`, first that many (early figures in seconds), then each
     chunk twice the one before, up to `chunk` (later chunks generate in larger batches, which
-    read the weights once for more rows: the output layer is memory-bound in small ones).
+    read the weights once for more rows: the output layer is memory-bound in small ones). A
+    model's captions decode as one stream (generate.CaptionStream): up to a chunk's size at once,
+    a caption that ends giving its place to the next, so the batch does not thin out as they end.
 
     models: {name: Checkpoint}. Forward BLEU scores each generated caption against the *full*
     reference set (an unbiased estimate of the full figure); backward BLEU uses the n references
@@ -128,6 +130,10 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
                   "subset_hash": data.subset_hash(subset), "bleu_tokens": tokens,
                   "decode": decode.to_dict(), "checkpoints": list(models),
                   "perplexity_shown": "per word" if per_word else "per sentence (assignment)"}
+    # each model's captions decode as one stream: a caption that ends gives its place to the next
+    # one, so the batch stays full while captions end at different lengths
+    streams = {name: CaptionStream(ck.model, ck.tokenizer, len(subset), decode)
+               for name, ck in models.items()}
     starts, size = [0], first or chunk
     while starts[-1] + size < len(subset):
         starts.append(starts[-1] + size)
@@ -141,8 +147,7 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
             s["nll"] += (nll / cnt).tolist()
             s["cap_nll"] += nll.tolist()
             s["cap_words"] += [len(c.split()) + 1 for c in part]
-            cfg = decode.replace(seed=decode.seed + start)
-            gen = sample_captions(ck.model, tok, len(part), cfg)
+            gen = streams[name].take(len(part), width=len(part))
             hyps = [g.tokens for g in gen] if tokens == "gpt2" else [g.text.split() for g in gen]
             key = tok.kind if tokens == "gpt2" else "words"
             s["fwd"] += prepared[key].sentence_bleus(hyps)

@@ -12,6 +12,7 @@ import torch
 from lab.config import DecodeConfig
 from lab.errors import LabError
 from lab.metrics import Aborted
+from lab.model import KVCache
 from lab.registry import DECODERS, load_plugins
 
 
@@ -114,6 +115,141 @@ def generate(model, prompts: list[list[int]], cfg: DecodeConfig, eos_id: int,
     finally:
         model.train(was_training)
     return results
+
+
+class CaptionStream:
+    """Captions sampled as a stream (continuous batching): up to `width` rows decode together and
+    a row that ends gives its place to the next caption at once, each row at its own positions in
+    one cache (TfmrLM.forward's positions), so the batch stays full while captions end at
+    different lengths. `take(k, width)` returns the next k captions in order; captions after them
+    that have started carry on into the next take. A prompt is fed one token a step, so rows can
+    join at any step. One generator for the whole stream: a seed gives the same captions for the
+    same takes. Models whose parts do not take a position per row (`packable`) and search
+    decoders use `generate` for each take instead."""
+
+    def __init__(self, model, tokenizer, n: int, cfg: DecodeConfig, prompt: str = "",
+                 probs: bool = False):
+        self.model, self.tokenizer, self.n, self.want_probs = model, tokenizer, n, probs
+        self.prompt_text = check_prompt(prompt)
+        self.prefix = tokenizer.encode(prompt) if prompt else []
+        self.prompt = ([] if tokenizer.bos_id is None else [tokenizer.bos_id]) + self.prefix
+        if not self.prompt:
+            raise GenerationError("this model reads a text from its first character (its tokenizer "
+                                  "has no start token): give a prompt to continue")
+        n_ctx = model.config.n_positions
+        if len(self.prompt) >= n_ctx:
+            raise GenerationError(f"the prompt is {len(self.prompt)} tokens; this model's context "
+                                  f"is {n_ctx} tokens, so a prompt may have at most {n_ctx - 1}")
+        self.cfg, self.decoder = cfg, make_decoder(cfg)
+        self.max_new = min(cfg.max_new_tokens, n_ctx - len(self.prompt))
+        self.streams = getattr(model, "packable", False) and not getattr(self.decoder, "search", False)
+        self.generator = torch.Generator(device=_device(model)).manual_seed(cfg.seed)
+        self.started = self.returned = 0
+        self.rows: list[int] = []            # the caption each batch row decodes
+        self.pos: list[int] = []             # the position of each row's next input
+        self.next_in: list[int] = []         # each row's next input token
+        self.new: dict[int, list[int]] = {}
+        self.probs: dict[int, list[float]] = {}
+        self.done: dict[int, Generated] = {}
+        self.past = None
+
+    @torch.no_grad()
+    def take(self, k: int, width: int, abort=None) -> list[Generated]:
+        """The next k captions (fewer at the end of the stream), decoding at most `width` rows at
+        once (rows already started carry on even when there are more)."""
+        want = range(self.returned, min(self.returned + k, self.n))
+        if not self.streams:
+            cfg = self.cfg.replace(seed=self.cfg.seed + self.returned)
+            self.returned = want.stop
+            return sample_captions(self.model, self.tokenizer, len(want), cfg, self.prompt_text,
+                                   abort=abort, probs=self.want_probs) if want else []
+        was = self.model.training
+        self.model.eval()
+        try:
+            while not all(i in self.done for i in want):
+                if abort is not None and abort():
+                    raise Aborted()
+                self._admit(width)
+                self._step()
+        finally:
+            self.model.train(was)
+        self.returned = want.stop
+        return [self.done.pop(i) for i in want]
+
+    def _admit(self, width: int) -> None:
+        """Start captions in the free places, their cache columns so far not their own."""
+        joining = min(width - len(self.rows), self.n - self.started)
+        if joining <= 0:
+            return
+        self.rows += range(self.started, self.started + joining)
+        self.pos += [0] * joining
+        self.next_in += [self.prompt[0]] * joining
+        for i in range(self.started, self.started + joining):
+            self.new[i], self.probs[i] = [], []
+        self.started += joining
+        if self.past is not None:
+            self.past = KVCache([(_more_rows(k, joining), _more_rows(v, joining))
+                                 for k, v in self.past], self.past.seen)
+
+    def _step(self) -> None:
+        device = _device(self.model)
+        x = torch.tensor(self.next_in, device=device)[:, None]
+        out = self.model(x, past_key_values=self.past,
+                         positions=torch.tensor(self.pos, device=device)[:, None])
+        self.past, logits = out.past_key_values, out.logits[:, -1]
+        last_prompt = len(self.prompt) - 1
+        free = [r for r, p in enumerate(self.pos) if p >= last_prompt]    # past the prompt
+        drawn, p = [], []
+        if free:
+            chosen = logits[free] if len(free) < len(self.rows) else logits
+            nxt = self.decoder(chosen, self.generator)
+            drawn = nxt.tolist()
+            if self.want_probs:
+                p = torch.softmax(chosen.float(), dim=-1).gather(1, nxt[:, None]).squeeze(1).tolist()
+        keep = [True] * len(self.rows)
+        for j, r in enumerate(free):
+            i, tok = self.rows[r], drawn[j]
+            if tok == self.tokenizer.eos_id:
+                keep[r] = False
+                self._finish(i, finished=True)
+                continue
+            self.new[i].append(tok)
+            if self.want_probs:
+                self.probs[i].append(p[j])
+            self.next_in[r] = tok
+            if len(self.new[i]) == self.max_new:
+                keep[r] = False
+                self._finish(i, finished=False)
+        for r, p_r in enumerate(self.pos):
+            if p_r < last_prompt:
+                self.next_in[r] = self.prompt[p_r + 1]
+        self.pos = [q + 1 for q in self.pos]
+        if not all(keep):
+            self.rows = [v for v, kp in zip(self.rows, keep) if kp]
+            self.pos = [v for v, kp in zip(self.pos, keep) if kp]
+            self.next_in = [v for v, kp in zip(self.next_in, keep) if kp]
+            if not self.rows:
+                self.past = None
+                return
+            self.past = self.past.select(torch.tensor(keep, device=device))
+        self._trim()
+
+    def _finish(self, i: int, finished: bool) -> None:
+        toks = self.prefix + self.new.pop(i)
+        self.done[i] = Generated(toks, self.tokenizer.decode(toks), len(self.prefix),
+                                 self.probs.pop(i), finished)
+
+    def _trim(self) -> None:
+        """Drop the cache's oldest columns once no row reaches back to them."""
+        need, cols = max(self.pos), self.past[0][0].size(2)
+        if cols - need >= max(16, cols // 2):
+            self.past = KVCache([(k[:, :, cols - need:], v[:, :, cols - need:]) for k, v in self.past],
+                                need)
+
+
+def _more_rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """t (B, h, S, hs) with n rows of zeros after it (keys that no query of those rows may see)."""
+    return torch.cat([t, t.new_zeros(n, *t.shape[1:])])
 
 
 def _probs_of(model, prompt: list[int], new: list[int]) -> list[float]:

@@ -23,7 +23,9 @@ The contracts a part keeps (tests/test_plugin_contracts.py checks each):
   attn_bias, which then returns (B, n_head, T, S)), and the attention a keyword `segments` (B, T):
   a query sees only keys of its own segment. A model whose parts all declare it packs its
   training batches (TfmrLM.packable); tests/test_packing.py checks the loss and gradients equal
-  the padded batch's for every attention and positional plugin.
+  the padded batch's for every attention and positional plugin. Such a model also decodes rows
+  at their own positions from one cache (pos (B, T) with a past, no segments: continuous
+  batching, generate.CaptionStream; attn_bias then gets key positions (B, S)).
 """
 from __future__ import annotations
 
@@ -173,7 +175,9 @@ class TfmrLM(nn.Module):
         """idx: (B, T) token ids. past_key_values continue a cached prefix. labels: (B, T) targets
         aligned with idx (shifted inside, -100 ignored), for an HF-style mean loss. positions and
         segments (B, T): packed rows (data.pack), read whole: each text from position 0, its
-        tokens seeing only their own text."""
+        tokens seeing only their own text. positions (B, T) without segments: each row at its own
+        positions after its cached keys (continuous batching: a row that started later has fewer
+        keys of its own, the cache's earlier columns are not its)."""
         B, T = idx.size()
         if segments is not None:
             t0, pos = None, positions
@@ -184,10 +188,14 @@ class TfmrLM(nn.Module):
                 t0 = getattr(past_key_values, "seen", None)
                 if t0 is None:               # a plain list of (k, v): every key is still there
                     t0 = past_key_values[0][0].size(2)
-            if t0 + T > self.config.n_positions:
+            if positions is not None:       # rows at their own positions (generate.CaptionStream)
+                self._check_positions(positions)
+                pos = positions
+            elif t0 + T > self.config.n_positions:
                 raise ValueError(f"sequence of {t0 + T} tokens is longer than the model's context "
                                  f"(n_positions={self.config.n_positions})")
-            pos = torch.arange(t0, t0 + T, device=idx.device)            # (T,)
+            else:
+                pos = torch.arange(t0, t0 + T, device=idx.device)            # (T,)
         wpe = self.transformer.wpe
         x = self.transformer.drop(wpe.embed(self.transformer.wte(idx), pos))   # (B, T, C)
         presents, attentions = [], []
@@ -204,11 +212,14 @@ class TfmrLM(nn.Module):
         if past_key_values or labels is not None:
             raise ValueError("packed rows are read whole, without a cache, and scored by "
                              "the caller (data.sentence_nll), not with labels")
+        self._check_positions(positions)
+
+    def _check_positions(self, positions) -> None:
         if not self.packable:
-            raise ValueError("this model's parts do not take packed rows (model.packable)")
+            raise ValueError("this model's parts do not take a position per row (model.packable)")
         if int(positions.max()) >= self.config.n_positions:
-            raise ValueError(f"a packed text of {int(positions.max()) + 1} tokens is longer than "
-                             f"the model's context (n_positions={self.config.n_positions})")
+            raise ValueError(f"a text of {int(positions.max()) + 1} tokens is longer than the "
+                             f"model's context (n_positions={self.config.n_positions})")
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

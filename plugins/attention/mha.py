@@ -50,7 +50,9 @@ class CausalSelfAttention(nn.Module):
         """x: (B, T, C); pos: (T,) absolute positions; positions: the positional module (its
         `rotate` and `attn_bias`); past: cached (k, v), each (B, n_kv_head, S_past, hs), of the
         keys just before pos[0]. Packed rows: pos (B, T) restarting per text and segments (B, T),
-        no past; a query sees the keys of its own segment that mask_mod allows.
+        no past; a query sees the keys of its own segment that mask_mod allows. Rows at their own
+        positions (continuous batching): pos (B, T) with a past and no segments; each row's keys
+        end at its last query, and the columns before its position 0 are not its own.
         Returns (y, kept (k, v), weights (B, nh, T, S) or None)."""
         B, T, C = x.size()
         hs, nh, nkv = self.head_dim, self.n_head, self.n_kv_head
@@ -68,20 +70,22 @@ class CausalSelfAttention(nn.Module):
         present = present or self.keep_cache(k, v)
         S = k.size(2)
         grouped = nkv != nh     # each KV head serves a contiguous group of query heads (HF's repeat_kv)
-        if segments is None:
-            k_pos = torch.arange(S, device=x.device) + (pos[-1] + 1 - S)   # (S,) keys end at pos[-1]
-            q_at, k_at = pos[:, None], k_pos[None, :]
-        else:                                                  # packed: (B, T) each, S == T
+        if segments is not None:                               # packed: (B, T) each, S == T
             k_pos = pos
             q_at, k_at = pos[:, :, None], pos[:, None, :]
+        else:           # the keys end at the last query: (S,), or (B, S) for rows at their own
+            k_pos = torch.arange(S, device=x.device) + (pos[..., -1:] + 1 - S)  # positions
+            q_at, k_at = pos[..., :, None], k_pos[..., None, :]
         bias = positions.attn_bias(pos, k_pos)               # (nh, T, S), (B, nh, T, S) or None
-        plain = bias is None and segments is None and \
+        plain = bias is None and pos.dim() == 1 and \
             type(self).mask_mod is CausalSelfAttention.mask_mod
         mask = None                     # plain causal attention needs none when S == T or T == 1
         if not plain or (T > 1 and S != T) or need_weights and T > 1:
             allowed = self.mask_mod(q_at, k_at)                            # (T, S) or (B, T, S)
             if segments is not None:
                 allowed = (allowed & (segments[:, :, None] == segments[:, None, :]))[:, None]
+            elif pos.dim() == 2:        # a row's keys from before its text began are not its own
+                allowed = (allowed & (k_at >= 0))[:, None]
             mask = torch.zeros(allowed.shape, dtype=q.dtype, device=x.device)
             mask = mask.masked_fill(~allowed, float("-inf"))
             if bias is not None:
