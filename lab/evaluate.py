@@ -138,8 +138,10 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     while starts[-1] + size < len(subset):
         starts.append(starts[-1] + size)
         size = min(2 * size, chunk) if first else chunk
+    width = 0
     for start, end in zip(starts, starts[1:] + [len(subset)]):
         part = subset[start:end]
+        width = max(width, end - start)     # a short last chunk keeps the batch as wide
         for name, ck in models.items():
             s, tok = state[name], ck.tokenizer
             seqs = data.encode_captions(part, tok, ck.config.n_positions)
@@ -147,7 +149,7 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
             s["nll"] += (nll / cnt).tolist()
             s["cap_nll"] += nll.tolist()
             s["cap_words"] += [len(c.split()) + 1 for c in part]
-            gen = streams[name].take(len(part), width=len(part))
+            gen = streams[name].take(len(part), width)
             hyps = [g.tokens for g in gen] if tokens == "gpt2" else [g.text.split() for g in gen]
             key = tok.kind if tokens == "gpt2" else "words"
             s["fwd"] += prepared[key].sentence_bleus(hyps)
