@@ -51,6 +51,7 @@ bench: install
 	$(BIN)/python benchmarks/generate_vs_hf.py
 	$(BIN)/python benchmarks/train_vs_hf.py
 	$(BIN)/python benchmarks/live_eval.py
+	$(BIN)/python benchmarks/stream_vs_batches.py
 
 clean:
 	rm -rf $(VENV)

@@ -90,6 +90,15 @@ class CausalSelfAttention(nn.Module):
             mask = mask.masked_fill(~allowed, float("-inf"))
             if bias is not None:
                 mask = mask + bias.to(q.dtype)
+        if grouped and mask is not None and T == 1 and not need_weights:
+            # one query per row (a decoding step): each KV head's group of query heads reads it
+            # as that head's queries, so the keys are read once, without copies
+            g = nh // nkv
+            if mask.dim() >= 3 and mask.size(-3) == nh:      # a bias per head: (.., nh, 1, S)
+                mask = mask.reshape(*mask.shape[:-3], nkv, g, S)
+            y = F.scaled_dot_product_attention(q.view(B, nkv, g, hs), k, v, attn_mask=mask)
+            y = y.view(B, nh, T, hs).transpose(1, 2).contiguous().view(B, T, C)
+            return self.resid_dropout(self.c_proj(y)), present, None
         if grouped and (need_weights or mask is not None):
             # SDPA reads grouped heads without copies only in its unmasked kernels (CUDA's flash
             # kernel takes no mask): copies here, as HF's repeat_kv
