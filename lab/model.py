@@ -216,7 +216,8 @@ class TfmrLM(nn.Module):
 
     def _check_positions(self, positions) -> None:
         if not self.packable:
-            raise ValueError("this model's parts do not take a position per row (model.packable)")
+            raise ValueError("this model's parts do not take packed rows or a position per row "
+                             "(model.packable)")
         if int(positions.max()) >= self.config.n_positions:
             raise ValueError(f"a text of {int(positions.max()) + 1} tokens is longer than the "
                              f"model's context (n_positions={self.config.n_positions})")
