@@ -154,8 +154,8 @@ PACK_ROW = 128     # tokens a packed row aims at: longer rows waste less, their 
 def packable(batch: Batch) -> bool:
     """Texts one per row from its first position, anything after a text's last counted target
     being padding: packing them drops only that padding, which a causal model's counted positions
-    never see. Every unpacked batch the tasks make is so (captions, birth places, scheduled
-    sampling's inputs)."""
+    never see. Every unpacked batch the tasks make is so (captions, birth places); the trainer
+    still reads scheduled sampling's batches padded (Trainer._packing)."""
     return batch.segments is None
 
 

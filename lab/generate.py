@@ -160,9 +160,10 @@ class CaptionStream:
         want = range(self.returned, min(self.returned + k, self.n))
         if not self.streams:
             cfg = self.cfg.replace(seed=self.cfg.seed + self.returned)
+            got = sample_captions(self.model, self.tokenizer, len(want), cfg, self.prompt_text,
+                                  abort=abort, probs=self.want_probs) if want else []
             self.returned = want.stop
-            return sample_captions(self.model, self.tokenizer, len(want), cfg, self.prompt_text,
-                                   abort=abort, probs=self.want_probs) if want else []
+            return got
         was = self.model.training
         self.model.eval()
         try:

@@ -179,11 +179,12 @@ class TfmrLM(nn.Module):
         positions after its cached keys (continuous batching: a row that started later has fewer
         keys of its own, the cache's earlier columns are not its)."""
         B, T = idx.size()
-        if segments is not None:
-            t0, pos = None, positions
+        packed = segments is not None
+        t0 = 0
+        if packed:
+            pos = positions
             self._check_packed(positions, past_key_values, labels)
         else:
-            t0 = 0
             if past_key_values:
                 t0 = getattr(past_key_values, "seen", None)
                 if t0 is None:               # a plain list of (k, v): every key is still there
@@ -205,7 +206,7 @@ class TfmrLM(nn.Module):
             presents.append(present)
             attentions.append(w)
         logits = self.lm_head(self.transformer.ln_f(x))               # (B, T, V)
-        return LMOutput(logits, None if t0 is None else KVCache(presents, t0 + T),
+        return LMOutput(logits, None if packed else KVCache(presents, t0 + T),
                         attentions if output_attentions else None, lm_loss(logits, labels))
 
     def _check_packed(self, positions, past_key_values, labels) -> None:

@@ -96,7 +96,8 @@ class CausalSelfAttention(nn.Module):
             g = nh // nkv
             if mask.dim() >= 3 and mask.size(-3) == nh:      # a bias per head: (.., nh, 1, S)
                 mask = mask.reshape(*mask.shape[:-3], nkv, g, S)
-            y = F.scaled_dot_product_attention(q.view(B, nkv, g, hs), k, v, attn_mask=mask)
+            y = F.scaled_dot_product_attention(q.view(B, nkv, g, hs), k, v, attn_mask=mask,
+                                               dropout_p=self.dropout if self.training else 0.0)
             y = y.view(B, nh, T, hs).transpose(1, 2).contiguous().view(B, T, C)
             return self.resid_dropout(self.c_proj(y)), present, None
         if grouped and (need_weights or mask is not None):
