@@ -128,48 +128,25 @@ def token_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
                                              ignore_index=-100)
 
 
-@torch.no_grad()
-def answer(model, tok: CharTokenizer, qs: list[str], max_chars: int = 32, batch_size: int = 256,
-           device="cpu") -> list[str]:
+def answer(model, tok: CharTokenizer, qs: list[str], max_chars: int = 32,
+           batch_size: int = 256) -> list[str]:
     """Greedy answers: from question + MASK, one character at a time up to the next MASK (or 32
-    characters, as minGPT's evaluation, or the block's end). Questions of one length are answered
-    together, so each batch decodes from its cache with no padding: one new character per step
-    instead of the whole prefix again."""
-    was = model.training
-    model.eval()
-    mask_id, n_ctx = tok.stoi[MASK], model.config.n_positions
+    characters, as minGPT's evaluation, or the block's end): generation's greedy decoder with the
+    mask as the end of the text, so questions of one length decode together from the KV cache
+    and an answered question leaves the batch. A question that fills the block gets no answer."""
+    from lab.config import DecodeConfig
+    from lab.generate import generate
+    n_ctx = model.config.n_positions
     prompts = [tok.encode(q + MASK)[:n_ctx] for q in qs]
-    by_length: dict[int, list[int]] = {}
-    for i, p in enumerate(prompts):
-        by_length.setdefault(len(p), []).append(i)
+    room = [i for i, p in enumerate(prompts) if len(p) < n_ctx]
     out = [""] * len(qs)
-    try:
-        for n, members in sorted(by_length.items()):
-            for k in range(0, len(members), batch_size):
-                rows = members[k:k + batch_size]
-                ids = torch.tensor([prompts[i] for i in rows], device=device)
-                for i, made in zip(rows, _greedy(model, ids, min(max_chars, n_ctx - n), mask_id)):
-                    out[i] = tok.decode(made)
-    finally:
-        model.train(was)
+    if room:
+        made = generate(model, [prompts[i] for i in room],
+                        DecodeConfig(decoder="greedy", max_new_tokens=max_chars), tok.stoi[MASK],
+                        batch_size=batch_size)
+        for i, (new, _, _) in zip(room, made):
+            out[i] = tok.decode(new)
     return out
-
-
-def _greedy(model, ids: torch.Tensor, steps: int, stop: int) -> list[list[int]]:
-    """Up to `steps` greedy tokens after each row of ids (B, n), each row ending before `stop`."""
-    made: list[list[int]] = [[] for _ in range(ids.size(0))]
-    live = torch.ones(ids.size(0), dtype=torch.bool, device=ids.device)
-    past, x = None, ids
-    for _ in range(steps):
-        out = model(x, past_key_values=past)
-        past, nxt = out.past_key_values, out.logits[:, -1].argmax(-1)
-        live &= nxt != stop
-        if not live.any():
-            break
-        for r, c in zip(live.nonzero().flatten().tolist(), nxt[live].tolist()):
-            made[r].append(c)
-        x = nxt[:, None]
-    return made
 
 
 def wilson(correct: int, total: int, z: float = 1.959964) -> list[float]:
@@ -212,7 +189,7 @@ def evaluate(checkpoint: str, split: str = "dev", store=None, root=None, device:
     if unknown:
         raise ConfigError(f"the {split} questions use characters this checkpoint does not know: "
                           f"{''.join(unknown)!r}"[:300])
-    got = answer(ck.model, ck.tokenizer, [q for q, _ in pairs], device=device)
+    got = answer(ck.model, ck.tokenizer, [q for q, _ in pairs])
     out = {"checkpoint": ck.name, "split": split, "predictions": got}
     if pairs and pairs[0][1] is not None:
         right = score(got, [p for _, p in pairs])

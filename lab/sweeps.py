@@ -596,12 +596,11 @@ def _score_answers(ck, sc: Score, abort, t0: float):
     subset = [pairs[i] for i in data.subset_indices(len(pairs), sc.n, sc.seed)]
     yield {"event": "scoring", "what": f"{ck.name}: greedy answers to {len(subset):,} {sc.split} "
            f"questions", "elapsed_s": time.time() - t0, "time": time.time()}
-    device, got, g0 = next(ck.model.parameters()).device, [], time.time()
+    got, g0 = [], time.time()
     for k in range(0, len(subset), ANSWER_CHUNK):
         if abort and abort():
             raise Aborted()
-        got += birthplace.answer(ck.model, ck.tokenizer, [q for q, _ in subset[k:k + ANSWER_CHUNK]],
-                                 device=device)
+        got += birthplace.answer(ck.model, ck.tokenizer, [q for q, _ in subset[k:k + ANSWER_CHUNK]])
     gen_s = time.time() - g0
     part = {"n": len(subset), "subset_hash": data.subset_hash([q for q, _ in subset]),
             "correct": [int(a == p) for a, (_, p) in zip(got, subset)],

@@ -71,8 +71,7 @@ def _answered(ck, question: str):
         if len(ids) >= limit:
             raise ConfigError(f"the question is {len(ids)} characters with its {mask}; a question "
                               f"of at most {limit - 1} leaves room for the answer")
-        said = birthplace.answer(ck.model, ck.tokenizer, [prompt[:-1]],
-                                 device=next(ck.model.parameters()).device)[0]
+        said = birthplace.answer(ck.model, ck.tokenizer, [prompt[:-1]])[0]
         text = (prompt + said)[:limit]
         cap = attention_maps.capture(ck.model, ck.tokenizer, text, n_prompt=len(ids), max_tokens=limit)
     return cap, text

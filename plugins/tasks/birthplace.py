@@ -60,8 +60,7 @@ class BirthplaceTask:
             if abort():
                 from lab.metrics import Aborted
                 raise Aborted()
-            device = next(model.parameters()).device
-            got = bp.answer(model, tok, [q for q, _ in dev_pairs], device=device)
+            got = bp.answer(model, tok, [q for q, _ in dev_pairs])
             right = bp.score(got, [p for _, p in dev_pairs])
             return scores | {"dev_accuracy": right["accuracy"], "dev_correct": right["correct"]}
 
