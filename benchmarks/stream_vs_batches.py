@@ -22,6 +22,7 @@ import torch  # noqa: E402
 from benchmarks.common import header, report  # noqa: E402
 from lab import tokenizers  # noqa: E402
 from lab.config import DecodeConfig  # noqa: E402
+from lab.evaluate import chunk_bounds  # noqa: E402
 from lab.generate import CaptionStream, sample_captions  # noqa: E402
 from lab.model import build  # noqa: E402
 from lab.presets import get  # noqa: E402
@@ -40,11 +41,8 @@ def main():
     bias = torch.zeros(tok.vocab_size)      # random logits are near 0: p(eos) ~ e^b / (V + e^b)
     bias[tok.eos_id] = math.log(tok.vocab_size / (args.mean - 1))
     model.lm_head.register_forward_hook(lambda module, a, out: out + bias)
-    first, chunk = chunks(args.n)
-    sizes, size = [], first
-    while sum(sizes) < args.n:
-        sizes.append(min(size, args.n - sum(sizes)))
-        size = min(2 * size, chunk)
+    first, chunk = chunks(args.n)                       # as the Evaluate tab runs it
+    sizes = [end - start for start, end in chunk_bounds(args.n, chunk, first)]
     cfg = DecodeConfig()
 
     def batches():

@@ -134,12 +134,8 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     # one, so the batch stays full while captions end at different lengths
     streams = {name: CaptionStream(ck.model, ck.tokenizer, len(subset), decode)
                for name, ck in models.items()}
-    starts, size = [0], first or chunk
-    while starts[-1] + size < len(subset):
-        starts.append(starts[-1] + size)
-        size = min(2 * size, chunk) if first else chunk
     width = 0
-    for start, end in zip(starts, starts[1:] + [len(subset)]):
+    for start, end in chunk_bounds(len(subset), chunk, first):
         part = subset[start:end]
         width = max(width, end - start)     # a short last chunk keeps the batch as wide
         for name, ck in models.items():
@@ -156,6 +152,16 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
             s["gen"] += hyps
             s["refs"] += bleu_tokens_of(part, tok, tokens)
         yield _snapshot(state, provenance, per_word, n_boot, done=end)
+
+
+def chunk_bounds(n: int, chunk: int, first: int | None = None) -> list[tuple[int, int]]:
+    """(start, end) of each chunk of n captions: `chunk` at a time or, with `first`, first that
+    many, then each chunk twice the one before, up to `chunk`."""
+    starts, size = [0], first or chunk
+    while starts[-1] + size < n:
+        starts.append(starts[-1] + size)
+        size = min(2 * size, chunk) if first else chunk
+    return list(zip(starts, starts[1:] + [n]))
 
 
 def _word_perplexity(s: dict, rows=None):

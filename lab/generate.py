@@ -85,10 +85,7 @@ def generate(model, prompts: list[list[int]], cfg: DecodeConfig, eos_id: int,
     decoder = make_decoder(cfg)
     device = _device(model)
     n_ctx = model.config.n_positions
-    longest = max(len(p) for p in prompts)
-    if longest >= n_ctx:
-        raise GenerationError(f"the prompt is {longest} tokens; this model's context is {n_ctx} "
-                              f"tokens, so a prompt may have at most {n_ctx - 1}")
+    check_context(max(len(p) for p in prompts), n_ctx)
     was_training = model.training
     model.eval()
     generator = torch.Generator(device=device).manual_seed(cfg.seed)
@@ -130,16 +127,10 @@ class CaptionStream:
     def __init__(self, model, tokenizer, n: int, cfg: DecodeConfig, prompt: str = "",
                  probs: bool = False):
         self.model, self.tokenizer, self.n, self.want_probs = model, tokenizer, n, probs
-        self.prompt_text = check_prompt(prompt)
-        self.prefix = tokenizer.encode(prompt) if prompt else []
-        self.prompt = ([] if tokenizer.bos_id is None else [tokenizer.bos_id]) + self.prefix
-        if not self.prompt:
-            raise GenerationError("this model reads a text from its first character (its tokenizer "
-                                  "has no start token): give a prompt to continue")
+        self.prompt_text = prompt
+        self.prefix, self.prompt = caption_prompt(tokenizer, prompt)
         n_ctx = model.config.n_positions
-        if len(self.prompt) >= n_ctx:
-            raise GenerationError(f"the prompt is {len(self.prompt)} tokens; this model's context "
-                                  f"is {n_ctx} tokens, so a prompt may have at most {n_ctx - 1}")
+        check_context(len(self.prompt), n_ctx)
         self.cfg, self.decoder = cfg, make_decoder(cfg)
         self.max_new = min(cfg.max_new_tokens, n_ctx - len(self.prompt))
         self.streams = getattr(model, "packable", False) and not getattr(self.decoder, "search", False)
@@ -266,6 +257,22 @@ MAX_PROMPT_CHARS = 4000      # checked before tokenizing: a huge prompt never re
 MAX_CAPTIONS = 10_000        # captions one call may ask for
 
 
+def caption_prompt(tokenizer, prompt: str) -> tuple[list[int], list[int]]:
+    """A caption's prompt text -> (its tokens, what the model reads first: BOS and them)."""
+    prefix = tokenizer.encode(check_prompt(prompt)) if prompt else []
+    bos = [] if tokenizer.bos_id is None else [tokenizer.bos_id]
+    if not bos and not prefix:
+        raise GenerationError("this model reads a text from its first character (its tokenizer "
+                              "has no start token): give a prompt to continue")
+    return prefix, bos + prefix
+
+
+def check_context(length: int, n_ctx: int) -> None:
+    if length >= n_ctx:
+        raise GenerationError(f"the prompt is {length} tokens; this model's context is {n_ctx} "
+                              f"tokens, so a prompt may have at most {n_ctx - 1}")
+
+
 def check_prompt(prompt: str) -> str:
     if not isinstance(prompt, str):
         raise GenerationError(f"the prompt must be text, got {type(prompt).__name__}")
@@ -282,11 +289,7 @@ def sample_captions(model, tokenizer, n: int, cfg: DecodeConfig, prompt: str = "
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CAPTIONS:
         raise GenerationError(f"the number of captions must be a whole number from 1 to "
                               f"{MAX_CAPTIONS}, got {n!r}")
-    prefix = tokenizer.encode(check_prompt(prompt)) if prompt else []
-    bos = [] if tokenizer.bos_id is None else [tokenizer.bos_id]
-    if not bos and not prefix:
-        raise GenerationError("this model reads a text from its first character (its tokenizer "
-                              "has no start token): give a prompt to continue")
-    outs = generate(model, [bos + prefix] * n, cfg, tokenizer.eos_id, batch_size, abort, probs)
+    prefix, ids = caption_prompt(tokenizer, prompt)
+    outs = generate(model, [ids] * n, cfg, tokenizer.eos_id, batch_size, abort, probs)
     return [Generated(prefix + new, tokenizer.decode(prefix + new), len(prefix), ps, fin)
             for new, ps, fin in outs]
