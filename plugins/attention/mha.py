@@ -61,45 +61,60 @@ class CausalSelfAttention(nn.Module):
         k = k.view(B, T, nkv, hs).transpose(1, 2)   # (B, nkv, T, hs)
         v = v.view(B, T, nkv, hs).transpose(1, 2)   # (B, nkv, T, hs)
         q, k = positions.rotate(q, k, pos)
-        present = None
+        k, v, present = self._with_past(k, v, past)
+        mask, plain = self._mask(pos, T, k.size(2), segments, positions, need_weights, q.dtype)
+        y, weights = self._attend(q, k, v, mask, plain, need_weights)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)       # re-assemble the heads
+        return self.resid_dropout(self.c_proj(y)), present, weights
+
+    def _with_past(self, k, v, past):
+        """The keys and values to attend to (the cached ones, then these) and the cache entry."""
         if past is not None and not self.keeps_less:    # (B, nkv, S, hs), S = S_past + T: written
             present = KVSlot.extend(past, k, v)         # after the cached keys, in place when it can
-            k, v = present
-        elif past is not None:
+            return *present, present
+        if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        present = present or self.keep_cache(k, v)
-        S = k.size(2)
-        grouped = nkv != nh     # each KV head serves a contiguous group of query heads (HF's repeat_kv)
+        return k, v, self.keep_cache(k, v)
+
+    def _mask(self, pos, T: int, S: int, segments, positions, need_weights: bool, dtype):
+        """The additive mask (None where plain causal attention needs none: S == T or T == 1)
+        and whether the attention is plain causal: mask_mod, a row's own segment or its own
+        columns, and the positional bias."""
         if segments is not None:                               # packed: (B, T) each, S == T
             k_pos = pos
             q_at, k_at = pos[:, :, None], pos[:, None, :]
         else:           # the keys end at the last query: (S,), or (B, S) for rows at their own
-            k_pos = torch.arange(S, device=x.device) + (pos[..., -1:] + 1 - S)  # positions
+            k_pos = torch.arange(S, device=pos.device) + (pos[..., -1:] + 1 - S)   # positions
             q_at, k_at = pos[..., :, None], k_pos[..., None, :]
         bias = positions.attn_bias(pos, k_pos)               # (nh, T, S), (B, nh, T, S) or None
         plain = bias is None and pos.dim() == 1 and \
             type(self).mask_mod is CausalSelfAttention.mask_mod
-        mask = None                     # plain causal attention needs none when S == T or T == 1
-        if not plain or (T > 1 and S != T) or need_weights and T > 1:
-            allowed = self.mask_mod(q_at, k_at)                            # (T, S) or (B, T, S)
-            if segments is not None:
-                allowed = (allowed & (segments[:, :, None] == segments[:, None, :]))[:, None]
-            elif pos.dim() == 2:        # a row's keys from before its text began are not its own
-                allowed = (allowed & (k_at >= 0))[:, None]
-            mask = torch.zeros(allowed.shape, dtype=q.dtype, device=x.device)
-            mask = mask.masked_fill(~allowed, float("-inf"))
-            if bias is not None:
-                mask = mask + bias.to(q.dtype)
+        if plain and (T == 1 or S == T) and not (need_weights and T > 1):
+            return None, plain
+        allowed = self.mask_mod(q_at, k_at)                            # (T, S) or (B, T, S)
+        if segments is not None:
+            allowed = (allowed & (segments[:, :, None] == segments[:, None, :]))[:, None]
+        elif pos.dim() == 2:        # a row's keys from before its text began are not its own
+            allowed = (allowed & (k_at >= 0))[:, None]
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=pos.device)
+        mask = mask.masked_fill(~allowed, float("-inf"))
+        return (mask if bias is None else mask + bias.to(dtype)), plain
+
+    def _attend(self, q, k, v, mask, plain: bool, need_weights: bool):
+        """(B, nh, T, hs) outputs of the heads, and the weights when asked for."""
+        B, nh, T, hs = q.shape
+        nkv, S = k.size(1), k.size(2)
+        p = self.dropout if self.training else 0.0
+        grouped = nkv != nh     # each KV head serves a contiguous group of query heads (HF's repeat_kv)
         if grouped and mask is not None and T == 1 and not need_weights:
             # one query per row (a decoding step): each KV head's group of query heads reads it
             # as that head's queries, so the keys are read once, without copies
             g = nh // nkv
             if mask.dim() >= 3 and mask.size(-3) == nh:      # a bias per head: (.., nh, 1, S)
                 mask = mask.reshape(*mask.shape[:-3], nkv, g, S)
-            y = F.scaled_dot_product_attention(q.view(B, nkv, g, hs), k, v, attn_mask=mask,
-                                               dropout_p=self.dropout if self.training else 0.0)
-            y = y.view(B, nh, T, hs).transpose(1, 2).contiguous().view(B, T, C)
-            return self.resid_dropout(self.c_proj(y)), present, None
+            y = F.scaled_dot_product_attention(q.reshape(B, nkv, g, hs), k, v, attn_mask=mask,
+                                               dropout_p=p)
+            return y.view(B, nh, T, hs), None
         if grouped and (need_weights or mask is not None):
             # SDPA reads grouped heads without copies only in its unmasked kernels (CUDA's flash
             # kernel takes no mask): copies here, as HF's repeat_kv
@@ -111,18 +126,12 @@ class CausalSelfAttention(nn.Module):
             if mask is not None:
                 att = att + mask
             weights = F.softmax(att.float(), dim=-1).to(q.dtype)
-            y = self.attn_dropout(weights) @ v                   # (B, nh, T, hs)
-        else:
-            weights = None
-            p = self.dropout if self.training else 0.0
-            if plain and S == T:        # grouped KV heads read by SDPA, with no copies
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True,
-                                                   enable_gqa=grouped)
-            else:
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
-                                                   enable_gqa=grouped)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)       # re-assemble the heads
-        return self.resid_dropout(self.c_proj(y)), present, weights
+            return self.attn_dropout(weights) @ v, weights       # (B, nh, T, hs)
+        if plain and S == T:        # grouped KV heads read by SDPA, with no copies
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True,
+                                                  enable_gqa=grouped), None
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                              enable_gqa=grouped), None
 
 
 @ATTENTION.register("mha", "Multi-head attention: every query head has its own key/value head")
