@@ -199,7 +199,8 @@ def build(ctx: Context):
                 "network needed); the grid shows every layer x head at once. Layers and heads are "
                 "numbered from 1.")
     with gr.Row():
-        name = checkpoint_dropdown(ctx, "checkpoint", elem_id="attention-checkpoint")
+        # its first text is a caption: a caption model first (a birth-place one reads questions)
+        name = checkpoint_dropdown(ctx, "checkpoint", task="captions", elem_id="attention-checkpoint")
         other = ctx.add_dropdown(Dropdown([""] + ctx.checkpoint_names(), value="",
                                           label="side by side with (optional)",
                                           allow_custom_value=True, elem_id="attention-other"), "blank")

@@ -96,10 +96,14 @@ def wire(button, inputs, shown: list, ctx: Context, api_name: str) -> gr.State:
     Returns the state holding the last scores."""
     last = gr.State(None)
     files = gr.File(label="download the scores (CSV, JSON)", file_count="multiple", interactive=False,
-                    elem_id=f"{api_name}-files")
+                    elem_id=f"{api_name}-files", visible=False)     # shown once there are scores
+
+    def downloads(scores):
+        paths = score_files(scores, ctx.store)
+        return gr.update(value=paths, visible=bool(paths))
     button.click(friendly(lambda *a: (yield from run(*a, store=ctx.store, data_dir=ctx.data_dir))),
                  inputs, shown + [last], api_name=api_name).success(
-        friendly(lambda s: score_files(s, ctx.store)), last, files, api_visibility="private")
+        friendly(downloads), last, files, api_visibility="private")
     return last
 
 
