@@ -48,6 +48,7 @@ newcomer: install $(CHROMIUM)
 
 bench: install
 	$(BIN)/python benchmarks/bleu_vs_nltk.py
+	$(BIN)/python benchmarks/output_layer.py
 	$(BIN)/python benchmarks/generate_vs_hf.py
 	$(BIN)/python benchmarks/train_vs_hf.py
 	$(BIN)/python benchmarks/live_eval.py

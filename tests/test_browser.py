@@ -250,6 +250,9 @@ def test_evaluate_streams_results(page):
     expect(page.locator("#evaluate-provenance")).to_contain_text("lower is better")
     expect(page.locator("#evaluate-provenance")).to_contain_text("Verdicts")
     expect(page.locator("#evaluate-provenance")).to_contain_text("per-word perplexity")
+    files = page.locator("#evaluate-files")          # hidden while scores stream, then the downloads
+    expect(files).to_contain_text(".csv", timeout=30_000)
+    expect(files).to_contain_text(".json")
     _shot(page, "evaluate")
     # exposure bias of one checkpoint: five prefix lengths, no gap without a prefix
     _choose(page, "#eb-checkpoint", "scratch-a")

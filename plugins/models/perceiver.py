@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from lab.config import ConfigError
-from lab.model import Block, PrefixLM, _init_weights, offered, part
+from lab.model import Block, OutputLayer, PrefixLM, _init_weights, offered, part
 from lab.registry import MODELS
 
 
@@ -118,7 +118,7 @@ def perceiver(config, settings: PerceiverSettings):
     model = PerceiverLM(c, wte=nn.Embedding(c.vocab_size, c.n_embd),
                         wpe=part(c, "positional", **offer["positional"]), down=project(),
                         blocks=blocks, up=project(), ln_f=norm(),
-                        lm_head=nn.Linear(c.n_embd, c.vocab_size, bias=False),
+                        lm_head=OutputLayer(c.n_embd, c.vocab_size, bias=False),
                         bottleneck_dim=settings.bottleneck_dim)
     basis = model.basis.detach().clone()
     _init_weights(model, c.init_std)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from lab.model import Block, PrefixLM, _init_weights, offered, part
+from lab.model import Block, OutputLayer, PrefixLM, _init_weights, offered, part
 from lab.registry import MODELS
 
 
@@ -88,7 +88,7 @@ def universal(config, settings: UniversalSettings):
     model = UniversalLM(c, wte=nn.Embedding(c.vocab_size, c.n_embd),
                         wpe=part(c, "positional", **offer["positional"]), blocks=blocks,
                         ln_f=norm() if c.norm_position == "pre" else nn.Identity(),
-                        lm_head=nn.Linear(c.n_embd, c.vocab_size, bias=False), settings=settings)
+                        lm_head=OutputLayer(c.n_embd, c.vocab_size, bias=False), settings=settings)
     _init_weights(model, c.init_std)
     nn.init.zeros_(model.halt.weight)
     nn.init.constant_(model.halt.bias, 1.0)

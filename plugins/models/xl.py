@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from lab.config import ConfigError
-from lab.model import Positional, PrefixLM, _init_weights, offered, part
+from lab.model import OutputLayer, Positional, PrefixLM, _init_weights, offered, part
 from lab.registry import MODELS
 
 
@@ -137,6 +137,6 @@ def xl(config, settings: XLSettings):
               for _ in range(c.n_layer)]
     model = XLLM(c, wte=nn.Embedding(c.vocab_size, c.n_embd), blocks=blocks,
                  ln_f=norm() if c.norm_position == "pre" else nn.Identity(),
-                 lm_head=nn.Linear(c.n_embd, c.vocab_size, bias=False), settings=settings)
+                 lm_head=OutputLayer(c.n_embd, c.vocab_size, bias=False), settings=settings)
     _init_weights(model, c.init_std)
     return model
