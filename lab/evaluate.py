@@ -134,6 +134,10 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     # one, so the batch stays full while captions end at different lengths
     streams = {name: CaptionStream(ck.model, ck.tokenizer, len(subset), decode)
                for name, ck in models.items()}
+    # how the captions were drawn (a stream draws other captions for a seed than the batches
+    # before session 10 did: the same distribution, another draw)
+    provenance["generated"] = {name: "one stream" if s.streams else "one batch per chunk"
+                               for name, s in streams.items()}
     width = 0
     for start, end in chunk_bounds(len(subset), chunk, first):
         part = subset[start:end]
