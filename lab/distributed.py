@@ -60,7 +60,12 @@ def mean(value: float, device: torch.device) -> float:
     return t.item() / dist.get_world_size()
 
 
-def teardown() -> None:
-    """Leave the process group (the end of a run under torchrun)."""
+def teardown(together: bool = True) -> None:
+    """Leave the process group (the end of a run under torchrun). together: every rank ended its
+    run normally, so they wait for each other first; a rank that left while another was still
+    finishing its last collective was once aborted by gloo ("terminate called without an active
+    exception"). After an error a rank leaves at once (the others may never arrive)."""
     if dist.is_available() and dist.is_initialized():
+        if together:
+            dist.barrier()
         dist.destroy_process_group()

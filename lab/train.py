@@ -15,6 +15,7 @@ import contextlib
 import functools
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -337,7 +338,7 @@ class Trainer:
         finally:
             if writer is not None:
                 writer.close()
-            distributed.teardown()
+            distributed.teardown(together=sys.exc_info()[0] is None)
 
     def _eta(self) -> float:
         """Seconds left: the remaining steps at the measured step time, plus the evaluations still
