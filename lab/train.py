@@ -15,7 +15,6 @@ import contextlib
 import functools
 import json
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -321,6 +320,7 @@ class Trainer:
                          "precision": self.precision, "compiled": cfg.compile,
                          "packed": self.packed, "unpacked_why": self.unpacked_why,
                          "unit": self.task.unit, "peak_flops": self.peak, "processes": self.world}, writer)
+        failed = False
         try:
             for epoch in range(self.epoch_done + 1, self.epochs + 1):
                 if (yield from self._epoch(epoch, writer)):
@@ -335,10 +335,13 @@ class Trainer:
                              "best_epoch": self.best and self.best["epoch"],
                              "best_dev_perplexity": self.best and self.best["dev_perplexity"],
                              "elapsed_s": time.time() - self.t_start, **budget}, writer)
+        except BaseException:          # an error, or the consumer closing the run (GeneratorExit)
+            failed = True
+            raise
         finally:
             if writer is not None:
                 writer.close()
-            distributed.teardown(together=sys.exc_info()[0] is None)
+            distributed.teardown(together=not failed)
 
     def _eta(self) -> float:
         """Seconds left: the remaining steps at the measured step time, plus the evaluations still

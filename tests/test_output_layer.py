@@ -34,14 +34,16 @@ def test_training_and_large_batches_take_one_product(monkeypatch):
     out.sum().backward()
     assert h.grad is not None and layer.weight.grad is not None
     with torch.no_grad():
-        layer(torch.randn(513, 16))                 # more rows than a decoding step
+        layer(torch.randn(257, 16))                 # more rows than a decoding step
         layer(torch.randn(4, 16))                   # a decoding step: in blocks
     assert calls == [9000, 9000, 2048, 2048, 2048, 2048, 808]
 
 
-def test_models_decode_through_it_and_its_hooks_run():
+def test_every_model_family_decodes_through_it_and_its_hooks_run():
+    from lab.registry import MODELS
+    for family in MODELS.names():
+        assert type(build(tiny_config(model=family, vocab_size=64)).lm_head) is OutputLayer, family
     model = build(tiny_config(vocab_size=50257)).eval()
-    assert type(model.lm_head) is OutputLayer
     seen = []
     model.lm_head.register_forward_hook(lambda module, args, out: seen.append(out.shape))
     with torch.no_grad():
