@@ -28,8 +28,8 @@ class Context:
     store: str | None = None
     data_dir: str | None = None
     checkpoint_dropdowns: list = field(default_factory=list)
-    # how each dropdown is filled: "one" (the first name), "two" (the first two, to compare) or
-    # "blank" (nothing chosen: an optional choice such as the parent of a fine-tune)
+    # how each dropdown is filled: "one" (the first name), "two" (the first two, to compare),
+    # "task" (the first two trained for its task, and no other) or "blank" (nothing chosen: an optional choice such as the parent of a fine-tune)
     fill: dict = field(default_factory=dict)
     task: dict = field(default_factory=dict)    # a dropdown's task: what it picks first
     empty_notes: list = field(default_factory=list)     # shown while the store is empty
@@ -53,6 +53,8 @@ class Context:
     def picked(self, names: list[str], fill: str, task: str | None = None):
         """What a dropdown picks for the person: the first one or two names, those trained for
         its task first (a caption tab does not open on a birth-place model)."""
+        if fill == "task":
+            return [n for n in names if checkpoint_task(n, self.store) == task][:2]
         if task:
             names = sorted(names, key=lambda n: checkpoint_task(n, self.store) != task)
         return names[:2] if fill == "two" else names[0] if names else None
@@ -62,7 +64,7 @@ class Context:
         was empty before, it also picks what a freshly built page would have picked."""
         fill = self.fill[id(dd)]
         choices = [""] + names if fill == "blank" else names
-        if not was_empty or fill in ("blank", "keep"):       # keep: nothing chosen for the person
+        if not was_empty or fill == "blank":
             return gr.update(choices=choices)
         return gr.update(choices=choices, value=self.picked(names, fill, self.task[id(dd)]))
 
@@ -256,9 +258,9 @@ def decode_config(decoder, *values, seed=0, max_new_tokens: int = 35) -> DecodeC
 def checkpoint_dropdown(ctx: Context, label: str, multiselect: bool = False, task: str | None = None,
                         **kw) -> gr.Dropdown:
     """Every stored checkpoint, the first one (or two, multiselect) picked: those trained for
-    `task` first when one is given."""
+    `task` first when one is given (fill="task": only those)."""
     names = ctx.checkpoint_names()
-    fill = "two" if multiselect else "one"
+    fill = kw.pop("fill", None) or ("two" if multiselect else "one")
     # custom values: a script reaches checkpoints made after the page was built (checked on use)
     dd = Dropdown(names, value=ctx.picked(names, fill, task), label=label, multiselect=multiselect,
                   allow_custom_value=True, **kw)

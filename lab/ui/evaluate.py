@@ -5,7 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from lab import exports
-from lab.ui.fields import Dropdown, Number, Radio
+from lab.ui.fields import Number, Radio
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.evaluate import evaluate_live, verdicts
 from lab.ui.common import (LOADED, Context, checkpoint_dropdown, decode_config, decoder_inputs, friendly,
@@ -101,6 +101,8 @@ def wire(button, inputs, shown: list, ctx: Context, api_name: str) -> gr.State:
     def downloads(scores):
         paths = score_files(scores, ctx.store)
         return gr.update(value=paths, visible=bool(paths))
+    # a new evaluation hides the last one's downloads until its own scores are in
+    button.click(lambda: gr.update(visible=False), None, files, queue=False, api_visibility="private")
     button.click(friendly(lambda *a: (yield from run(*a, store=ctx.store, data_dir=ctx.data_dir))),
                  inputs, shown + [last], api_name=api_name).success(
         friendly(downloads), last, files, api_visibility="private")
@@ -151,9 +153,8 @@ def _birthplace_section(ctx: Context):
                 "`python -m lab birthplace finetune` (or the Train form with a birthplace preset); "
                 "they answer the same questions, beside the London baseline.")
     with gr.Row():
-        names = Dropdown(ctx.checkpoint_names(), value=[], multiselect=True, allow_custom_value=True,
-                         label="birth-place checkpoints", elem_id="bp-checkpoints", scale=3)
-        ctx.add_dropdown(names, "keep")
+        names = checkpoint_dropdown(ctx, "birth-place checkpoints", multiselect=True, task="birthplace",
+                                    fill="task", elem_id="bp-checkpoints", scale=3)
         split = Radio(["dev", "test"], value="dev", label="questions",
                       info="test has no places: answers only")
     go = gr.Button("Answer the questions", elem_id="bp-go")
@@ -194,9 +195,7 @@ def exposure(name, n, store=None, data_dir=None):
 def _exposure_section(ctx: Context):
     gr.Markdown("### Exposure bias (captions models)")
     with gr.Row():
-        name = Dropdown(ctx.checkpoint_names(), value=None, allow_custom_value=True,
-                        label="checkpoint", elem_id="eb-checkpoint", scale=3)
-        ctx.add_dropdown(name, "keep")
+        name = checkpoint_dropdown(ctx, "checkpoint", task="captions", elem_id="eb-checkpoint", scale=3)
         n = Radio([100, 500, 1000], value=500, label="dev captions", elem_id="eb-n")
     go = gr.Button("Measure exposure bias", elem_id="eb-go")
     table = gr.Dataframe(headers=EXPOSURE_COLUMNS, label="exposure bias", elem_id="eb-table",
