@@ -166,8 +166,12 @@ def test_caption_tabs_pick_caption_checkpoints_before_birth_place_ones(store):
     with gr.Blocks():
         captions = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, task="captions")
         anything = checkpoint_dropdown(ctx, "checkpoint")
+        places = checkpoint_dropdown(ctx, "birth-place checkpoints", multiselect=True,
+                                     task="birthplace", fill="task")
     assert captions.value == ["b", "c"] and anything.value == "a-birthplace"
     assert ctx.refreshed(captions, ["a-birthplace", "b", "c"], was_empty=True)["value"] == ["b", "c"]
+    assert places.value == ["a-birthplace"]                       # its task's checkpoints only
+    assert ctx.refreshed(places, ["b", "c"], was_empty=True)["value"] == []
 
 
 def test_on_an_empty_store_a_missing_choice_says_where_checkpoints_come_from(store):

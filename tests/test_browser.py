@@ -255,6 +255,7 @@ def test_evaluate_streams_results(page):
     expect(files).to_contain_text(".json")
     _shot(page, "evaluate")
     # exposure bias of one checkpoint: five prefix lengths, no gap without a prefix
+    expect(page.locator("#eb-checkpoint input")).to_have_value("scratch-a")   # chosen for the person
     _choose(page, "#eb-checkpoint", "scratch-a")
     page.locator("#eb-n").get_by_text("100", exact=True).click()
     page.locator("#eb-go").click()
