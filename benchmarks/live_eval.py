@@ -42,8 +42,8 @@ def main():
         for snap in evaluate_live(models, args.n, DecodeConfig(), chunk=chunk, first=first_chunk):
             t = time.perf_counter() - t0
             first = first or t
-            done.append(snap["done"])
-        figures = dict(captions=args.n, snapshots_at=done, first_figures_s=round(first, 1),
+            done.append((snap["done"], round(t, 1)))
+        figures = dict(captions=args.n, snapshots_at_s=done, first_figures_s=round(first, 1),
                        all_s=round(t, 1))
         if args.floor:
             from torch.utils.flop_counter import FlopCounterMode

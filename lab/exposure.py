@@ -22,7 +22,7 @@ def _sample_prefix(model, bos: int, n: int, m: int, eos: int, g: torch.Generator
     """(n, m) tokens sampled from the model after BOS, never end-of-text."""
     x = torch.full((n, 1), bos, dtype=torch.long)
     for _ in range(m):
-        logits = model(x).logits[:, -1].float()
+        logits = model(x, logits_to_keep=1).logits[:, -1].float()
         logits[:, eos] = float("-inf")
         nxt = draw(torch.softmax(logits, -1), g)[:, None]
         x = torch.cat([x, nxt], 1)

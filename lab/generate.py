@@ -12,7 +12,7 @@ import torch
 from lab.config import DecodeConfig
 from lab.errors import LabError
 from lab.metrics import Aborted
-from lab.model import KVCache
+from lab.model import KVCache, recycled_logits
 from lab.registry import DECODERS, load_plugins
 
 
@@ -44,8 +44,13 @@ def _sample_group(model, prompt: torch.Tensor, decoder, max_new: int, eos_id: in
                   abort=None, want_probs: bool = False):
     """prompt: (B, T0) of equal-length prompts. Returns per row (new ids, probs, finished); the
     probabilities (a softmax over the whole vocabulary each step) only when asked for."""
+    with recycled_logits():      # a step's logits are done with before the next step's
+        return _sample_steps(model, prompt, decoder, max_new, eos_id, generator, abort, want_probs)
+
+
+def _sample_steps(model, prompt, decoder, max_new, eos_id, generator, abort, want_probs):
     B = prompt.size(0)
-    out = model(prompt)
+    out = model(prompt, logits_to_keep=1)
     past, logits = out.past_key_values, out.logits[:, -1]          # logits: (b, V) for active rows
     active = torch.arange(B, device=prompt.device)                 # original row of each active row
     new = [[] for _ in range(B)]
@@ -158,51 +163,64 @@ class CaptionStream:
         was = self.model.training
         self.model.eval()
         try:
-            while not all(i in self.done for i in want):
-                if abort is not None and abort():
-                    raise Aborted()
-                self._admit(width)
-                self._step()
+            with recycled_logits():      # a step's logits are done with before the next step's
+                while not all(i in self.done for i in want):
+                    if abort is not None and abort():
+                        raise Aborted()
+                    self._admit(width)
+                    self._step()
         finally:
             self.model.train(was)
         self.returned = want.stop
         return [self.done.pop(i) for i in want]
 
     def _admit(self, width: int) -> None:
-        """Start captions in the free places, their cache columns so far not their own."""
-        joining = min(width - len(self.rows), self.n - self.started)
-        if joining <= 0:
-            return
-        self.rows += range(self.started, self.started + joining)
-        self.pos += [0] * joining
-        self.next_in += [self.prompt[0]] * joining
-        for i in range(self.started, self.started + joining):
+        """Start captions in the places of captions that ended, then in new rows up to `width`
+        busy rows; places left empty leave the batch. A caption taking an old place sees none of
+        the keys there: they lie at columns before its position 0 (the attention's own-columns
+        rule), so the cache is not copied for it. New rows get columns of zeros."""
+        vacant = [r for r, i in enumerate(self.rows) if i is None]
+        joining = max(0, min(width - (len(self.rows) - len(vacant)), self.n - self.started))
+        grow = max(0, joining - len(vacant))
+        places = vacant[:joining] + list(range(len(self.rows), len(self.rows) + grow))
+        if grow:
+            self.rows += [None] * grow
+            self.pos += [0] * grow
+            self.next_in += [0] * grow
+            if self.past is not None:
+                self.past = KVCache([(_more_rows(k, grow), _more_rows(v, grow)) for k, v in self.past],
+                                    self.past.seen)
+        for r, i in zip(places, range(self.started, self.started + joining)):
+            self.rows[r], self.pos[r], self.next_in[r] = i, 0, self.prompt[0]
             self.new[i], self.probs[i] = [], []
         self.started += joining
-        if self.past is not None:
-            self.past = KVCache([(_more_rows(k, joining), _more_rows(v, joining))
-                                 for k, v in self.past], self.past.seen)
+        if len(vacant) > joining:                   # nothing to start there: the rows leave
+            keep = [i is not None for i in self.rows]
+            self.rows, self.pos, self.next_in = ([v for v, kp in zip(values, keep) if kp]
+                                                 for values in (self.rows, self.pos, self.next_in))
+            self.past = None if not self.rows else \
+                self.past.select(torch.tensor(keep, device=_device(self.model)))
 
     def _step(self) -> None:
+        """One token for every row; a caption that ends leaves its place empty for _admit."""
         device = _device(self.model)
         x = torch.tensor(self.next_in, device=device)[:, None]
         out = self.model(x, past_key_values=self.past,
                          positions=torch.tensor(self.pos, device=device)[:, None])
         self.past, logits = out.past_key_values, out.logits[:, -1]
         last_prompt = len(self.prompt) - 1
-        free = [r for r, p in enumerate(self.pos) if p >= last_prompt]    # past the prompt
+        drawing = [r for r, p in enumerate(self.pos) if p >= last_prompt]    # past the prompt
         drawn, p = [], []
-        if free:
-            chosen = logits[free] if len(free) < len(self.rows) else logits
+        if drawing:
+            chosen = logits[drawing] if len(drawing) < len(self.rows) else logits
             nxt = self.decoder(chosen, self.generator)
             drawn = nxt.tolist()
             if self.want_probs:
                 p = torch.softmax(chosen.float(), dim=-1).gather(1, nxt[:, None]).squeeze(1).tolist()
-        keep = [True] * len(self.rows)
-        for j, r in enumerate(free):
+        for j, r in enumerate(drawing):
             i, tok = self.rows[r], drawn[j]
             if tok == self.tokenizer.eos_id:
-                keep[r] = False
+                self.rows[r] = None
                 self._finish(i, finished=True)
                 continue
             self.new[i].append(tok)
@@ -210,20 +228,12 @@ class CaptionStream:
                 self.probs[i].append(p[j])
             self.next_in[r] = tok
             if len(self.new[i]) == self.max_new:
-                keep[r] = False
+                self.rows[r] = None
                 self._finish(i, finished=False)
         for r, p_r in enumerate(self.pos):
             if p_r < last_prompt:
                 self.next_in[r] = self.prompt[p_r + 1]
         self.pos = [q + 1 for q in self.pos]
-        if not all(keep):
-            self.rows = [v for v, kp in zip(self.rows, keep) if kp]
-            self.pos = [v for v, kp in zip(self.pos, keep) if kp]
-            self.next_in = [v for v, kp in zip(self.next_in, keep) if kp]
-            if not self.rows:
-                self.past = None
-                return
-            self.past = self.past.select(torch.tensor(keep, device=device))
         self._trim()
 
     def _finish(self, i: int, finished: bool) -> None:
@@ -232,8 +242,11 @@ class CaptionStream:
                                  self.probs.pop(i), finished)
 
     def _trim(self) -> None:
-        """Drop the cache's oldest columns once no row reaches back to them."""
-        need, cols = max(self.pos), self.past[0][0].size(2)
+        """Drop the cache's oldest columns once no caption's row reaches back to them."""
+        busy = [q for q, i in zip(self.pos, self.rows) if i is not None]
+        need, cols = max(busy, default=0), self.past[0][0].size(2)
+        if not busy:                                # _admit fills the places or drops the rows
+            return
         if cols - need >= max(16, cols // 2):
             self.past = KVCache([(k[:, :, cols - need:], v[:, :, cols - need:]) for k, v in self.past],
                                 need)

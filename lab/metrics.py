@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from lab.data import batches, pack, sentence_nll
+from lab.model import recycled_logits
 
 
 class Aborted(Exception):
@@ -38,12 +39,13 @@ def sentence_nlls(model, seqs: list[list[int]], pad_id: int, batch_size: int = 1
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
     nlls, counts = [], []
     try:
-        for batch in batches([seqs[i] for i in order], batch_size, pad_id):
-            if abort is not None and abort():
-                raise Aborted()
-            batch = (pack(batch) if packed else batch).to(device)
-            nll, n = sentence_nll(model(batch.input_ids, **batch.model_inputs()).logits, batch)
-            nlls.append(nll.cpu()); counts.append(n.cpu())
+        with recycled_logits():         # a batch's logits are done with before the next batch's
+            for batch in batches([seqs[i] for i in order], batch_size, pad_id):
+                if abort is not None and abort():
+                    raise Aborted()
+                batch = (pack(batch) if packed else batch).to(device)
+                nll, n = sentence_nll(model(batch.input_ids, **batch.model_inputs()).logits, batch)
+                nlls.append(nll.cpu()); counts.append(n.cpu())
     finally:
         model.train(was_training)
     back = torch.empty(len(order), dtype=torch.long)

@@ -30,6 +30,8 @@ The contracts a part keeps (tests/test_plugin_contracts.py checks each):
 from __future__ import annotations
 
 import math
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -171,9 +173,12 @@ class TfmrLM(nn.Module):
             getattr(block.attn, "packable", False) for block in self.transformer.h)
 
     def forward(self, idx, past_key_values=None, output_attentions=False, labels=None,
-                positions=None, segments=None):
+                positions=None, segments=None, logits_to_keep: int = 0):
         """idx: (B, T) token ids. past_key_values continue a cached prefix. labels: (B, T) targets
-        aligned with idx (shifted inside, -100 ignored), for an HF-style mean loss. positions and
+        aligned with idx (shifted inside, -100 ignored), for an HF-style mean loss.
+        logits_to_keep: the logits of the last that many positions only (HF's name; 0: all): a
+        prompt read before decoding needs its last position's, and the output layer is most of
+        the work of reading it. positions and
         segments (B, T): packed rows (data.pack), read whole: each text from position 0, its
         tokens seeing only their own text. positions (B, T) without segments: each row at its own
         positions after its cached keys (continuous batching: a row that started later has fewer
@@ -205,7 +210,7 @@ class TfmrLM(nn.Module):
             x, present, w = block(x, pos, wpe, past, output_attentions, segments)
             presents.append(present)
             attentions.append(w)
-        logits = self.lm_head(self.transformer.ln_f(x))               # (B, T, V)
+        logits = self.lm_head(self.transformer.ln_f(_last(x, logits_to_keep, labels)))   # (B, T, V)
         return LMOutput(logits, None if packed else KVCache(presents, t0 + T),
                         attentions if output_attentions else None, lm_loss(logits, labels))
 
@@ -229,23 +234,73 @@ class TfmrLM(nn.Module):
 
 class OutputLayer(nn.Linear):
     """The output layer (hidden -> vocabulary logits), an nn.Linear. Without gradients on the CPU,
-    a few rows (a decoding step) against a large vocabulary are multiplied 2,048 vocabulary entries
-    at a time: on this project's CPU one product of 256 rows against the whole 50,257 x 768 matrix
-    (154 MB) runs at about 100 GFLOP/s, the same product in blocks at about 140
+    a large vocabulary is multiplied in tiles of 512 rows by 1,024 vocabulary entries, each tile
+    written in place into the logits: on this project's CPU one product of 256 rows (a decoding
+    step) against the whole 50,257 x 768 matrix (154 MB) runs at about 110 GFLOP/s, and of
+    1,700 rows (a scoring batch) at about 125; in tiles both run at about 160
     (benchmarks/output_layer.py). Each logit is the same dot product; only the blocking of the
-    matrix product differs (float rounding)."""
+    matrix product differs (float rounding).
 
-    DECODE_ROWS = 256        # at most this many rows (a decoding step); at 500 rows SmolLM2's
-                             # 576 x 49,152 ran 0.92-1.02x in blocks, so one product there
-    BLOCK = 2048
+    Inside `recycled_logits()` each call (of this thread) writes its logits over the last call's
+    instead of into fresh memory: a decoding step's 50 MB of logits in new pages costs about 12 ms
+    of page faults on this CPU, a tenth of the step."""
+
+    ROWS = 512               # rows per tile
+    BLOCK = 1024             # vocabulary entries per tile; a vocabulary under 4 blocks: one product
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         w, b = self.weight, self.bias
-        if (torch.is_grad_enabled() or w.device.type != "cpu" or w.size(0) < 4 * self.BLOCK
-                or h.numel() > self.DECODE_ROWS * h.size(-1)):
+        if (torch.is_grad_enabled() or w.device.type != "cpu" or h.dtype != w.dtype
+                or torch.is_autocast_enabled("cpu")):
             return F.linear(h, w, b)
-        return torch.cat([F.linear(h, w[i:i + self.BLOCK], None if b is None else b[i:i + self.BLOCK])
-                          for i in range(0, w.size(0), self.BLOCK)], dim=-1)
+        x = h.reshape(-1, h.size(-1))
+        (M, V), tiled = (x.size(0), w.size(0)), w.size(0) >= 4 * self.BLOCK
+        out = _recycled(self, M * V, x.dtype).view(M, V)
+        rows, cols = (self.ROWS, self.BLOCK) if tiled else (max(M, 1), V)
+        for r in range(0, M, rows):
+            for i in range(0, V, cols):
+                tile = out[r:r + rows, i:i + cols]
+                if b is None:
+                    torch.mm(x[r:r + rows], w[i:i + cols].t(), out=tile)
+                else:
+                    torch.addmm(b[i:i + cols], x[r:r + rows], w[i:i + cols].t(), out=tile)
+        return out.view(*h.shape[:-1], V)
+
+
+_RECYCLING = threading.local()      # .buffers: {output layer: flat buffer} inside recycled_logits
+
+
+def _recycled(layer: nn.Module, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """n fresh elements, or inside recycled_logits() the first n of the layer's buffer."""
+    buffers = getattr(_RECYCLING, "buffers", None)
+    if buffers is None:
+        return torch.empty(n, dtype=dtype)
+    buf = buffers.get(layer)
+    if buf is None or buf.numel() < n or buf.dtype != dtype:
+        buf = buffers[layer] = torch.empty(n, dtype=dtype)
+    return buf[:n]
+
+
+@contextmanager
+def recycled_logits():
+    """Within it, each call of an OutputLayer from this thread writes its logits over the same
+    layer's last logits: for a decoding loop that is done with a step's logits before it asks for
+    the next (the logits of an earlier call must not be read after a later one)."""
+    before = getattr(_RECYCLING, "buffers", None)
+    _RECYCLING.buffers = {}
+    try:
+        yield
+    finally:
+        _RECYCLING.buffers = before
+
+
+def _last(h: torch.Tensor, logits_to_keep: int, labels) -> torch.Tensor:
+    """h (B, T, C): its last logits_to_keep positions (0: all of them)."""
+    if not logits_to_keep:
+        return h
+    if labels is not None:
+        raise ValueError("the loss needs every position's logits: labels with logits_to_keep")
+    return h[:, -logits_to_keep:]
 
 
 def lm_loss(logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:
@@ -269,7 +324,8 @@ class PrefixLM(TfmrLM):
 
     packable = False     # its outputs depend on the whole prefix it reads: one text per row
 
-    def forward(self, idx, past_key_values=None, output_attentions=False, labels=None):
+    def forward(self, idx, past_key_values=None, output_attentions=False, labels=None,
+                logits_to_keep: int = 0):
         n_new = idx.size(1)
         if past_key_values:
             idx = torch.cat([past_key_values[0], idx], dim=1)
@@ -278,7 +334,7 @@ class PrefixLM(TfmrLM):
                              f"(n_positions={self.config.n_positions})")
         hidden, attentions, extras = self.run(idx, output_attentions)
         new = slice(idx.size(1) - n_new, None)
-        logits = self.lm_head(self.transformer.ln_f(hidden[:, new]))
+        logits = self.lm_head(self.transformer.ln_f(_last(hidden[:, new], logits_to_keep, labels)))
         per_token = {k: v[:, new] for k, v in extras.get("per_token", {}).items()} or None
         return LMOutput(logits, PrefixCache(idx),
                         [a[:, :, new] for a in attentions] if output_attentions else None,

@@ -114,6 +114,21 @@ class TestPartContract:
             assert p.grad is not None, f"{name} got no gradient"
             assert p.grad.abs().sum() > 0, f"{name} got an all-zero gradient"
 
+    def test_last_logits_only(self, overrides, ids):
+        """logits_to_keep (a prompt read before decoding): the last positions' logits, the same."""
+        model = _model(overrides)
+        with torch.no_grad():
+            full = model(ids).logits
+            last = model(ids, logits_to_keep=1)
+            torch.testing.assert_close(last.logits, full[:, -1:], atol=1e-5, rtol=0)
+            after = model(ids[:, -1:], past_key_values=model(ids[:, :-1]).past_key_values,
+                          logits_to_keep=1)
+            torch.testing.assert_close(after.logits, full[:, -1:], atol=1e-5, rtol=0)
+            torch.testing.assert_close(model(ids, logits_to_keep=3).logits, full[:, -3:],
+                                       atol=1e-5, rtol=0)
+        with pytest.raises(ValueError, match="labels with logits_to_keep"):
+            model(ids, labels=ids, logits_to_keep=1)
+
     def test_causal(self, overrides, ids):
         model = _model(overrides)
         changed = ids.clone()

@@ -10,7 +10,7 @@ import torch
 from lab import tokenizers
 from lab.config import DecodeConfig
 from lab.generate import CaptionStream, _probs_of, sample_captions
-from lab.model import build
+from lab.model import KVCache, build
 from tests.conftest import tiny_config
 
 TOK = tokenizers.gpt2()
@@ -31,10 +31,13 @@ def _model(**overrides):
 
 @pytest.mark.parametrize("parts", PARTS, ids=["mha-learned", "gqa-rotary", "sliding-alibi",
                                               "mqa-sinusoidal"])
-def test_streamed_captions_have_the_probabilities_of_reading_them_whole(parts):
+def test_streamed_captions_have_the_probabilities_of_reading_them_whole(parts, monkeypatch):
     model = _model(**parts)
     stream = CaptionStream(model, TOK, 40, DecodeConfig(max_new_tokens=20), probs=True)
-    full, columns = [], []
+    full, columns, selects = [], [], []
+    select = KVCache.select
+    monkeypatch.setattr(KVCache, "select", lambda cache, rows: selects.append(
+        stream.started < stream.n) or select(cache, rows))
     admit, step = stream._admit, stream._step
 
     def admitting(width):        # while captions wait, every place is taken
@@ -51,6 +54,9 @@ def test_streamed_captions_have_the_probabilities_of_reading_them_whole(parts):
     assert len(caps) == 40 and stream.take(5, 5) == []
     assert len({len(c.tokens) for c in caps}) > 3            # captions ended at many lengths
     assert len(full) > 10 and all(full)
+    # while captions wait, one that ends gives its place to the next without a copy of the cache;
+    # rows leave it (a copy) only once nothing is left to start
+    assert selects and not any(selects)
     for c in caps:
         new = c.tokens[c.n_prompt:]
         assert c.finished == (len(new) < 20)

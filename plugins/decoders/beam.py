@@ -25,7 +25,7 @@ class BeamSearch:
         nb = self.num_beams
         seqs = [[]]
         scores = torch.zeros(1, device=prompt.device)
-        out = model(prompt[None])
+        out = model(prompt[None], logits_to_keep=1)
         past, logits = out.past_key_values, out.logits[:, -1]
         finished = []                                    # (score, ids)
         for step in range(max_new_tokens):
