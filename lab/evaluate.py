@@ -99,8 +99,9 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     captions at a time or, with `first`, first that many (early figures in seconds), then each
     chunk twice the one before, up to `chunk` (later chunks generate in larger batches, which
     read the weights once for more rows: the output layer is memory-bound in small ones). A
-    model's captions decode as one stream (generate.CaptionStream): up to a chunk's size at once,
-    a caption that ends giving its place to the next, so the batch does not thin out as they end.
+    model's captions decode as one stream (generate.CaptionStream): the first chunk alone, then
+    as many rows at once as the largest of `chunk` and the chunk at hand, a caption that ends
+    giving its place to the next, so the batch does not thin out as they end.
 
     models: {name: Checkpoint}. Forward BLEU scores each generated caption against the *full*
     reference set (an unbiased estimate of the full figure); backward BLEU uses the n references
@@ -136,12 +137,12 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
                for name, ck in models.items()}
     # how the captions were drawn (a stream draws other captions for a seed than the batches
     # before session 10 did: the same distribution, another draw)
-    provenance["generated"] = {name: "one stream" if s.streams else "one batch per chunk"
+    provenance["generated"] = {name: "one stream, places reused" if s.streams else "one batch per chunk"
                                for name, s in streams.items()}
     for start, end in chunk_bounds(len(subset), chunk, first):
         part = subset[start:end]
-        # the first chunk decodes alone, for early figures; from the second on the stream is as
-        # wide as the largest chunk: a step's cost is mostly reading the weights at these widths
+        # the first chunk decodes alone, for early figures; from the second on the stream is
+        # `chunk` rows wide (or the chunk's size): a step's cost is mostly reading the weights at these widths
         # (SmolLM2: about 85 ms a step plus 1.85 ms a row on this CPU), so few wide steps beat
         # many narrow ones, and the captions started beyond a chunk carry on into the next
         width = end - start if start == 0 else max(chunk, end - start)

@@ -2,6 +2,10 @@
 
 A sequence that has ended stops costing compute: finished rows leave the batch (and the cache),
 so sampling 5,000 captions costs what their real lengths cost, not 5,000 x 35 steps.
+
+A decoder plugin is called as `decoder(logits (B, V), generator) -> (B,) tokens`. The logits it
+gets are overwritten by the next step's (model.recycled_logits): it may read them during the call
+only, and keeps a copy of anything it needs later.
 """
 from __future__ import annotations
 
@@ -171,6 +175,8 @@ class CaptionStream:
                     self._step()
         finally:
             self.model.train(was)
+        if self.started == self.n and all(i is None for i in self.rows):
+            self.rows, self.pos, self.next_in, self.past = [], [], [], None    # the stream is done
         self.returned = want.stop
         return [self.done.pop(i) for i in want]
 

@@ -241,8 +241,8 @@ class OutputLayer(nn.Linear):
     (benchmarks/output_layer.py). Each logit is the same dot product; only the blocking of the
     matrix product differs (float rounding).
 
-    Inside `recycled_logits()` each call (of this thread) writes its logits over the last call's
-    instead of into fresh memory: a decoding step's 50 MB of logits in new pages costs about 12 ms
+    Inside `recycled_logits()` each call of that path (of this thread; not with gradients, on a
+    GPU or under autocast) writes its logits over the last call's instead of into fresh memory: a decoding step's 50 MB of logits in new pages costs about 12 ms
     of page faults on this CPU, a tenth of the step."""
 
     ROWS = 512               # rows per tile
@@ -255,7 +255,7 @@ class OutputLayer(nn.Linear):
             return F.linear(h, w, b)
         x = h.reshape(-1, h.size(-1))
         (M, V), tiled = (x.size(0), w.size(0)), w.size(0) >= 4 * self.BLOCK
-        out = _recycled(self, M * V, x.dtype).view(M, V)
+        out = _recycled(self, M * V, x.dtype, x.device).view(M, V)
         rows, cols = (self.ROWS, self.BLOCK) if tiled else (max(M, 1), V)
         for r in range(0, M, rows):
             for i in range(0, V, cols):
@@ -270,22 +270,24 @@ class OutputLayer(nn.Linear):
 _RECYCLING = threading.local()      # .buffers: {output layer: flat buffer} inside recycled_logits
 
 
-def _recycled(layer: nn.Module, n: int, dtype: torch.dtype) -> torch.Tensor:
+def _recycled(layer: nn.Module, n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """n fresh elements, or inside recycled_logits() the first n of the layer's buffer."""
     buffers = getattr(_RECYCLING, "buffers", None)
     if buffers is None:
-        return torch.empty(n, dtype=dtype)
+        return torch.empty(n, dtype=dtype, device=device)
     buf = buffers.get(layer)
-    if buf is None or buf.numel() < n or buf.dtype != dtype:
-        buf = buffers[layer] = torch.empty(n, dtype=dtype)
+    if buf is None or buf.numel() < n or buf.dtype != dtype or buf.device != device:
+        buf = buffers[layer] = torch.empty(n, dtype=dtype, device=device)
     return buf[:n]
 
 
 @contextmanager
 def recycled_logits():
-    """Within it, each call of an OutputLayer from this thread writes its logits over the same
-    layer's last logits: for a decoding loop that is done with a step's logits before it asks for
-    the next (the logits of an earlier call must not be read after a later one)."""
+    """Within it, each call of an OutputLayer from this thread (its CPU path without gradients)
+    writes its logits over the same layer's last logits: for a decoding loop that is done with a
+    step's logits before it asks for the next (the logits of an earlier call must not be read
+    after a later one). So a decoder plugin reads the logits it is given during its call only; one
+    that needs an earlier step's (a repetition penalty, say) keeps a copy."""
     before = getattr(_RECYCLING, "buffers", None)
     _RECYCLING.buffers = {}
     try:

@@ -117,7 +117,7 @@ def test_live_evaluation_labels_perplexity_by_tokenizers_not_bleu_tokens(corpus_
     last = snaps[-1]
     assert last["provenance"]["perplexity_shown"] == "per sentence (assignment)"
     assert last["provenance"]["bleu_tokens"] == "words"
-    assert last["provenance"]["generated"] == {"m": "one stream"}
+    assert last["provenance"]["generated"] == {"m": "one stream, places reused"}
     r = last["models"]["m"]
     assert r["perplexity_ci"][0] < r["perplexity"] < r["perplexity_ci"][1]
 
