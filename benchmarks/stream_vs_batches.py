@@ -22,7 +22,7 @@ import torch  # noqa: E402
 from benchmarks.common import header, report  # noqa: E402
 from lab import tokenizers  # noqa: E402
 from lab.config import DecodeConfig  # noqa: E402
-from lab.evaluate import chunk_bounds  # noqa: E402
+from lab.evaluate import chunk_bounds, stream_width  # noqa: E402
 from lab.generate import CaptionStream, sample_captions  # noqa: E402
 from lab.model import build  # noqa: E402
 from lab.presets import get  # noqa: E402
@@ -42,7 +42,8 @@ def main():
     bias[tok.eos_id] = math.log(tok.vocab_size / (args.mean - 1))
     model.lm_head.register_forward_hook(lambda module, a, out: out + bias)
     first, chunk = chunks(args.n)                       # as the Evaluate tab runs it
-    sizes = [end - start for start, end in chunk_bounds(args.n, chunk, first)]
+    bounds = chunk_bounds(args.n, chunk, first)
+    sizes = [end - start for start, end in bounds]
     cfg = DecodeConfig()
 
     def batches():
@@ -53,10 +54,9 @@ def main():
         return out
 
     def stream():
-        s, out, width = CaptionStream(model, tok, args.n, cfg), [], 0
-        for k in sizes:
-            width = max(width, k)
-            out += s.take(k, width)
+        s, out = CaptionStream(model, tok, args.n, cfg), []
+        for start, end in bounds:
+            out += s.take(end - start, stream_width(start, end, chunk))
         return out
     figures = {"captions": args.n, "chunks": sizes}
     for name, fn in (("batches", batches), ("stream", stream)):

@@ -141,11 +141,7 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
                                for name, s in streams.items()}
     for start, end in chunk_bounds(len(subset), chunk, first):
         part = subset[start:end]
-        # the first chunk decodes alone, for early figures; from the second on the stream is
-        # `chunk` rows wide (or the chunk's size): a step's cost is mostly reading the weights at these widths
-        # (SmolLM2: about 85 ms a step plus 1.85 ms a row on this CPU), so few wide steps beat
-        # many narrow ones, and the captions started beyond a chunk carry on into the next
-        width = end - start if start == 0 else max(chunk, end - start)
+        width = stream_width(start, end, chunk)
         for name, ck in models.items():
             s, tok = state[name], ck.tokenizer
             seqs = data.encode_captions(part, tok, ck.config.n_positions)
@@ -160,6 +156,15 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
             s["gen"] += hyps
             s["refs"] += bleu_tokens_of(part, tok, tokens)
         yield _snapshot(state, provenance, per_word, n_boot, done=end)
+
+
+def stream_width(start: int, end: int, chunk: int) -> int:
+    """How many rows live evaluation's stream decodes at once for the chunk [start, end): the
+    first chunk alone, for early figures; later ones `chunk` rows wide (or the chunk's size). A
+    step's cost here is mostly reading the weights (SmolLM2: about 85 ms a step plus 1.85 ms a
+    row on this CPU), so few wide steps beat many narrow ones; captions started beyond a chunk
+    carry on into the next."""
+    return end - start if start == 0 else max(chunk, end - start)
 
 
 def chunk_bounds(n: int, chunk: int, first: int | None = None) -> list[tuple[int, int]]:

@@ -44,15 +44,11 @@ def _device(model) -> torch.device:
 
 
 @torch.no_grad()
+@recycled_logits()               # a step's logits are done with before the next step's
 def _sample_group(model, prompt: torch.Tensor, decoder, max_new: int, eos_id: int, generator,
                   abort=None, want_probs: bool = False):
     """prompt: (B, T0) of equal-length prompts. Returns per row (new ids, probs, finished); the
     probabilities (a softmax over the whole vocabulary each step) only when asked for."""
-    with recycled_logits():      # a step's logits are done with before the next step's
-        return _sample_steps(model, prompt, decoder, max_new, eos_id, generator, abort, want_probs)
-
-
-def _sample_steps(model, prompt, decoder, max_new, eos_id, generator, abort, want_probs):
     B = prompt.size(0)
     out = model(prompt, logits_to_keep=1)
     past, logits = out.past_key_values, out.logits[:, -1]          # logits: (b, V) for active rows
