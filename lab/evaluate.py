@@ -160,10 +160,10 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
 
 def stream_width(start: int, end: int, chunk: int) -> int:
     """How many rows live evaluation's stream decodes at once for the chunk [start, end): the
-    first chunk alone, for early figures; later ones `chunk` rows wide (or the chunk's size). A
-    step's cost here is mostly reading the weights (SmolLM2: about 85 ms a step plus 1.85 ms a
-    row on this CPU), so few wide steps beat many narrow ones; captions started beyond a chunk
-    carry on into the next."""
+    first chunk alone, for early figures; later ones `chunk` rows wide (or the chunk's size), in
+    fewer, wider steps (a SmolLM2 step cost about 100 ms plus 2 ms a row on this CPU; its
+    500-caption stream took 140 steps instead of 245, though not measurably less time:
+    experiments/generation_cpu/session12/). Captions started beyond a chunk carry on into the next."""
     return end - start if start == 0 else max(chunk, end - start)
 
 
