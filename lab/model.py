@@ -255,7 +255,7 @@ class OutputLayer(nn.Linear):
             return F.linear(h, w, b)
         x = h.reshape(-1, h.size(-1))
         (M, V), tiled = (x.size(0), w.size(0)), w.size(0) >= 4 * self.BLOCK
-        out = _recycled(self, M * V, x.dtype, x.device).view(M, V)
+        out = recycled(self, M * V, x.dtype, x.device).view(M, V)
         rows, cols = (self.ROWS, self.BLOCK) if tiled else (max(M, 1), V)
         for r in range(0, M, rows):
             for i in range(0, V, cols):
@@ -267,17 +267,19 @@ class OutputLayer(nn.Linear):
         return out.view(*h.shape[:-1], V)
 
 
-_RECYCLING = threading.local()      # .buffers: {output layer: flat buffer} inside recycled_logits
+_RECYCLING = threading.local()      # .buffers: {owner: flat buffer} inside recycled_logits
 
 
-def _recycled(layer: nn.Module, n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """n fresh elements, or inside recycled_logits() the first n of the layer's buffer."""
+def recycled(owner, n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """n fresh elements, or inside recycled_logits() the first n of the owner's buffer (an output
+    layer's logits, a decoder's sampling weights: what a step writes and is done with before the
+    next step asks for the same owner's again)."""
     buffers = getattr(_RECYCLING, "buffers", None)
     if buffers is None:
         return torch.empty(n, dtype=dtype, device=device)
-    buf = buffers.get(layer)
+    buf = buffers.get(owner)
     if buf is None or buf.numel() < n or buf.dtype != dtype or buf.device != device:
-        buf = buffers[layer] = torch.empty(n, dtype=dtype, device=device)
+        buf = buffers[owner] = torch.empty(n, dtype=dtype, device=device)
     return buf[:n]
 
 

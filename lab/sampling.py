@@ -4,10 +4,30 @@ One token is drawn per row by inverting the cumulative distribution with one uni
 levels: blocks of BLOCK tokens by their summed probability, then the token inside the block, both
 summed in float64. torch.multinomial draws an exponential number per vocabulary entry instead: 180 ms
 a step for 160 rows of GPT-2's 50,257 tokens on this CPU, against 1.4 ms here. The two draw from the
-same distribution, not the same tokens: a seed's captions differ from those before session 9."""
+same distribution, not the same tokens: a seed's captions differ from those before session 9.
+
+`weights` gives draw softmax's numerators, not softmax itself: the draw needs no normalized
+distribution, and inside model.recycled_logits they are written over the last step's."""
 import torch
 
+from lab.model import recycled
+
 BLOCK = 1024
+
+
+def weights(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """exp((logits - row max) / temperature) in float32, (B, V): softmax(logits / temperature)
+    times a number per row, which is all draw needs. Inside model.recycled_logits it is written
+    over this thread's last weights (read them before asking for the next). Against a softmax of
+    freshly divided logits, a 166-row stream step took 206 ms instead of 228 for the
+    Tfmr-scratch-sized model and 527 instead of 549 for SmolLM2 (medians of 3, side by side:
+    experiments/generation_cpu/session13/)."""
+    x = logits if logits.dtype == torch.float32 else logits.float()
+    w = recycled(weights, x.numel(), torch.float32, x.device).view(x.shape)
+    torch.sub(x, x.amax(-1, keepdim=True), out=w)
+    if temperature != 1.0:
+        w.div_(temperature)
+    return w.exp_()
 
 
 def draw(p: torch.Tensor, generator=None) -> torch.Tensor:

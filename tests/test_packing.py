@@ -137,3 +137,24 @@ def test_birth_place_batches_pack_to_the_same_loss_and_gradients(objective):
     torch.testing.assert_close(p_loss, loss, atol=1e-6, rtol=1e-5)
     for name, grad in grads.items():
         torch.testing.assert_close(p_grads[name], grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_scoring_without_gradients_equals_cross_entropy():
+    """token_nll's cached-rows path (no gradients, CPU) against cross_entropy: more rows than one
+    block of ROWS, ignored targets, a -inf logit, and bf16 logits."""
+    from lab.data import ROWS, token_nll
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2 * ROWS + 5, 1000, generator=g) * 4
+    logits[3, 7] = float("-inf")
+    targets = torch.randint(0, 1000, (len(logits),), generator=g)
+    targets[[0, 9, ROWS]] = -100
+    for x in (logits, logits.bfloat16()):
+        want = torch.nn.functional.cross_entropy(x.float(), targets, reduction="none")
+        with torch.no_grad():
+            got = token_nll(x, targets)
+        assert got.dtype == torch.float32 and got.shape == want.shape
+        assert torch.allclose(got, want, rtol=1e-6, atol=1e-5)
+        assert (got[[0, 9, ROWS]] == 0).all()
+    w = logits.clone().requires_grad_()
+    token_nll(w, targets).sum().backward()        # with gradients: cross_entropy's own path
+    assert w.grad is not None and torch.isfinite(w.grad).all()

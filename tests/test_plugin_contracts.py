@@ -352,6 +352,30 @@ def test_a_drawn_token_follows_the_distribution_and_never_has_probability_zero()
     assert torch.equal(again, draw(p.repeat(50, 1), torch.Generator().manual_seed(3)))
 
 
+def test_sampling_weights_are_softmax_up_to_a_number_per_row_and_recycled():
+    """lab.sampling.weights: softmax(logits / T) times a number per row, -inf logits weigh 0,
+    bf16 logits in float32; inside recycled_logits a call writes over the last call's weights."""
+    from lab.model import recycled_logits
+    from lab.sampling import draw, weights
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 3000, generator=g) * 5
+    logits[1, :10] = float("-inf")
+    for x, T in ((logits, 1.0), (logits, 0.7), (logits.bfloat16(), 2.0)):
+        w = weights(x, T)
+        want = torch.softmax(x.float() / T, dim=-1)
+        assert w.dtype == torch.float32
+        assert torch.allclose(w / w.sum(-1, keepdim=True), want, rtol=1e-5, atol=1e-7)
+        assert (w[1, :10] == 0).all() and (w.amax(-1) == 1).all()
+    with recycled_logits():
+        first = weights(logits)
+        second = weights(logits + 1.0)
+        assert first.data_ptr() == second.data_ptr()
+    a, b = weights(logits), weights(logits * 2)          # outside it, each call's own memory
+    assert not torch.equal(a, b) and torch.equal(a, weights(logits))
+    with pytest.raises(ValueError, match="invalid distribution"):
+        draw(weights(torch.full((2, 2058), float("-inf"))))
+
+
 def test_a_row_with_nothing_to_draw_is_refused():
     from lab.sampling import draw
     for bad in (torch.zeros(2, 2058), torch.full((2, 2058), float("nan"))):

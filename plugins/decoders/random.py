@@ -1,11 +1,9 @@
-"""Random (ancestral) sampling from softmax(logits / temperature); the draw is lab.sampling's."""
+"""Random (ancestral) sampling from softmax(logits / temperature); the weights and the draw are
+lab.sampling's."""
 from dataclasses import dataclass, field
 
-import torch
-
-from lab.sampling import draw
-
 from lab.registry import DECODERS
+from lab.sampling import draw, weights
 
 
 @dataclass
@@ -18,7 +16,7 @@ class SamplingSettings:
 
 def sample(logits, temperature, generator):
     """Sample one token per row from softmax(logits / temperature); -inf logits are never drawn."""
-    return draw(torch.softmax(logits.float() / temperature, dim=-1), generator)
+    return draw(weights(logits, temperature), generator)
 
 
 class RandomSampling:
