@@ -242,19 +242,23 @@ ROWS = 32      # rows of logits whose exponentials token_nll keeps at once (6 MB
 def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """(N, V) logits, (N,) targets -> (N,) cross-entropy of each row's target, 0 where it is -100.
     Without gradients on the CPU, ROWS rows at a time in memory that stays in the cache, where
-    cross_entropy writes all (N, V) log-probabilities to read back one of each row: 91 ms
-    instead of 190 for 1,848 rows of SmolLM2's vocabulary, 104 instead of 226 of GPT-2's
-    (experiments/generation_cpu/session13/). Equal to cross_entropy to float rounding
+    cross_entropy writes all (N, V) log-probabilities to read back one of each row: 102 ms
+    instead of 201 for 1,848 rows of SmolLM2's vocabulary, 118 instead of 236 of GPT-2's
+    (medians of 5, experiments/generation_cpu/session13/). Equal to cross_entropy to float rounding
     (tests/test_packing.py)."""
     if logits.requires_grad and torch.is_grad_enabled() or logits.device.type != "cpu":
         return torch.nn.functional.cross_entropy(logits.float(), targets, reduction="none")
-    x = logits if logits.dtype == torch.float32 else logits.float()
     counted = targets != -100
-    picked = x.gather(1, targets.clamp(min=0)[:, None])[:, 0]
+    bad = counted & ((targets < 0) | (targets >= logits.size(1)))
+    if bad.any():
+        raise ValueError(f"target {targets[bad][0].item()} is outside the vocabulary of "
+                         f"{logits.size(1)} (or -100, ignored)")
+    x = logits.detach()
+    picked = x.gather(1, targets.clamp(min=0)[:, None])[:, 0].float()
     lse = torch.empty(len(x), dtype=torch.float32)
     work = torch.empty(min(ROWS, len(x)), x.size(1))
     for i in range(0, len(x), ROWS):
-        rows = x[i:i + ROWS]
+        rows = x[i:i + ROWS].float()        # a block at a time: half-precision logits too
         w = work[:len(rows)]
         top = rows.amax(1, keepdim=True)
         torch.sub(rows, top, out=w)

@@ -19,10 +19,12 @@ def weights(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """exp((logits - row max) / temperature) in float32, (B, V): softmax(logits / temperature)
     times a number per row, which is all draw needs. Inside model.recycled_logits it is written
     over this thread's last weights (read them before asking for the next). Against a softmax of
-    freshly divided logits, a 166-row stream step took 206 ms instead of 228 for the
-    Tfmr-scratch-sized model and 527 instead of 549 for SmolLM2 (medians of 3, side by side:
-    experiments/generation_cpu/session13/)."""
-    x = logits if logits.dtype == torch.float32 else logits.float()
+    freshly divided logits, a 166-row stream step of the Tfmr-scratch-sized model took 194 ms
+    instead of 219 (medians of 6 rounds side by side, every round faster); SmolLM2's steps, four
+    times longer, showed no difference above the machine's noise
+    (experiments/generation_cpu/session13/)."""
+    x = logits.detach()                 # a draw has no gradient; out= refuses one
+    x = x if x.dtype == torch.float32 else x.float()
     w = recycled(weights, x.numel(), torch.float32, x.device).view(x.shape)
     torch.sub(x, x.amax(-1, keepdim=True), out=w)
     if temperature != 1.0:

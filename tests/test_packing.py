@@ -141,20 +141,27 @@ def test_birth_place_batches_pack_to_the_same_loss_and_gradients(objective):
 
 def test_scoring_without_gradients_equals_cross_entropy():
     """token_nll's cached-rows path (no gradients, CPU) against cross_entropy: more rows than one
-    block of ROWS, ignored targets, a -inf logit, and bf16 logits."""
+    block of ROWS, ignored targets, a -inf logit elsewhere and at a target, and bf16 logits; a
+    target outside the vocabulary is refused; with gradients, cross_entropy's own."""
     from lab.data import ROWS, token_nll
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(2 * ROWS + 5, 1000, generator=g) * 4
-    logits[3, 7] = float("-inf")
     targets = torch.randint(0, 1000, (len(logits),), generator=g)
+    logits[3, (targets[3] + 1) % 1000] = float("-inf")
+    logits[4, targets[4]] = float("-inf")              # the target itself: an infinite loss
     targets[[0, 9, ROWS]] = -100
     for x in (logits, logits.bfloat16()):
         want = torch.nn.functional.cross_entropy(x.float(), targets, reduction="none")
         with torch.no_grad():
             got = token_nll(x, targets)
         assert got.dtype == torch.float32 and got.shape == want.shape
-        assert torch.allclose(got, want, rtol=1e-6, atol=1e-5)
+        assert got[4] == want[4] == float("inf")
+        keep = torch.arange(len(got)) != 4
+        assert torch.allclose(got[keep], want[keep], rtol=1e-6, atol=1e-5)
         assert (got[[0, 9, ROWS]] == 0).all()
-    w = logits.clone().requires_grad_()
-    token_nll(w, targets).sum().backward()        # with gradients: cross_entropy's own path
-    assert w.grad is not None and torch.isfinite(w.grad).all()
+    with torch.no_grad(), pytest.raises(ValueError, match="outside the vocabulary"):
+        token_nll(logits, torch.full((len(logits),), -1))
+    w, ref = logits[5:].clone().requires_grad_(), logits[5:].clone().requires_grad_()
+    token_nll(w, targets[5:]).sum().backward()
+    torch.nn.functional.cross_entropy(ref, targets[5:], reduction="none").sum().backward()
+    assert torch.equal(w.grad, ref.grad)

@@ -374,6 +374,8 @@ def test_sampling_weights_are_softmax_up_to_a_number_per_row_and_recycled():
     assert not torch.equal(a, b) and torch.equal(a, weights(logits))
     with pytest.raises(ValueError, match="invalid distribution"):
         draw(weights(torch.full((2, 2058), float("-inf"))))
+    needs_grad = logits.clone().requires_grad_()           # a plugin may pass logits with a graph
+    assert torch.equal(weights(needs_grad), weights(logits))
 
 
 def test_a_row_with_nothing_to_draw_is_refused():

@@ -3,7 +3,7 @@
 
 1. A decoding step of the live evaluation's stream (166 rows, random sampling at t=1): the old
    sampler (softmax of the logits divided by the temperature, in fresh memory) against
-   lab.sampling.weights (softmax's numerators, written over the last step's). 30 steps, 3 rounds,
+   lab.sampling.weights (softmax's numerators, written over the last step's). 30 steps, 6 rounds,
    for the Tfmr-scratch-sized model (random weights) and SmolLM2.
 2. Scoring's cross-entropy over one batch of packed rows: F.cross_entropy (log-softmax of the
    whole batch) against lab.data.token_nll (32 rows at a time), 1,848 rows of SmolLM2's and
@@ -30,6 +30,7 @@ from lab.presets import get  # noqa: E402
 from lab.sampling import draw  # noqa: E402
 
 NEW = random_decoder.sample
+ROUNDS = 6
 
 
 def old_sample(logits, temperature, generator):
@@ -59,7 +60,7 @@ def main():
         for name, ck in ck_of.items():
             ck.model.eval()
             got = {"softmax (before)": [], "weights (now)": []}
-            for _ in range(3):
+            for _ in range(ROUNDS):
                 got["softmax (before)"].append(step_ms(ck, old_sample))
                 got["weights (now)"].append(step_ms(ck, NEW))
             print(f"1. {name}, a stream step of 166 rows, ms:",
