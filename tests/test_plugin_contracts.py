@@ -211,8 +211,8 @@ def test_a_decoding_step_attends_as_sdpa(nkv):
     B, nh, S, hs = 5, 6, 9, 8
     q, v = torch.randn(B, nh, 1, hs), torch.randn(B, nkv, S, hs)
     k = torch.randn(B, nkv, S + 4, hs)[:, :, :S]          # a cache's keys: a view with room after
-    own = torch.zeros(B, 1, 1, S).masked_fill(torch.arange(S) < torch.arange(B)[:, None, None, None],
-                                              float("-inf"))
+    before_row = torch.arange(S) < torch.arange(B)[:, None, None, None]   # row b's first b columns
+    own = torch.zeros(B, 1, 1, S).masked_fill(before_row, float("-inf"))
     for mask in (None, own, torch.randn(nh, 1, S), own + torch.randn(B, nh, 1, S)):
         want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=nkv != nh)
         torch.testing.assert_close(_decode_step(q, k, v, mask), want, rtol=1e-5, atol=1e-6)

@@ -138,13 +138,14 @@ class CausalSelfAttention(nn.Module):
 
 
 def _decode_step(q, k, v, mask):
-    """A decoding step's attention on the CPU in float32, one query per row: q (B, nh, 1, hs), keys and
-    values (B, nkv, S, hs), mask None or additive, broadcasting to (B, nh or 1, 1, S). Each KV
-    head's group of query heads reads it as that head's queries (no copies of the keys), in two
-    batched matrix products: SDPA's fused CPU kernel spends more on its setup per row and head
-    than on these few products (0.43-0.83 ms against 0.76-1.30 for SmolLM2's 9 heads over 13-36
-    keys at 166 rows, 0.58-2.78 against 1.77-4.11 for GPT-2's 12: experiments/generation_cpu/
-    session14/). The same softmax(q k^T / sqrt(hs) + mask) v, to float rounding."""
+    """A decoding step's attention on the CPU in float32, one query per row: q (B, nh, 1, hs),
+    keys and values (B, nkv, S, hs), mask None or additive, broadcasting to (B, nh or 1, 1, S).
+    Each KV head's group of query heads reads it as that head's queries (no copies of the keys),
+    in two batched matrix products: SDPA's fused CPU kernel spends more on its setup per row and
+    head than on these few products (at 166 rows and 13 / 36 keys, SmolLM2's 9 heads took 0.56 /
+    0.90 ms against 1.01 / 1.71, GPT-2's 12 took 2.66 / 4.59 against 3.40 / 5.87; a SmolLM2
+    stream step 598 ms against 624: experiments/generation_cpu/session14/). The same
+    softmax(q k^T / sqrt(hs) + mask) v, to float rounding."""
     B, nh, _, hs = q.shape
     nkv, S = k.size(1), k.size(2)
     g = nh // nkv
