@@ -11,7 +11,6 @@ import dataclasses
 
 import pytest
 import torch
-from torch.nn import functional as F
 
 from lab.config import DecodeConfig
 from lab.generate import generate, make_decoder
@@ -198,24 +197,6 @@ def test_attention_hidden_contract(name):
     assert k.shape[:2] == v.shape[:2] == (2, attn.n_kv_head) and k.shape[3] == cfg.head_dim
     assert k.shape[2] <= 5 and weights.shape == (2, cfg.n_head, 5, 5)
     assert attn(x, torch.arange(5), spy, None, False)[2] is None
-
-
-@pytest.mark.parametrize("nkv", [6, 2, 1])
-def test_a_decoding_step_attends_as_sdpa(nkv):
-    """The CPU decoding step's two products (mha._decode_step) give SDPA's outputs, for every
-    mask a step gets: none, a row's own columns (B, 1, 1, S), a bias per head (nh, 1, S) and a
-    mask per row and head (B, nh, 1, S), with grouped key/value heads read without copies and
-    keys in a cache's buffer."""
-    from plugins.attention.mha import _decode_step
-    torch.manual_seed(0)
-    B, nh, S, hs = 5, 6, 9, 8
-    q, v = torch.randn(B, nh, 1, hs), torch.randn(B, nkv, S, hs)
-    k = torch.randn(B, nkv, S + 4, hs)[:, :, :S]          # a cache's keys: a view with room after
-    before_row = torch.arange(S) < torch.arange(B)[:, None, None, None]   # row b's first b columns
-    own = torch.zeros(B, 1, 1, S).masked_fill(before_row, float("-inf"))
-    for mask in (None, own, torch.randn(nh, 1, S), own + torch.randn(B, nh, 1, S)):
-        want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=nkv != nh)
-        torch.testing.assert_close(_decode_step(q, k, v, mask), want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", POSITIONAL.names())

@@ -106,9 +106,6 @@ class CausalSelfAttention(nn.Module):
         nkv, S = k.size(1), k.size(2)
         p = self.dropout if self.training else 0.0
         grouped = nkv != nh     # each KV head serves a contiguous group of query heads (HF's repeat_kv)
-        if T == 1 and not need_weights and not p and q.device.type == "cpu" \
-                and q.dtype == torch.float32:
-            return _decode_step(q, k, v, mask), None
         if grouped and mask is not None and T == 1 and not need_weights:
             # one query per row (a decoding step): each KV head's group of query heads reads it
             # as that head's queries, so the keys are read once, without copies
@@ -135,26 +132,6 @@ class CausalSelfAttention(nn.Module):
                                                   enable_gqa=grouped), None
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
                                               enable_gqa=grouped), None
-
-
-def _decode_step(q, k, v, mask):
-    """A decoding step's attention on the CPU in float32, one query per row: q (B, nh, 1, hs),
-    keys and values (B, nkv, S, hs), mask None or additive, broadcasting to (B, nh or 1, 1, S).
-    Each KV head's group of query heads reads it as that head's queries (no copies of the keys),
-    in two batched matrix products: SDPA's fused CPU kernel spends more on its setup per row and
-    head than on these few products (at 166 rows and 13 / 36 keys, SmolLM2's 9 heads took 0.56 /
-    0.90 ms against 1.01 / 1.71, GPT-2's 12 took 2.66 / 4.59 against 3.40 / 5.87; a SmolLM2
-    stream step 598 ms against 624: experiments/generation_cpu/session14/). The same
-    softmax(q k^T / sqrt(hs) + mask) v, to float rounding."""
-    B, nh, _, hs = q.shape
-    nkv, S = k.size(1), k.size(2)
-    g = nh // nkv
-    att = torch.matmul(q.reshape(B, nkv, g, hs), k.transpose(-2, -1)).mul_(1 / math.sqrt(hs))
-    if mask is not None:
-        if mask.dim() >= 3 and mask.size(-3) == nh:      # a bias per head: (.., nh, 1, S)
-            mask = mask.reshape(*mask.shape[:-3], nkv, g, S)
-        att = att.add_(mask)
-    return torch.matmul(torch.softmax(att, dim=-1), v).view(B, nh, 1, hs)
 
 
 @ATTENTION.register("mha", "Multi-head attention: every query head has its own key/value head")

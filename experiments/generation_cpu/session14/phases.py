@@ -9,71 +9,79 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-import torch
-from torch.utils.flop_counter import FlopCounterMode
-from lab import checkpoints, smollm2, tokenizers, evaluate, generate
-from lab.config import DecodeConfig
-from lab.model import build
-from lab.presets import get
-from lab.ui.evaluate import chunks
-from benchmarks.live_eval import sgemm_rate
 
-n = int(sys.argv[1]) if len(sys.argv) > 1 else 500
-tmp = tempfile.mkdtemp()
-torch.manual_seed(0)
-checkpoints.save(build(get("tfmr-scratch")[0]), tokenizers.gpt2(), "scratch-random", store=tmp)
-smollm2.import_smollm2("smollm2", store=tmp)
-models = {k: checkpoints.load(k, tmp) for k in ("scratch-random", "smollm2")}
-first, chunk = chunks(n)
-T = collections.defaultdict(float)
-F = collections.defaultdict(float)
-steps = collections.defaultdict(list)
-name_of = {id(ck.model): k for k, ck in models.items()}
+import torch  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-orig_step, orig_nll = generate.CaptionStream._step, evaluate.sentence_nlls
-def step(self):
-    t0 = time.perf_counter(); rows = len(self.rows)
-    orig_step(self)
-    k = name_of[id(self.model)]
-    T[k, "step"] += time.perf_counter() - t0
-    steps[k].append(rows)
-def nlls(model, *a, **kw):
+from benchmarks.live_eval import sgemm_rate  # noqa: E402
+from lab import checkpoints, evaluate, generate, smollm2, tokenizers  # noqa: E402
+from lab.config import DecodeConfig  # noqa: E402
+from lab.model import build  # noqa: E402
+from lab.presets import get  # noqa: E402
+from lab.ui.evaluate import chunks  # noqa: E402
+
+STEP, SCORE = generate.CaptionStream._step, evaluate.sentence_nlls
+
+
+def run(models, n, measure):
+    """One live evaluation with each model's steps and scoring wrapped by measure(name, phase, f)."""
+    name_of = {id(ck.model): name for name, ck in models.items()}
+    generate.CaptionStream._step = lambda self: measure(name_of[id(self.model)], "step",
+                                                        lambda: STEP(self), len(self.rows))
+    evaluate.sentence_nlls = lambda model, *a, **kw: measure(name_of[id(model)], "score",
+                                                             lambda: SCORE(model, *a, **kw))
+    first, chunk = chunks(n)
+    try:
+        for _ in evaluate.evaluate_live(models, n, DecodeConfig(), chunk=chunk, first=first):
+            pass
+    finally:
+        generate.CaptionStream._step, evaluate.sentence_nlls = STEP, SCORE
+
+
+def main():
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 500
+    tmp = tempfile.mkdtemp()
+    torch.manual_seed(0)
+    checkpoints.save(build(get("tfmr-scratch")[0]), tokenizers.gpt2(), "scratch-random", store=tmp)
+    smollm2.import_smollm2("smollm2", store=tmp)
+    models = {k: checkpoints.load(k, tmp) for k in ("scratch-random", "smollm2")}
+    seconds, flops = collections.defaultdict(float), collections.defaultdict(float)
+    rows = collections.defaultdict(list)
+
+    def timed(name, phase, f, width=None):
+        t0 = time.perf_counter()
+        out = f()
+        seconds[name, phase] += time.perf_counter() - t0
+        if width is not None:
+            rows[name].append(width)
+        return out
+
+    def counted(name, phase, f, width=None):
+        with FlopCounterMode(display=False) as c:
+            out = f()
+        flops[name, phase] += c.get_total_flops()
+        return out
+
+    before = sgemm_rate()
     t0 = time.perf_counter()
-    r = orig_nll(model, *a, **kw)
-    T[name_of[id(model)], "score"] += time.perf_counter() - t0
-    return r
-generate.CaptionStream._step = step
-evaluate.sentence_nlls = nlls
-r0 = sgemm_rate()
-t0 = time.perf_counter()
-for _ in evaluate.evaluate_live(models, n, DecodeConfig(), chunk=chunk, first=first):
-    pass
-total = time.perf_counter() - t0
-r1 = sgemm_rate()
-rate = max(r0, r1)
-# counted pass, per phase
-T2 = dict(T); T.clear()
-def cstep(self):
-    with FlopCounterMode(display=False) as c:
-        orig_step(self)
-    F[name_of[id(self.model)], "step"] += c.get_total_flops()
-def cnlls(model, *a, **kw):
-    with FlopCounterMode(display=False) as c:
-        r = orig_nll(model, *a, **kw)
-    F[name_of[id(model)], "score"] += c.get_total_flops()
-    return r
-generate.CaptionStream._step = cstep
-evaluate.sentence_nlls = cnlls
-for _ in evaluate.evaluate_live(models, n, DecodeConfig(), chunk=chunk, first=first):
-    pass
-print(f"sgemm {r0/1e9:.1f} / {r1/1e9:.1f} GFLOP/s; total {total:.1f} s; floor {sum(F.values())/rate:.1f} s; ratio {total/(sum(F.values())/rate):.2f}")
-acc = 0
-for key in sorted(T2):
-    fl = F[key] / rate
-    acc += T2[key]
-    print(f"{key}: {T2[key]:.1f} s, floor {fl:.1f} s, {T2[key]/fl:.2f}x")
-print(f"outside steps and scoring: {total - acc:.1f} s")
-for k, r in steps.items():
-    c = collections.Counter(min(x // 20 * 20, 200) for x in r)
-    print(k, len(r), "steps; rows histogram (bins of 20):", sorted(c.items()))
+    run(models, n, timed)
+    total = time.perf_counter() - t0
+    after = sgemm_rate()
+    rate = max(before, after)
+    run(models, n, counted)
+    floor = sum(flops.values()) / rate
+    print(f"sgemm {before / 1e9:.1f} / {after / 1e9:.1f} GFLOP/s; total {total:.1f} s; "
+          f"floor {floor:.1f} s; ratio {total / floor:.2f}")
+    for key in sorted(seconds):
+        print(f"{key}: {seconds[key]:.1f} s, floor {flops[key] / rate:.1f} s, "
+              f"{seconds[key] / (flops[key] / rate):.2f}x")
+    print(f"outside steps and scoring: {total - sum(seconds.values()):.1f} s")
+    for name, widths in rows.items():
+        hist = collections.Counter(min(w // 20 * 20, 200) for w in widths)
+        print(name, len(widths), "steps; rows histogram (bins of 20):", sorted(hist.items()))
+
+
+if __name__ == "__main__":
+    main()
