@@ -12,7 +12,9 @@ Run: .venv/bin/python experiments/generation_cpu/session14/decode_attention.py [
 (default 16 4; the kept runs: decode_attention_before_first.txt, 6 rounds of 10 with "before"
 always first, and decode_attention_6x10.txt, 6 of 10 alternating). Those runs had the candidate
 in plugins/attention/mha.py as `_decode_step`, called from `_attend` on the same condition as
-the patch below; it was taken out again the same session."""
+the patch below; it was taken out again the same session. In those runs "before" was SDPA
+called as the lab's _attend calls it for a step, written out in the script; the script now calls
+the lab's _attend itself."""
 import math
 import statistics
 import sys
@@ -23,7 +25,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 import torch  # noqa: E402
-from torch.nn import functional as F  # noqa: E402
 
 import plugins.attention.mha as mha  # noqa: E402
 from lab import checkpoints, smollm2, tokenizers  # noqa: E402
@@ -31,6 +32,7 @@ from lab.config import DecodeConfig  # noqa: E402
 from lab.generate import CaptionStream  # noqa: E402
 from lab.model import build, recycled_logits  # noqa: E402
 from lab.presets import get  # noqa: E402
+
 
 def two_products(q, k, v, mask):
     """q (B, nh, 1, hs), keys and values (B, nkv, S, hs): each KV head's group of query heads read
@@ -46,28 +48,24 @@ def two_products(q, k, v, mask):
     return torch.matmul(torch.softmax(att, dim=-1), v).view(B, nh, 1, hs)
 
 
-after = two_products
 LAB_ATTEND = mha.CausalSelfAttention._attend
-USE = {"step": None}        # the decoding step's attention while the patch is on
+USE = {"step": None}        # the candidate while it is measured; None: the lab's own _attend
 
 
 def attend(self, q, k, v, mask, plain, need_weights):
     """The lab's _attend, with a decoding step (one query per row, no weights, no dropout, CPU,
-    float32) sent to USE["step"]."""
-    if q.size(2) == 1 and not need_weights and not self.training and q.dtype == torch.float32:
+    float32) sent to USE["step"] while one is set."""
+    if USE["step"] is not None and q.size(2) == 1 and not need_weights and not self.training \
+            and q.dtype == torch.float32:
         return USE["step"](q, k, v, mask), None
     return LAB_ATTEND(self, q, k, v, mask, plain, need_weights)
 
 
-def before(q, k, v, mask):
-    """What a step ran before: SDPA, grouped heads read as each KV head's queries."""
-    B, nh, _, hs = q.shape
-    nkv, S = k.size(1), k.size(2)
-    g = nh // nkv
-    if mask is not None and mask.dim() >= 3 and mask.size(-3) == nh:
-        mask = mask.reshape(*mask.shape[:-3], nkv, g, S)
-    return F.scaled_dot_product_attention(q.reshape(B, nkv, g, hs), k, v,
-                                          attn_mask=mask).view(B, nh, 1, hs)
+def lab_step(nh: int, nkv: int):
+    """The lab's own attention for a decoding step (CausalSelfAttention._attend, SDPA) of nh query
+    and nkv key/value heads, as a function of (q, k, v, mask)."""
+    attn = mha.CausalSelfAttention(nh * 64, nh, nkv, bias=False, dropout=0.0).eval()
+    return lambda q, k, v, mask: LAB_ATTEND(attn, q, k, v, mask, False, False)[0]
 
 
 def best_ms(f, n=200):
@@ -89,6 +87,7 @@ def alone():
             k, v = torch.randn(166, nkv, S + 8, 64)[:, :, :S], torch.randn(166, nkv, S + 8, 64)[:, :, :S]
             mask = torch.zeros(166, 1, 1, S).masked_fill(torch.rand(166, 1, 1, S) < 0.3, float("-inf"))
             mask[..., -1] = 0
+            before, after = lab_step(nh, nkv), two_products
             err = (before(q, k, v, mask) - after(q, k, v, mask)).abs().max().item()
             print(f"1. {name}, {S} keys: SDPA {best_ms(lambda: before(q, k, v, mask)):.2f} ms, "
                   f"two products {best_ms(lambda: after(q, k, v, mask)):.2f} ms (largest difference {err:.1e})")
@@ -107,7 +106,7 @@ def steps(rounds: int, steps_each: int):
         mha.CausalSelfAttention._attend = attend
         with torch.no_grad(), recycled_logits():
             for round_ in range(rounds):
-                order = (("before", before), ("after", after))
+                order = (("before", None), ("after", two_products))
                 for way, f in order if round_ % 2 == 0 else order[::-1]:    # who goes first alternates
                     USE["step"] = f
                     t0 = time.perf_counter()
