@@ -1,0 +1,75 @@
+"""Live evaluation (benchmarks/live_eval.py's work: 500 test captions, a Tfmr-scratch-sized model
+with random weights and SmolLM2) with the stream as wide as now (live evaluation's
+`stream_width`: the first chunk alone, then `chunk` rows, 166 for 500 captions) against a stream
+that takes every remaining caption at once after the first chunk (490 rows), alternating which
+runs first, each run timed by phase as in session 14's phases.py.
+
+Run: .venv/bin/python experiments/generation_cpu/session15/wide_stream.py [rounds]"""
+import collections
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[2]))
+sys.path.insert(0, str(HERE.parent / "session14"))
+
+import torch  # noqa: E402
+
+import phases  # noqa: E402
+from benchmarks.live_eval import sgemm_rate  # noqa: E402
+from lab import checkpoints, evaluate, smollm2, tokenizers  # noqa: E402
+from lab.model import build  # noqa: E402
+from lab.presets import get  # noqa: E402
+
+NOW = evaluate.stream_width
+
+
+def wide(start, end, chunk):
+    """The first chunk alone, then every caption left at once."""
+    return end - start if start == 0 else 10 ** 9
+
+
+def timed_run(models, width):
+    """One live evaluation with the given stream width: (total s, {(model, phase): s}, steps)."""
+    evaluate.stream_width = width
+    seconds, steps = collections.defaultdict(float), collections.Counter()
+
+    def timed(name, phase, f, rows=None):
+        t0 = time.perf_counter()
+        out = f()
+        seconds[name, phase] += time.perf_counter() - t0
+        steps[name] += rows is not None
+        return out
+    try:
+        t0 = time.perf_counter()
+        phases.run(models, 500, timed)
+        return time.perf_counter() - t0, seconds, steps
+    finally:
+        evaluate.stream_width = NOW
+
+
+def main():
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+    tmp = tempfile.mkdtemp()
+    torch.manual_seed(0)
+    checkpoints.save(build(get("tfmr-scratch")[0]), tokenizers.gpt2(), "scratch-random", store=tmp)
+    smollm2.import_smollm2("smollm2", store=tmp)
+    models = {k: checkpoints.load(k, tmp) for k in ("scratch-random", "smollm2")}
+    ratios = []
+    for r in range(rounds):
+        total = {}
+        for kind in (("now", "wide") if r % 2 == 0 else ("wide", "now")):
+            rate = sgemm_rate()
+            total[kind], seconds, steps = timed_run(models, NOW if kind == "now" else wide)
+            print(r, kind, f"sgemm {rate / 1e9:.1f} total {total[kind]:.1f}",
+                  {f"{m[:7]}/{p}": round(s, 1) for (m, p), s in sorted(seconds.items())},
+                  "steps", dict(steps), flush=True)
+        ratios.append(total["wide"] / total["now"])
+        print("wide/now", round(ratios[-1], 3), flush=True)
+    print("ratios", sorted(round(x, 3) for x in ratios))
+
+
+if __name__ == "__main__":
+    main()
