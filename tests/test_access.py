@@ -143,11 +143,41 @@ def test_dropdowns_built_on_an_empty_store_pick_checkpoints_once_there_are_some(
     with gr.Blocks():
         one, two, blank = (ctx.add_dropdown(gr.Dropdown([]), fill) for fill in ("one", "two", "blank"))
     names = ["a", "b", "c"]
-    assert ctx.refreshed(one, names, was_empty=True)["value"] == "a"
-    assert ctx.refreshed(two, names, was_empty=True)["value"] == ["a", "b"]
-    assert "value" not in ctx.refreshed(blank, names, was_empty=True)
-    assert ctx.refreshed(blank, names, was_empty=True)["choices"] == ["", "a", "b", "c"]
-    assert "value" not in ctx.refreshed(one, names, was_empty=False)     # a person's choice stays
+    assert ctx.refreshed(one, names, [])["value"] == "a"
+    assert ctx.refreshed(two, names, [])["value"] == ["a", "b"]
+    assert "value" not in ctx.refreshed(blank, names, [])
+    assert ctx.refreshed(blank, names, [])["choices"] == ["", "a", "b", "c"]
+    # a dropdown on what the lab picked follows the store; one the person changed stays
+    assert ctx.refreshed(two, ["a", "b"], ["a"], ["a"])["value"] == ["a", "b"]
+    assert "value" not in ctx.refreshed(two, ["a", "b"], ["a"], [])
+    assert "value" not in ctx.refreshed(one, ["0", "a"], ["a"], "a")     # still the first name
+    assert ctx.refreshed(one, ["0", "a"], ["a"], "a")["choices"] == ["0", "a"]
+    assert ctx.refreshed(one, ["0", "a"], [], None)["value"] == "0"
+
+
+def test_two_to_compare_are_a_scratch_model_and_a_fine_tune_when_the_store_has_both(store):
+    """The lab's main comparison: a page (or a reload) opens Compare and Evaluate on a model
+    trained from scratch next to a fine-tuned one, not on the first two names (which here would
+    pair the scratch model with the untrained import)."""
+    import gradio as gr
+    from lab.ui.common import Context, checkpoint_dropdown
+    torch.manual_seed(0)
+    for name, provenance in (("a-import", {"source": "import"}), ("b-scratch", {"source": "scratch"}),
+                             ("c-tuned", {"source": "finetune", "parent": "a-import"}),
+                             ("d-scratch", {"source": "scratch"})):
+        checkpoints.save(build(tiny_config()), tokenizers.gpt2(), name, provenance=provenance)
+    ctx = Context()
+    with gr.Blocks():
+        two = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, task="captions")
+    assert two.value == ["b-scratch", "c-tuned"]
+    names = checkpoints.names()
+    assert ctx.refreshed(two, names, [])["value"] == ["b-scratch", "c-tuned"]
+    # a getting-started run: the import, the scratch model, then the fine-tune; the page follows
+    before = ["a-import", "b-scratch"]
+    assert ctx.refreshed(two, names, before, ["a-import", "b-scratch"])["value"] == ["b-scratch", "c-tuned"]
+    assert "value" not in ctx.refreshed(two, names, before, ["a-import"])    # the person's choice
+    # without a fine-tune: the first two
+    assert ctx.picked(["a-import", "b-scratch", "d-scratch"], "two", "captions") == ["a-import", "b-scratch"]
 
 
 def test_caption_tabs_pick_caption_checkpoints_before_birth_place_ones(store):
@@ -169,9 +199,9 @@ def test_caption_tabs_pick_caption_checkpoints_before_birth_place_ones(store):
         places = checkpoint_dropdown(ctx, "birth-place checkpoints", multiselect=True,
                                      task="birthplace", fill="task")
     assert captions.value == ["b", "c"] and anything.value == "a-birthplace"
-    assert ctx.refreshed(captions, ["a-birthplace", "b", "c"], was_empty=True)["value"] == ["b", "c"]
+    assert ctx.refreshed(captions, ["a-birthplace", "b", "c"], [])["value"] == ["b", "c"]
     assert places.value == ["a-birthplace"]                       # its task's checkpoints only
-    assert ctx.refreshed(places, ["b", "c"], was_empty=True)["value"] == []
+    assert ctx.refreshed(places, ["b", "c"], [])["value"] == []
 
 
 def test_on_an_empty_store_a_missing_choice_says_where_checkpoints_come_from(store):

@@ -157,6 +157,16 @@ def test_a_plugins_settings_show_beside_it_only_while_it_is_chosen(page, server)
     assert jobs.list_jobs(server[1]) == before                      # nothing was queued
 
 
+def _tokenizer_kept(page, parent):
+    """A fine-tune's tokenizer field: locked, nothing chosen, naming the parent's tokenizer."""
+    from playwright.sync_api import expect
+    field = page.locator("#train-tokenizer")
+    expect(field).to_contain_text(f"kept from {parent}: its own tokenizer (gpt2", timeout=30_000)
+    expect(field.locator("input[type=radio]:checked")).to_have_count(0)
+    for radio in field.locator("input[type=radio]").all():
+        expect(radio).to_be_disabled()
+
+
 def test_finetune_job_from_the_form_survives_a_reload_and_stops(page, server):
     url, store = server
     _tab(page, "Train")
@@ -171,6 +181,7 @@ def test_finetune_job_from_the_form_survives_a_reload_and_stops(page, server):
     expect(page.locator("#train-n_embd input")).to_have_value("32", timeout=30_000)
     expect(page.locator("#train-n_embd input")).to_be_disabled()
     expect(page.locator("#train-n_layer input")).to_have_value("2")
+    _tokenizer_kept(page, "scratch-a")
     for field, value in (("epochs", "50"), ("max_train_captions", "200"), ("max_dev_captions", "50")):
         box = page.locator(f"#train-{field} input")
         box.fill(value)
@@ -194,6 +205,7 @@ def test_finetune_job_from_the_form_survives_a_reload_and_stops(page, server):
     expect(page.locator("#train-parent input")).to_have_value("scratch-a")
     expect(page.locator("#train-max_train_captions input")).to_have_value("200")
     expect(page.locator("#train-epochs input")).to_have_value("50")
+    _tokenizer_kept(page, "scratch-a")
     page.locator("#train-stop-now").click()
     page.locator("#train-progress .lab-progress[data-status='stopped']").wait_for(timeout=60_000)
 
@@ -214,7 +226,16 @@ def test_import_smollm2_from_the_checkpoints_tab(page, server):
     assert info["layers"] == [1, 30] and info["model"]["model"] == "llama"
 
 
-def test_compare_says_which_checkpoint_is_better(page):
+def _second(store):
+    """The second checkpoint Compare and Evaluate open on: scratch-b, or once the fine-tune test
+    has written ui-job (a fine-tune of scratch-a), ui-job: a scratch model beside a fine-tune."""
+    from lab.ui.common import Context
+    pair = Context(store=str(store)).picked(checkpoints.names(store), "two", "captions")
+    assert pair[0] == "scratch-a" and pair[1] in ("scratch-b", "ui-job"), pair
+    return pair[1]
+
+
+def test_compare_says_which_checkpoint_is_better(page, server):
     _tab(page, "Compare")
     # greedy: random weights give top-p a nucleus as wide as the vocabulary, a full sort each step
     _choose(page, "#compare-decoder", "greedy")
@@ -225,7 +246,7 @@ def test_compare_says_which_checkpoint_is_better(page):
     expect(verdicts).to_contain_text("100 / 100", timeout=180_000)
     expect(verdicts).to_contain_text("Verdicts")
     expect(verdicts).to_contain_text("harmonic BLEU")
-    expect(page.locator("#compare-scores")).to_contain_text("scratch-b")
+    expect(page.locator("#compare-scores")).to_contain_text(_second(server[1]))
 
 
 def test_checkpoints_tab_lists_the_store(page):
@@ -239,14 +260,14 @@ def test_checkpoints_tab_lists_the_store(page):
     _shot(page, "checkpoints")
 
 
-def test_evaluate_streams_results(page):
+def test_evaluate_streams_results(page, server):
     _tab(page, "Evaluate")
     _choose(page, "#evaluate-decoder", "greedy")     # random weights: sampling costs, not the point
     page.get_by_text("100", exact=True).first.click()
     page.locator("#evaluate-go").click()
     page.locator("#evaluate-provenance").get_by_text("100 / 100").wait_for(timeout=120_000)
     from playwright.sync_api import expect
-    expect(page.locator("#evaluate-table")).to_contain_text("scratch-b")
+    expect(page.locator("#evaluate-table")).to_contain_text(_second(server[1]))
     expect(page.locator("#evaluate-provenance")).to_contain_text("lower is better")
     expect(page.locator("#evaluate-provenance")).to_contain_text("Verdicts")
     expect(page.locator("#evaluate-provenance")).to_contain_text("per-word perplexity")
@@ -372,6 +393,41 @@ def test_an_empty_lab_guides_the_first_visit(browser, empty_server):
     expect(page.locator("#start-status-2")).to_contain_text("Press the button again", timeout=120_000)
     assert len(jobs.list_jobs(store)) == 1
     page.close()
+
+
+def test_compare_moves_to_the_scratch_model_and_the_fine_tune_as_they_arrive(browser, tmp_path):
+    """Checkpoints arriving while the page is open (the getting-started order: the import, the
+    scratch model, the fine-tune): Compare, still on the lab's pick, ends on the scratch model
+    next to the fine-tune, not on the untrained import; a reload opens on the same pair."""
+    from playwright.sync_api import expect
+    store = tmp_path / "store"
+    store.mkdir()
+    tok = tokenizers.gpt2()
+
+    def save(name, **provenance):
+        torch.manual_seed(len(name))
+        checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)).eval(), tok, name, store,
+                         provenance=provenance)
+    with serving(store) as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url)
+        expect(page.locator("#start")).to_contain_text("New here?", timeout=60_000)
+        chosen = page.locator("#compare-checkpoints")
+        save("a-import", source="import")
+        expect(chosen).to_contain_text("a-import", timeout=30_000)
+        save("b-scratch", source="scratch")
+        expect(chosen).to_contain_text("b-scratch", timeout=30_000)
+        expect(chosen).to_contain_text("a-import")
+        save("c-tuned", source="finetune", parent="a-import")
+        for _ in range(2):
+            expect(chosen).to_contain_text("c-tuned", timeout=30_000)
+            expect(chosen).not_to_contain_text("a-import")
+            page.locator("#compare-go").click()
+            headers = page.locator("#compare-out table.lab-compare thead th")
+            expect(headers).to_have_count(3, timeout=60_000)      # the row number, then the two
+            assert "b-scratch" in headers.nth(1).inner_text() and "c-tuned" in headers.nth(2).inner_text()
+            page.reload()
+        page.close()
 
 
 def test_dark_theme_keeps_attention_and_charts_readable(browser, server):

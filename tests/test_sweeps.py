@@ -250,6 +250,37 @@ def test_split_to_split_bleu_reproduces_the_reports_figures():
         assert r["harmonic_ci"][0] < r["harmonic"] < r["harmonic_ci"][1]
 
 
+def test_a_fine_tunes_form_shows_its_parents_tokenizer_locked_and_starts_without_one(store):
+    """Choosing a parent locks the tokenizer field with nothing chosen and says which tokenizer
+    the parent keeps (GPT-2 BPE ticked for SmolLM2 contradicted it); such a form starts the job
+    and a sweep; clearing the parent gives the field back; a reload shows the job the same way."""
+    import torch
+    from lab import checkpoints, tokenizers
+    from lab.model import build
+    from lab.presets import get
+    from lab.ui import train
+    from tests.conftest import tiny_config
+    words = tokenizers.WordTokenizer.from_texts(["a dog on a couch", "a cat on a mat"] * 2, min_count=1)
+    torch.manual_seed(0)
+    checkpoints.save(build(tiny_config(vocab_size=words.vocab_size)), words, "p-words", store)
+    field = train.parent_view("p-words", "tiny", store)[-2]
+    assert field["value"] is None and field["interactive"] is False
+    assert field["info"] == f"kept from p-words: its own tokenizer (words, {words.vocab_size:,} tokens)"
+    cleared = train.parent_view("", "tiny", store)[-2]
+    assert cleared["value"] == get("tiny")[1].tokenizer and cleared["interactive"] is True
+    m, t = get("tiny")
+    values = dict(zip(train.form_fields(), train.form_values(m, t.replace(epochs=1))))
+    values["tokenizer"] = None                               # what the locked field sends
+    train.start("ft-words", "tiny", "p-words", *values.values(), store=store)
+    job = jobs.list_jobs(store)[0]
+    assert job["spec"]["parent"] == "p-words" and job["spec"]["train"]["tokenizer"] == "gpt2"
+    assert "tokenizer" not in train.sweep_settings("tiny", "p-words", *values.values())[2]
+    shown = train.job_form(job, store)[3 + len(train.MODEL_FIELDS) + train.TRAIN_FIELDS.index("tokenizer")]
+    assert shown["value"] is None and "kept from p-words" in shown["info"]
+    with pytest.raises(ConfigError, match="tokenizer: expected text"):    # a new model needs one
+        train.start("scratch", "tiny", "", *values.values(), store=store)
+
+
 def test_the_train_forms_settings_start_a_sweep(store):
     """What the Train form changed from its preset becomes the sweep's every-run settings, as
     KEY=VALUE lines the sweep form reads back; a fine-tune carries only training settings."""

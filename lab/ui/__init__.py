@@ -75,17 +75,20 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
                        api_visibility="private")
         known = gr.State(ctx.checkpoint_names())
 
-        def refresh(previous):
-            """New checkpoints (a job just wrote one) become choices in every tab at once."""
+        def refresh(previous, *current):
+            """New checkpoints (a job just wrote one) become choices in every tab at once; a
+            dropdown still on what the lab picked for it follows the store (current: their values)."""
             names = ctx.checkpoint_names()
             if names == previous:
                 return [gr.skip()] * (len(ctx.checkpoint_dropdowns) + len(ctx.empty_notes) + 1) + [previous]
-            updates = [ctx.refreshed(dd, names, was_empty=not previous) for dd in ctx.checkpoint_dropdowns]
+            updates = [ctx.refreshed(dd, names, previous or [], value)
+                       for dd, value in zip(ctx.checkpoint_dropdowns, current)]
             notes = [gr.update(visible=not names) for _ in ctx.empty_notes]
             return updates + notes + [checkpoints.rows(ctx.store), names]
         fresh = ctx.checkpoint_dropdowns + ctx.empty_notes + [table, known]
-        demo.load(friendly(refresh), known, fresh, api_visibility="private")   # current from the start
-        gr.Timer(3.0).tick(friendly(refresh), known, fresh, api_visibility="private",
+        watched = [known] + ctx.checkpoint_dropdowns
+        demo.load(friendly(refresh), watched, fresh, api_visibility="private")   # current from the start
+        gr.Timer(3.0).tick(friendly(refresh), watched, fresh, api_visibility="private",
                            show_progress="hidden")
         demo.load(friendly(latest), None, attached, api_visibility="private")   # re-attach to the running job
         demo.load(friendly(lambda: start.panel_open(ctx.store)), None, panel, api_visibility="private")

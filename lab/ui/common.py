@@ -28,7 +28,7 @@ class Context:
     store: str | None = None
     data_dir: str | None = None
     checkpoint_dropdowns: list = field(default_factory=list)
-    # how each dropdown is filled: "one" (the first name), "two" (the first two, to compare),
+    # how each dropdown is filled: "one" (the first name), "two" (two to compare: see picked),
     # "task" (the first two trained for its task, and no other) or "blank" (nothing chosen: an optional choice such as the parent of a fine-tune)
     fill: dict = field(default_factory=dict)
     task: dict = field(default_factory=dict)    # a dropdown's task: what it picks first
@@ -52,30 +52,64 @@ class Context:
 
     def picked(self, names: list[str], fill: str, task: str | None = None):
         """What a dropdown picks for the person: the first one or two names, those trained for
-        its task first (a caption tab does not open on a birth-place model)."""
+        its task first (a caption tab does not open on a birth-place model); two to compare are a
+        model trained from scratch and a fine-tuned one when the store holds both (the lab's
+        main comparison), else the first two."""
         if fill == "task":
             return [n for n in names if checkpoint_task(n, self.store) == task][:2]
         if task:
             names = sorted(names, key=lambda n: checkpoint_task(n, self.store) != task)
-        return names[:2] if fill == "two" else names[0] if names else None
+        if fill != "two":
+            return names[0] if names else None
+        return self.scratch_and_tuned(names, task) or names[:2]
 
-    def refreshed(self, dd, names: list[str], was_empty: bool):
-        """The update that brings a checkpoint dropdown up to date with the store; when the store
-        was empty before, it also picks what a freshly built page would have picked."""
+    def scratch_and_tuned(self, names: list[str], task: str | None = None) -> list[str] | None:
+        """The first model trained from scratch and the first fine-tuned one (for `task`), or
+        None when the store lacks either."""
+        mine = [n for n in names if task is None or checkpoint_task(n, self.store) == task]
+        source = {n: (checkpoint_meta(n, self.store) or {}).get("source") for n in mine}
+        scratch = next((n for n in mine if source[n] == "scratch"), None)
+        tuned = next((n for n in mine if source[n] == "finetune"), None)
+        return [scratch, tuned] if scratch and tuned else None
+
+    def refreshed(self, dd, names: list[str], previous: list[str], current=None):
+        """The update that brings a checkpoint dropdown up to date with the store (`previous`: the
+        names it was last brought up to date with, `current`: its value). A dropdown the person
+        has not touched (still on the lab's pick for `previous`) gets a new pick when that pick
+        was incomplete (nothing, or one of two to compare), and two to compare move to a scratch
+        model and a fine-tune once the store first holds both; otherwise its value stays."""
         fill = self.fill[id(dd)]
         choices = [""] + names if fill == "blank" else names
-        if not was_empty or fill == "blank":
+        if fill == "blank":
             return gr.update(choices=choices)
-        return gr.update(choices=choices, value=self.picked(names, fill, self.task[id(dd)]))
+        task = self.task[id(dd)]
+        before = _as_list(self.picked(previous, fill, task))
+        incomplete = len(before) < (1 if fill == "one" else 2)
+        completes_pair = fill == "two" and not self.scratch_and_tuned(previous, task) \
+            and self.scratch_and_tuned(names, task)
+        if _as_list(current) != before or not (incomplete or completes_pair):
+            return gr.update(choices=choices)
+        return gr.update(choices=choices, value=self.picked(names, fill, task))
+
+
+def _as_list(value) -> list:
+    return [] if value in (None, "") else list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def checkpoint_meta(name: str, store=None) -> dict | None:
+    """A stored checkpoint's provenance (source, parent, task, ...); None for one that cannot be
+    read."""
+    try:
+        return checkpoints.read_config(checkpoints.resolve(name, store))[1]
+    except (LabError, OSError, ValueError):
+        return None
 
 
 def checkpoint_task(name: str, store=None) -> str | None:
     """The task a stored checkpoint was trained for ("captions" before tasks existed); None for
     one that cannot be read."""
-    try:
-        return checkpoints.read_config(checkpoints.resolve(name, store))[1].get("task") or "captions"
-    except (LabError, OSError, ValueError):
-        return None
+    meta = checkpoint_meta(name, store)
+    return None if meta is None else meta.get("task") or "captions"
 
 
 class ModelCache:

@@ -14,7 +14,7 @@ from pathlib import Path
 import gradio as gr
 
 from lab.ui.fields import Checkbox, Dropdown, Number, Radio, Textbox
-from lab import checkpoints, jobs
+from lab import checkpoints, jobs, tokenizers
 from lab import store as lab_store
 from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.errors import LabError
@@ -25,6 +25,8 @@ from lab.train import format_duration, phase_text
 from lab.ui.common import Context, friendly, outputs, whole
 from lab.ui.common import text as bounded_text
 
+TOKENIZER_INFO = ("a new model's vocabulary: GPT-2 BPE, the training captions' words, or characters "
+                  "(a fine-tune keeps its parent's)")
 MODEL_FIELDS = ["model", "n_layer", "n_head", "n_embd", "n_positions", "norm", "norm_position",
                 "attention", "positional", "mlp", "tie_embeddings", "dropout"]
 TRAIN_FIELDS = ["epochs", "batch_size", "lr", "weight_decay", "grad_clip", "seed", "shuffle",
@@ -110,9 +112,7 @@ def _field_component(cls, name, value):
         return Radio(["constant", "warmup_cosine"], value=value, label=name,
                      info="warmup_cosine: linear warm-up, then cosine decay to 10% of lr")
     if name == "tokenizer":
-        return Radio(["gpt2", "words", "char"], value=value, label=name,
-                     info="a new model's vocabulary: GPT-2 BPE, the training captions' words, or "
-                          "characters (a fine-tune keeps its parent's)")
+        return Radio(["gpt2", "words", "char"], value=value, label=name, info=TOKENIZER_INFO)
     if name == "precision":
         return Radio(["auto", "bf16", "fp32"], value=value, label=name,
                      info="auto: bf16 autocast on a GPU, float32 on the CPU")
@@ -169,6 +169,15 @@ def _form_values(fields, values) -> dict:
     return out
 
 
+def _train_values(values, parent) -> dict:
+    """The training section's values; a fine-tune's tokenizer field, left with nothing chosen
+    (its parent's is kept), takes the default, which is what a fine-tune accepts."""
+    train = _form_values(TRAIN_FIELDS, values)
+    if parent and train.get("tokenizer") is None:
+        del train["tokenizer"]
+    return train
+
+
 def _chosen_settings(model: dict, values) -> dict:
     """The values of the settings of the plugins the model section chose, as KIND.SETTING keys; an
     optional number left blank (or 0 where 0 is not allowed) means its default."""
@@ -189,7 +198,7 @@ def start(name, preset, parent, *values, store=None):
         raise ConfigError("give the new checkpoint a name (letters, digits, '.', '_', '-')")
     n_model, n_train = len(MODEL_FIELDS), len(TRAIN_FIELDS)
     model = _form_values(MODEL_FIELDS, values[:n_model])
-    train = _form_values(TRAIN_FIELDS, values[n_model:n_model + n_train])
+    train = _train_values(values[n_model:n_model + n_train], parent)
     model.update(_chosen_settings(model, values[n_model + n_train:]))
     model_cfg, train_cfg, _ = configs(preset or None, doc={"model": model, "train": train})
     job_id = jobs.submit(name, None if parent else model_cfg.to_dict(), train_cfg.to_dict(),
@@ -205,7 +214,7 @@ def sweep_settings(preset, parent, *values) -> tuple[str, str, str, str]:
     parent = bounded_text(parent, "parent", 200).strip()
     n_model, n_train = len(MODEL_FIELDS), len(TRAIN_FIELDS)
     model = _form_values(MODEL_FIELDS, values[:n_model])
-    train = _form_values(TRAIN_FIELDS, values[n_model:n_model + n_train])
+    train = _train_values(values[n_model:n_model + n_train], parent)
     model.update(_chosen_settings(model, values[n_model + n_train:]))
     model_cfg, train_cfg, _ = configs(preset or None, doc={"model": {} if parent else model,
                                                            "train": train})
@@ -229,20 +238,28 @@ def _changed(before: dict, after: dict, prefix: str = "") -> list[str]:
 
 
 def parent_view(parent, preset, store=None) -> list:
-    """Choosing a parent fills the model section from it and locks it (a fine-tune keeps its
-    parent's architecture); clearing it gives the section back to the preset."""
+    """Choosing a parent fills the model section from it and locks it, and the tokenizer field
+    with nothing chosen (a fine-tune keeps its parent's architecture and tokenizer); clearing it
+    gives both back to the preset. The model section's updates, then train_layers' hint, the
+    tokenizer field's and the note."""
     parent = bounded_text(parent, "parent", 200).strip()
     if not parent:
-        m = (get_preset(preset)[0] if preset in PRESETS else ModelConfig()).to_dict()
-        return (_model_updates(m, interactive=True)
-                + [gr.update(info="'all' or 1-based blocks, e.g. 1,3"), ""])
+        m, t = get_preset(preset) if preset in PRESETS else (ModelConfig(), TrainConfig())
+        return (_model_updates(m.to_dict(), interactive=True)
+                + [gr.update(info="'all' or 1-based blocks, e.g. 1,3"),
+                   gr.update(value=t.tokenizer, interactive=True, info=TOKENIZER_INFO), ""])
     m = ModelConfig.from_dict(checkpoints.info(parent, store)["model"]).to_dict()
+    kind = tokenizers.check_files(checkpoints.resolve(parent, store))["kind"]
     n = m["n_layer"]
     return (_model_updates(m, interactive=False)
             + [gr.update(info=f"'all', or some of {parent}'s blocks 1 to {n}, e.g. "
                               f"{','.join(str(i) for i in range(max(1, n - 1), n + 1))}"),
+               gr.update(value=None, interactive=False,
+                         info=f"kept from {parent}: its own tokenizer ({kind}, "
+                              f"{m['vocab_size']:,} tokens)"),
                f"Fine-tuning **{parent}** ({m['model']}, {n} x {m['n_embd']}, {m['n_head']} heads): "
-               f"its architecture is kept, so the model section shows it and cannot be changed."])
+               f"its architecture and tokenizer are kept, so the model section shows them and "
+               f"cannot be changed."])
 
 
 def _model_updates(m: dict, interactive: bool) -> list:
@@ -452,7 +469,8 @@ def job_form(job: dict, store=None) -> list:
     n_model = len(MODEL_FIELDS) + len(setting_fields())
     if parent:
         model = parent_view(parent, spec.get("preset"), store)
-        model_values, hint, note = model[:n_model], model[-2], model[-1]
+        model_values, hint, note = model[:n_model], model[-3], model[-1]
+        train_values[TRAIN_FIELDS.index("tokenizer")] = model[-2]
     elif spec.get("model"):
         model_values = _model_updates(ModelConfig.from_dict(spec["model"]).to_dict(), interactive=True)
         hint, note = None, ""
@@ -478,7 +496,7 @@ def build(ctx: Context):
                           info=PRESETS["tiny"][1], elem_id="train-preset")
         name = Textbox("", label="checkpoint name", elem_id="train-name", placeholder="my-model")
         parent = Dropdown([""] + ctx.checkpoint_names(), value="", label="fine-tune from (optional)",
-                          info="a stored checkpoint; its architecture is kept",
+                          info="a stored checkpoint; its architecture and tokenizer are kept",
                           elem_id="train-parent", allow_custom_value=True)
     ctx.add_dropdown(parent, "blank")
     parent_note = gr.Markdown(elem_id="train-parent-note")
@@ -507,13 +525,16 @@ def build(ctx: Context):
         m, t = get_preset(p)
         values = form_values(m, t)
         if chosen_parent:
-            values = [gr.skip() if f not in TRAIN_FIELDS else v for f, v in zip(form_fields(), values)]
+            values = [gr.skip() if f not in TRAIN_FIELDS or f == "tokenizer" else v
+                      for f, v in zip(form_fields(), values)]
         return values + [gr.update(info=PRESETS[p][1])]
     preset.input(fill, [preset, parent], model_inputs + train_inputs + setting_inputs + [preset],
                  api_visibility="private")
     layers_field = train_inputs[TRAIN_FIELDS.index("train_layers")]
+    tokenizer_field = train_inputs[TRAIN_FIELDS.index("tokenizer")]
     parent.input(friendly(lambda p, pr: parent_view(p, pr, ctx.store)), [parent, preset],
-                  model_inputs + setting_inputs + [layers_field, parent_note], api_visibility="private")
+                 model_inputs + setting_inputs + [layers_field, tokenizer_field, parent_note],
+                 api_visibility="private")
     for kind in ModelConfig.PLUGIN_KINDS:   # a plugin's settings show while it is chosen
         shown = [c for c, (k, _, _) in zip(setting_inputs, setting_fields()) if k == kind]
         if shown:
@@ -537,7 +558,8 @@ def build(ctx: Context):
     progress = gr.HTML(elem_id="train-progress")
     plot = gr.Plot(label="loss curves")
     written_md = gr.Markdown(elem_id="train-written")
-    tail = gr.Code(label="log tail", language=None, interactive=False)
+    # no line numbers: a tail's line 1 is not the log's, and Gradio's gutter drifted from the text
+    tail = gr.Code(label="log tail", language=None, interactive=False, show_line_numbers=False)
 
     def start_or_refuse(*args):
         """A refused value stays written under the button (a toast alone is easy to miss)."""
