@@ -143,16 +143,22 @@ def test_dropdowns_built_on_an_empty_store_pick_checkpoints_once_there_are_some(
     with gr.Blocks():
         one, two, blank = (ctx.add_dropdown(gr.Dropdown([]), fill) for fill in ("one", "two", "blank"))
     names = ["a", "b", "c"]
-    assert ctx.refreshed(one, names, [])["value"] == "a"
-    assert ctx.refreshed(two, names, [])["value"] == ["a", "b"]
-    assert "value" not in ctx.refreshed(blank, names, [])
-    assert ctx.refreshed(blank, names, [])["choices"] == ["", "a", "b", "c"]
-    # a dropdown on what the lab picked follows the store; one the person changed stays
-    assert ctx.refreshed(two, ["a", "b"], ["a"], ["a"])["value"] == ["a", "b"]
-    assert "value" not in ctx.refreshed(two, ["a", "b"], ["a"], [])
-    assert "value" not in ctx.refreshed(one, ["0", "a"], ["a"], "a")     # still the first name
-    assert ctx.refreshed(one, ["0", "a"], ["a"], "a")["choices"] == ["0", "a"]
-    assert ctx.refreshed(one, ["0", "a"], [], None)["value"] == "0"
+
+    def value(dd, names, pick, current):
+        update, new = ctx.refreshed(dd, names, pick, current)
+        assert update.get("value", pick) == new            # the pick the page keeps is what it shows
+        return update.get("value", "unchanged")
+    assert value(one, names, None, None) == "a"
+    assert value(two, names, [], []) == ["a", "b"]
+    assert value(blank, names, None, "") == "unchanged"
+    assert ctx.refreshed(blank, names, None, "")[0]["choices"] == ["", "a", "b", "c"]
+    # one the lab picked and the person left follows while it is incomplete; a changed one stays
+    assert value(two, ["a", "b"], ["a"], ["a"]) == ["a", "b"]
+    assert value(two, ["a", "b"], ["a"], []) == "unchanged"
+    assert value(one, ["0", "a"], "a", "a") == "unchanged"                 # complete: it stays
+    assert value(one, ["0", "a"], "a", "0") == "unchanged"                 # the person's choice
+    assert value(one, ["a", "c"], "b", "b") == "a"        # its checkpoint was deleted: a new pick
+    assert value(one, ["a", "c"], "a", "b") == "a"        # a chosen checkpoint gone: a new pick
 
 
 def test_two_to_compare_are_a_scratch_model_and_a_fine_tune_when_the_store_has_both(store):
@@ -171,11 +177,13 @@ def test_two_to_compare_are_a_scratch_model_and_a_fine_tune_when_the_store_has_b
         two = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, task="captions")
     assert two.value == ["b-scratch", "c-tuned"]
     names = checkpoints.names()
-    assert ctx.refreshed(two, names, [])["value"] == ["b-scratch", "c-tuned"]
+    assert ctx.refreshed(two, names, [], [])[0]["value"] == ["b-scratch", "c-tuned"]
     # a getting-started run: the import, the scratch model, then the fine-tune; the page follows
-    before = ["a-import", "b-scratch"]
-    assert ctx.refreshed(two, names, before, ["a-import", "b-scratch"])["value"] == ["b-scratch", "c-tuned"]
-    assert "value" not in ctx.refreshed(two, names, before, ["a-import"])    # the person's choice
+    picked = ["a-import", "b-scratch"]
+    update, pick = ctx.refreshed(two, names, picked, picked)
+    assert update["value"] == pick == ["b-scratch", "c-tuned"]
+    assert "value" not in ctx.refreshed(two, names, picked, ["a-import"])[0]    # the person's choice
+    assert "value" not in ctx.refreshed(two, names, pick, pick)[0]   # a pair already: it stays
     # without a fine-tune: the first two
     assert ctx.picked(["a-import", "b-scratch", "d-scratch"], "two", "captions") == ["a-import", "b-scratch"]
 
@@ -199,9 +207,11 @@ def test_caption_tabs_pick_caption_checkpoints_before_birth_place_ones(store):
         places = checkpoint_dropdown(ctx, "birth-place checkpoints", multiselect=True,
                                      task="birthplace", fill="task")
     assert captions.value == ["b", "c"] and anything.value == "a-birthplace"
-    assert ctx.refreshed(captions, ["a-birthplace", "b", "c"], [])["value"] == ["b", "c"]
+    assert ctx.refreshed(captions, ["a-birthplace", "b", "c"], [], [])[0]["value"] == ["b", "c"]
+    # a caption tab left on a birth-place model moves once caption models exist
+    assert ctx.refreshed(captions, ["a-birthplace", "b", "c"], ["a-birthplace"], ["a-birthplace"])[0]["value"] == ["b", "c"]
     assert places.value == ["a-birthplace"]                       # its task's checkpoints only
-    assert ctx.refreshed(places, ["b", "c"], [])["value"] == []
+    assert ctx.refreshed(places, ["b", "c"], [], [])[0]["value"] == []
 
 
 def test_on_an_empty_store_a_missing_choice_says_where_checkpoints_come_from(store):

@@ -73,12 +73,13 @@ def _shot(page, name):
         page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
 
 
-def test_compare_two_checkpoints_side_by_side(page):
+def test_compare_two_checkpoints_side_by_side(page, server):
+    second = _second(page, server[1], "#compare-checkpoints")
     page.locator("#compare-go").click()
     table = page.locator("#compare-out table.lab-compare")
     table.wait_for(timeout=60_000)
     headers = table.locator("thead th").all_inner_texts()
-    assert any("scratch-a" in h for h in headers) and any("scratch-b" in h for h in headers)
+    assert any("scratch-a" in h for h in headers) and any(second in h for h in headers)
     assert table.locator("tbody tr").count() == 8
     assert table.locator("span.tok").count() > 0       # tokens shaded by probability
     _shot(page, "compare")
@@ -226,17 +227,19 @@ def test_import_smollm2_from_the_checkpoints_tab(page, server):
     assert info["layers"] == [1, 30] and info["model"]["model"] == "llama"
 
 
-def _second(store):
-    """The second checkpoint Compare and Evaluate open on: scratch-b, or once the fine-tune test
-    has written ui-job (a fine-tune of scratch-a), ui-job: a scratch model beside a fine-tune."""
-    from lab.ui.common import Context
-    pair = Context(store=str(store)).picked(checkpoints.names(store), "two", "captions")
-    assert pair[0] == "scratch-a" and pair[1] in ("scratch-b", "ui-job"), pair
-    return pair[1]
+def _second(page, store, dropdown):
+    """The second checkpoint a caption tab opens on, once the page shows it: scratch-b, or, after
+    the fine-tune test wrote ui-job (a fine-tune of scratch-a), ui-job beside scratch-a."""
+    from playwright.sync_api import expect
+    second = "ui-job" if "ui-job" in checkpoints.names(store) else "scratch-b"
+    expect(page.locator(dropdown)).to_contain_text(second, timeout=30_000)
+    expect(page.locator(dropdown)).to_contain_text("scratch-a")
+    return second
 
 
 def test_compare_says_which_checkpoint_is_better(page, server):
     _tab(page, "Compare")
+    second = _second(page, server[1], "#compare-checkpoints")
     # greedy: random weights give top-p a nucleus as wide as the vocabulary, a full sort each step
     _choose(page, "#compare-decoder", "greedy")
     page.get_by_text("Which is better?").first.click()
@@ -246,7 +249,7 @@ def test_compare_says_which_checkpoint_is_better(page, server):
     expect(verdicts).to_contain_text("100 / 100", timeout=180_000)
     expect(verdicts).to_contain_text("Verdicts")
     expect(verdicts).to_contain_text("harmonic BLEU")
-    expect(page.locator("#compare-scores")).to_contain_text(_second(server[1]))
+    expect(page.locator("#compare-scores")).to_contain_text(second)
 
 
 def test_checkpoints_tab_lists_the_store(page):
@@ -262,12 +265,13 @@ def test_checkpoints_tab_lists_the_store(page):
 
 def test_evaluate_streams_results(page, server):
     _tab(page, "Evaluate")
+    second = _second(page, server[1], "#evaluate-checkpoints")
     _choose(page, "#evaluate-decoder", "greedy")     # random weights: sampling costs, not the point
     page.get_by_text("100", exact=True).first.click()
     page.locator("#evaluate-go").click()
     page.locator("#evaluate-provenance").get_by_text("100 / 100").wait_for(timeout=120_000)
     from playwright.sync_api import expect
-    expect(page.locator("#evaluate-table")).to_contain_text(_second(server[1]))
+    expect(page.locator("#evaluate-table")).to_contain_text(second)
     expect(page.locator("#evaluate-provenance")).to_contain_text("lower is better")
     expect(page.locator("#evaluate-provenance")).to_contain_text("Verdicts")
     expect(page.locator("#evaluate-provenance")).to_contain_text("per-word perplexity")

@@ -277,8 +277,13 @@ def test_a_fine_tunes_form_shows_its_parents_tokenizer_locked_and_starts_without
     assert "tokenizer" not in train.sweep_settings("tiny", "p-words", *values.values())[2]
     shown = train.job_form(job, store)[3 + len(train.MODEL_FIELDS) + train.TRAIN_FIELDS.index("tokenizer")]
     assert shown["value"] is None and "kept from p-words" in shown["info"]
-    with pytest.raises(ConfigError, match="tokenizer: expected text"):    # a new model needs one
+    with pytest.raises(ConfigError, match="choose a tokenizer for a new model: gpt2, words or char"):
         train.start("scratch", "tiny", "", *values.values(), store=store)
+    # a resumed fine-tune (its spec has no parent) shows its own checkpoint's tokenizer, locked
+    checkpoints.save(build(tiny_config(vocab_size=words.vocab_size)), words, "ft-words", store)
+    resumed = {**job, "spec": {**job["spec"], "parent": None}}
+    shown = train.job_form(resumed, store)[3 + len(train.MODEL_FIELDS) + train.TRAIN_FIELDS.index("tokenizer")]
+    assert shown["value"] is None and shown["info"].startswith("kept from ft-words: its own tokenizer (words")
 
 
 def test_the_train_forms_settings_start_a_sweep(store):

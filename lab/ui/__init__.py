@@ -12,7 +12,7 @@ from lab.attention_maps import VENDOR_DIR
 from lab.errors import LabError
 from lab.report import CAPTIONS_CSS
 from lab.ui import attention, checkpoints, compare, evaluate, experiments, start, train
-from lab.ui.common import Context, friendly
+from lab.ui.common import Context, friendly, read_metas
 
 CSS = CAPTIONS_CSS + """
 .lab-matrix th:first-child { width: 15em; overflow-wrap: anywhere; }
@@ -73,18 +73,24 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
         to_sweep.click(friendly(to_experiments), train_form,
                        [tabs, recipe, preset, parent, grid, settings, split, sweep_note, train_said],
                        api_visibility="private")
-        known = gr.State(ctx.checkpoint_names())
+        # the names the page last saw and what the lab picked in each checkpoint dropdown
+        known = gr.State({"names": ctx.checkpoint_names(),
+                          "picks": [dd.value for dd in ctx.checkpoint_dropdowns]})
 
-        def refresh(previous, *current):
+        def refresh(seen, *current):
             """New checkpoints (a job just wrote one) become choices in every tab at once; a
-            dropdown still on what the lab picked for it follows the store (current: their values)."""
+            dropdown the person has not touched follows the store (current: their values)."""
             names = ctx.checkpoint_names()
-            if names == previous:
-                return [gr.skip()] * (len(ctx.checkpoint_dropdowns) + len(ctx.empty_notes) + 1) + [previous]
-            updates = [ctx.refreshed(dd, names, previous or [], value)
-                       for dd, value in zip(ctx.checkpoint_dropdowns, current)]
+            if names == seen["names"]:
+                return [gr.skip()] * (len(ctx.checkpoint_dropdowns) + len(ctx.empty_notes) + 1) + [seen]
+            metas = read_metas(names, ctx.store)
+            updates, picks = [], []
+            for dd, value, pick in zip(ctx.checkpoint_dropdowns, current, seen["picks"]):
+                update, pick = ctx.refreshed(dd, names, pick, value, metas)
+                updates.append(update)
+                picks.append(pick)
             notes = [gr.update(visible=not names) for _ in ctx.empty_notes]
-            return updates + notes + [checkpoints.rows(ctx.store), names]
+            return updates + notes + [checkpoints.rows(ctx.store), {"names": names, "picks": picks}]
         fresh = ctx.checkpoint_dropdowns + ctx.empty_notes + [table, known]
         watched = [known] + ctx.checkpoint_dropdowns
         demo.load(friendly(refresh), watched, fresh, api_visibility="private")   # current from the start

@@ -50,50 +50,69 @@ class Context:
         self.task[id(dd)] = task
         return dd
 
-    def picked(self, names: list[str], fill: str, task: str | None = None):
+    def picked(self, names: list[str], fill: str, task: str | None = None, metas: dict | None = None):
         """What a dropdown picks for the person: the first one or two names, those trained for
         its task first (a caption tab does not open on a birth-place model); two to compare are a
         model trained from scratch and a fine-tuned one when the store holds both (the lab's
-        main comparison), else the first two."""
+        main comparison), else the first two. metas: {name: checkpoint_meta}, read once by the
+        caller (read here when not given)."""
+        metas = read_metas(names, self.store) if metas is None else metas
         if fill == "task":
-            return [n for n in names if checkpoint_task(n, self.store) == task][:2]
+            return [n for n in names if _task(metas.get(n)) == task][:2]
         if task:
-            names = sorted(names, key=lambda n: checkpoint_task(n, self.store) != task)
+            names = sorted(names, key=lambda n: _task(metas.get(n)) != task)
         if fill != "two":
             return names[0] if names else None
-        return self.scratch_and_tuned(names, task) or names[:2]
+        return self.scratch_and_tuned(names, task, metas) or names[:2]
 
-    def scratch_and_tuned(self, names: list[str], task: str | None = None) -> list[str] | None:
+    @staticmethod
+    def scratch_and_tuned(names: list[str], task: str | None, metas: dict) -> list[str] | None:
         """The first model trained from scratch and the first fine-tuned one (for `task`), or
         None when the store lacks either."""
-        mine = [n for n in names if task is None or checkpoint_task(n, self.store) == task]
-        source = {n: (checkpoint_meta(n, self.store) or {}).get("source") for n in mine}
-        scratch = next((n for n in mine if source[n] == "scratch"), None)
-        tuned = next((n for n in mine if source[n] == "finetune"), None)
+        mine = [n for n in names if task is None or _task(metas.get(n)) == task]
+        scratch = next((n for n in mine if (metas.get(n) or {}).get("source") == "scratch"), None)
+        tuned = next((n for n in mine if (metas.get(n) or {}).get("source") == "finetune"), None)
         return [scratch, tuned] if scratch and tuned else None
 
-    def refreshed(self, dd, names: list[str], previous: list[str], current=None):
-        """The update that brings a checkpoint dropdown up to date with the store (`previous`: the
-        names it was last brought up to date with, `current`: its value). A dropdown the person
-        has not touched (still on the lab's pick for `previous`) gets a new pick when that pick
-        was incomplete (nothing, or one of two to compare), and two to compare move to a scratch
-        model and a fine-tune once the store first holds both; otherwise its value stays."""
+    def refreshed(self, dd, names: list[str], pick, current, metas: dict | None = None):
+        """(update, the lab's pick now) for a checkpoint dropdown when the store's names change.
+        pick: what the lab last picked for it; current: its value. One the person changed keeps
+        their choice, unless it names a checkpoint gone from the store. One the person has not
+        touched gets a new pick when its pick is incomplete (too few checkpoints of its task, or
+        one gone), and two to compare move to a scratch model and a fine-tune once the store
+        holds both; otherwise the value stays."""
         fill = self.fill[id(dd)]
-        choices = [""] + names if fill == "blank" else names
         if fill == "blank":
-            return gr.update(choices=choices)
+            return gr.update(choices=[""] + names), pick
+        values, mine = _as_list(current), _as_list(pick)
+        if values != mine and all(v in names for v in values):
+            return gr.update(choices=names), pick                    # the person's choice
+        metas = read_metas(names, self.store) if metas is None else metas
         task = self.task[id(dd)]
-        before = _as_list(self.picked(previous, fill, task))
-        incomplete = len(before) < (1 if fill == "one" else 2)
-        completes_pair = fill == "two" and not self.scratch_and_tuned(previous, task) \
-            and self.scratch_and_tuned(names, task)
-        if _as_list(current) != before or not (incomplete or completes_pair):
-            return gr.update(choices=choices)
-        return gr.update(choices=choices, value=self.picked(names, fill, task))
+        on_task = [n for n in mine if n in names and (task is None or _task(metas.get(n)) == task)]
+        incomplete = len(on_task) < (1 if fill == "one" else 2) or len(on_task) < len(mine)
+        pair = fill == "two" and self.scratch_and_tuned(names, task, metas)
+        gone = any(v not in names for v in values)
+        if not (gone or incomplete or pair and self.scratch_and_tuned(mine, task, metas) is None):
+            return gr.update(choices=names), pick
+        new = self.picked(names, fill, task, metas)
+        return gr.update(choices=names, value=new), new
 
 
 def _as_list(value) -> list:
-    return [] if value in (None, "") else list(value) if isinstance(value, (list, tuple)) else [value]
+    """A dropdown's value as a list of names (none, one, or a multiselect's)."""
+    if value in (None, ""):
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def read_metas(names: list[str], store=None) -> dict:
+    """{name: checkpoint_meta} for names, each config read once."""
+    return {n: checkpoint_meta(n, store) for n in names}
+
+
+def _task(meta: dict | None) -> str | None:
+    return None if meta is None else meta.get("task") or "captions"
 
 
 def checkpoint_meta(name: str, store=None) -> dict | None:
@@ -108,8 +127,7 @@ def checkpoint_meta(name: str, store=None) -> dict | None:
 def checkpoint_task(name: str, store=None) -> str | None:
     """The task a stored checkpoint was trained for ("captions" before tasks existed); None for
     one that cannot be read."""
-    meta = checkpoint_meta(name, store)
-    return None if meta is None else meta.get("task") or "captions"
+    return _task(checkpoint_meta(name, store))
 
 
 class ModelCache:

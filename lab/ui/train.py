@@ -170,11 +170,13 @@ def _form_values(fields, values) -> dict:
 
 
 def _train_values(values, parent) -> dict:
-    """The training section's values; a fine-tune's tokenizer field, left with nothing chosen
-    (its parent's is kept), takes the default, which is what a fine-tune accepts."""
+    """The training section's values. A fine-tune's tokenizer field, locked with nothing chosen
+    (its parent's is kept), gives the default, the one value a fine-tune accepts (lab.runs)."""
     train = _form_values(TRAIN_FIELDS, values)
-    if parent and train.get("tokenizer") is None:
-        del train["tokenizer"]
+    if train.get("tokenizer") is None:
+        if not parent:
+            raise ConfigError("choose a tokenizer for a new model: gpt2, words or char")
+        train["tokenizer"] = TrainConfig().tokenizer
     return train
 
 
@@ -249,17 +251,27 @@ def parent_view(parent, preset, store=None) -> list:
                 + [gr.update(info="'all' or 1-based blocks, e.g. 1,3"),
                    gr.update(value=t.tokenizer, interactive=True, info=TOKENIZER_INFO), ""])
     m = ModelConfig.from_dict(checkpoints.info(parent, store)["model"]).to_dict()
-    kind = tokenizers.check_files(checkpoints.resolve(parent, store))["kind"]
     n = m["n_layer"]
     return (_model_updates(m, interactive=False)
             + [gr.update(info=f"'all', or some of {parent}'s blocks 1 to {n}, e.g. "
                               f"{','.join(str(i) for i in range(max(1, n - 1), n + 1))}"),
-               gr.update(value=None, interactive=False,
-                         info=f"kept from {parent}: its own tokenizer ({kind}, "
-                              f"{m['vocab_size']:,} tokens)"),
+               _kept_tokenizer(parent, store) or gr.update(value=None, interactive=False),
                f"Fine-tuning **{parent}** ({m['model']}, {n} x {m['n_embd']}, {m['n_head']} heads): "
                f"its architecture and tokenizer are kept, so the model section shows them and "
                f"cannot be changed."])
+
+
+def _kept_tokenizer(name: str, store=None):
+    """The tokenizer field for a run that keeps checkpoint `name`'s tokenizer (a fine-tune of it,
+    or its resume): locked, nothing chosen, naming it; None when `name` cannot be read."""
+    try:
+        path = checkpoints.resolve(name, store)
+        kind = tokenizers.check_files(path)["kind"]
+        vocab = checkpoints.read_config(path)[0].vocab_size
+    except (LabError, OSError):
+        return None
+    return gr.update(value=None, interactive=False,
+                     info=f"kept from {name}: its own tokenizer ({kind}, {vocab:,} tokens)")
 
 
 def _model_updates(m: dict, interactive: bool) -> list:
@@ -474,8 +486,11 @@ def job_form(job: dict, store=None) -> list:
     elif spec.get("model"):
         model_values = _model_updates(ModelConfig.from_dict(spec["model"]).to_dict(), interactive=True)
         hint, note = None, ""
-    else:                           # a resumed run: its model is the checkpoint's
+    else:                           # a resumed run: its model and tokenizer are the checkpoint's
         model_values, hint, note = [gr.skip()] * n_model, None, ""
+        kept = _kept_tokenizer(job["name"], store)
+        if kept is not None:
+            train_values[TRAIN_FIELDS.index("tokenizer")] = kept
     if isinstance(hint, dict) and hint.get("__type__") == "update":    # the parent's blocks
         i = TRAIN_FIELDS.index("train_layers")
         train_values[i] = {**hint, "value": train_values[i]}
