@@ -224,3 +224,21 @@ def test_on_an_empty_store_a_missing_choice_says_where_checkpoints_come_from(sto
     checkpoints.save(build(tiny_config(vocab_size=50257)), tokenizers.gpt2(), "m", store)
     with pytest.raises(ConfigError, match="choose checkpoints to compare first"):
         compare.compare([], "top_p", 1.0, 40, 0.9, 4, 0, "", 8, False, None, store=store)
+
+
+def test_the_decoder_per_checkpoint_table_follows_the_chosen_checkpoints():
+    """The table is rebuilt when the chosen checkpoints change (by the person or by the page
+    itself): a row typed in before stays with its checkpoint, a new checkpoint gets a blank row
+    (the shared setting), a checkpoint no longer chosen loses its row."""
+    import pandas as pd
+    from lab.ui.compare import PER_MODEL_COLUMNS, decoder_rows
+    typed = ["a", "top_k"] + [None] * (len(PER_MODEL_COLUMNS) - 2)
+    typed[PER_MODEL_COLUMNS.index("top_k")] = 5
+    blank = ["b", ""] + [float("nan")] * (len(PER_MODEL_COLUMNS) - 2)   # empty cells come back as NaN
+    table = pd.DataFrame([typed, blank], columns=PER_MODEL_COLUMNS)
+    shown = decoder_rows(True, ["c", "a"], table)
+    assert shown["visible"] is True
+    assert shown["value"] == [["c", ""] + [None] * (len(PER_MODEL_COLUMNS) - 2), typed]
+    assert decoder_rows(False, ["a"], table)["visible"] is False
+    assert decoder_rows(True, None, None)["value"] == []
+    assert decoder_rows(True, ["a"], {"not": "a table"})["value"][0][1] == ""

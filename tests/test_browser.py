@@ -86,6 +86,16 @@ def test_compare_two_checkpoints_side_by_side(page, server):
     assert page.left_machine == []
 
 
+def test_a_decoder_per_checkpoint_lists_the_chosen_ones(page, server):
+    """The per-checkpoint decoder table appears with a row for each chosen checkpoint."""
+    from playwright.sync_api import expect
+    second = _second(page, server[1], "#compare-checkpoints")
+    page.get_by_text("a different decoder for each checkpoint").click()
+    table = page.locator("#compare-per-model")
+    expect(table).to_contain_text("scratch-a", timeout=30_000)
+    expect(table).to_contain_text(second)
+
+
 def test_head_view_draws_with_the_network_blocked(page):
     _tab(page, "Attention")
     page.locator("#attention-go").click()

@@ -145,8 +145,28 @@ def _cell(value, shared):
     return value
 
 
+def decoder_rows(on, names, table=None):
+    """The per-checkpoint decoder table for the chosen checkpoints, shown while `on`: a row per
+    name in order, a row typed in before kept by its checkpoint, a new one blank (the shared
+    setting)."""
+    try:
+        had = {r["checkpoint"]: r for r in _rows(table)} if table is not None else {}
+    except ConfigError:                 # not a table of rows: start again from blank ones
+        had = {}
+    rows = []
+    for name in names if isinstance(names, list) else []:
+        row = had.get(name, {"decoder": ""})
+        rows.append([name] + [_blank_nan(row.get(c)) for c in PER_MODEL_COLUMNS[1:]])
+    return gr.update(visible=bool(on), value=rows)
+
+
+def _blank_nan(value):
+    """A cell as the table shows it: an empty one comes back from the page as NaN."""
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
 def _rows(table) -> list[dict]:
-    values = table.values.tolist() if hasattr(table, "values") else table
+    values = table.values.tolist() if hasattr(table, "values") and not isinstance(table, dict) else table
     if isinstance(values, dict):                   # gradio_client's {"headers": [...], "data": [...]}
         values = values.get("data") or []
     if not isinstance(values, list) or len(values) > 64:
@@ -232,14 +252,15 @@ def build(ctx: Context) -> SideBySide:
         n = Number(8, label="captions", step=1)
     per_model = Checkbox(False, label="a different decoder for each checkpoint")
     per_model_rows = RowsTable(value=[], headers=PER_MODEL_COLUMNS, visible=False, interactive=True,
-                                  label="decoder per checkpoint (blank cells take the shared setting)")
+                                  label="decoder per checkpoint (blank cells take the shared setting)",
+                                  elem_id="compare-per-model")
     go = gr.Button("Generate side by side", variant="primary", elem_id="compare-go")
     out = gr.HTML(elem_id="compare-out")
 
-    def show_rows(on, names):
-        blank = [None] * (len(PER_MODEL_COLUMNS) - 2)
-        return gr.update(visible=on, value=[[n, ""] + blank for n in (names or [])])
-    per_model.change(show_rows, [per_model, chosen], per_model_rows, api_visibility="private")
+    # the table follows the checkbox and the chosen checkpoints (the page may change them itself)
+    for changed in (per_model, chosen):
+        changed.change(decoder_rows, [per_model, chosen, per_model_rows], per_model_rows,
+                       api_visibility="private", show_progress="hidden")
     inputs = [chosen, *dec.components(), seed, prefix, n, per_model, per_model_rows]
     last = gr.State(None)            # the last comparison, for its downloads and the report
     files = gr.File(label="download the captions (CSV, JSON)", file_count="multiple",
