@@ -112,6 +112,8 @@ def read_metas(names: list[str], store=None) -> dict:
 
 
 def _task(meta: dict | None) -> str | None:
+    """The task a checkpoint was trained for ("captions" before tasks existed); None for one
+    that cannot be read."""
     return None if meta is None else meta.get("task") or "captions"
 
 
@@ -122,12 +124,6 @@ def checkpoint_meta(name: str, store=None) -> dict | None:
         return checkpoints.read_config(checkpoints.resolve(name, store))[1]
     except (LabError, OSError, ValueError):
         return None
-
-
-def checkpoint_task(name: str, store=None) -> str | None:
-    """The task a stored checkpoint was trained for ("captions" before tasks existed); None for
-    one that cannot be read."""
-    return _task(checkpoint_meta(name, store))
 
 
 class ModelCache:

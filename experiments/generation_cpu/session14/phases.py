@@ -40,15 +40,20 @@ def run(models, n, measure):
         generate.CaptionStream._step, evaluate.sentence_nlls = STEP, SCORE
 
 
-def main():
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 500
+def benchmark_models() -> dict:
+    """The benchmark's pair in a fresh store: a Tfmr-scratch-sized model (random weights, seed 0)
+    and SmolLM2."""
     tmp = tempfile.mkdtemp()
     torch.manual_seed(0)
     checkpoints.save(build(get("tfmr-scratch")[0]), tokenizers.gpt2(), "scratch-random", store=tmp)
     smollm2.import_smollm2("smollm2", store=tmp)
-    models = {k: checkpoints.load(k, tmp) for k in ("scratch-random", "smollm2")}
-    seconds, flops = collections.defaultdict(float), collections.defaultdict(float)
-    rows = collections.defaultdict(list)
+    return {k: checkpoints.load(k, tmp) for k in ("scratch-random", "smollm2")}
+
+
+def timer():
+    """(seconds, rows, timed): `timed` is a `measure` for run() adding each phase's seconds to
+    seconds[name, phase] and each step's width to rows[name]."""
+    seconds, rows = collections.defaultdict(float), collections.defaultdict(list)
 
     def timed(name, phase, f, width=None):
         t0 = time.perf_counter()
@@ -57,6 +62,13 @@ def main():
         if width is not None:
             rows[name].append(width)
         return out
+    return seconds, rows, timed
+
+
+def main():
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 500
+    models = benchmark_models()
+    (seconds, rows, timed), flops = timer(), collections.defaultdict(float)
 
     def counted(name, phase, f, width=None):
         with FlopCounterMode(display=False) as c:

@@ -5,9 +5,7 @@ that takes every remaining caption at once after the first chunk (490 rows), alt
 runs first, each run timed by phase as in session 14's phases.py.
 
 Run: .venv/bin/python experiments/generation_cpu/session15/wide_stream.py [rounds]"""
-import collections
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -15,13 +13,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 sys.path.insert(0, str(HERE.parent / "session14"))
 
-import torch  # noqa: E402
-
 import phases  # noqa: E402
 from benchmarks.live_eval import sgemm_rate  # noqa: E402
-from lab import checkpoints, evaluate, smollm2, tokenizers  # noqa: E402
-from lab.model import build  # noqa: E402
-from lab.presets import get  # noqa: E402
+from lab import evaluate  # noqa: E402
 
 NOW = evaluate.stream_width
 
@@ -32,31 +26,21 @@ def wide(start, end, chunk):
 
 
 def timed_run(models, width):
-    """One live evaluation with the given stream width: (total s, {(model, phase): s}, steps)."""
+    """One live evaluation with the given stream width: (total s, {(model, phase): s},
+    {model: steps})."""
     evaluate.stream_width = width
-    seconds, steps = collections.defaultdict(float), collections.Counter()
-
-    def timed(name, phase, f, rows=None):
-        t0 = time.perf_counter()
-        out = f()
-        seconds[name, phase] += time.perf_counter() - t0
-        steps[name] += rows is not None
-        return out
+    seconds, rows, timed = phases.timer()
     try:
         t0 = time.perf_counter()
         phases.run(models, 500, timed)
-        return time.perf_counter() - t0, seconds, steps
+        return time.perf_counter() - t0, seconds, {name: len(r) for name, r in rows.items()}
     finally:
         evaluate.stream_width = NOW
 
 
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 4
-    tmp = tempfile.mkdtemp()
-    torch.manual_seed(0)
-    checkpoints.save(build(get("tfmr-scratch")[0]), tokenizers.gpt2(), "scratch-random", store=tmp)
-    smollm2.import_smollm2("smollm2", store=tmp)
-    models = {k: checkpoints.load(k, tmp) for k in ("scratch-random", "smollm2")}
+    models = phases.benchmark_models()
     ratios = []
     for r in range(rounds):
         total = {}
