@@ -400,9 +400,40 @@ def _parser_plugins(sub) -> None:
     p.set_defaults(fn=cmd_plugins)
 
 
+def cmd_settings(args):
+    from lab.config import describe_settings
+    from lab.settings import reference_markdown
+    described = describe_settings()
+    if args.json:
+        _print_json(described)
+    elif args.markdown:
+        print(reference_markdown(described), end="")
+    else:
+        rows = described["train"] + described["model"] + [
+            r for plugins in described["plugins"].values() for rs in plugins.values() for r in rs]
+        for r in rows:
+            if r["name"] != "settings":
+                blank = f"; blank: {r['blank']}" if "blank" in r else ""
+                print(f"  {r['name']:<24} {r['default']!s:<12} {r['help']}{blank}")
+
+
+def _parser_settings(sub) -> None:
+    p = sub.add_parser("settings", help="every setting with its default, bounds and help")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--markdown", action="store_true", help="the configuration reference page")
+    p.set_defaults(fn=cmd_settings)
+
+
+def _presets_epilog() -> str:
+    from lab.presets import PRESETS
+    return "presets:\n" + "\n".join(f"  {k:<22} {d}" for k, (_, d) in PRESETS.items()) + \
+        "\n\nevery setting: python -m lab settings (or docs/configuration.md)"
+
+
 def _parser_train(sub) -> None:
-    p = sub.add_parser("train", help="train from scratch or fine-tune a checkpoint")
-    p.add_argument("--preset", help="tfmr-scratch, tiny, small (see `plugins`)")
+    p = sub.add_parser("train", help="train from scratch or fine-tune a checkpoint",
+                       epilog=_presets_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", help="a preset's name (listed below)")
     p.add_argument("--config", help="JSON file with 'model' and/or 'train' objects")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override one field, or a plugin's setting as KIND.SETTING=VALUE")
@@ -687,6 +718,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--store", help="checkpoint store (default $LAB_STORE or ./checkpoints)")
     sub = ap.add_subparsers(dest="command", required=True)
     _parser_plugins(sub)
+    _parser_settings(sub)
     _parser_train(sub)
     _parser_generate(sub)
     _parser_evaluate(sub)

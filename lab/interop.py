@@ -16,7 +16,7 @@ import torch
 
 from lab import checkpoints, tokenizers
 from lab.checkpoints import CheckpointError
-from lab.config import ConfigError, ModelConfig, parse_blocks
+from lab.config import ConfigError, ModelConfig, family_defaults, parse_blocks
 from lab.model import build
 
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
@@ -219,8 +219,11 @@ def _tokenizer_for(path: Path, vocab_size: int):
                           f"not GPT-2's 50257; add its tokenizer.json")
 
 
-STANDARD = dict(model="gpt2", norm="layernorm", norm_position="pre", attention="mha",
-                positional="learned", mlp="gelu", bias=True)
+def _gpt2_parts() -> dict:
+    """HF GPT-2's parts: the gpt2 family's own, as its plugin declares them."""
+    parts = family_defaults("gpt2")
+    return {"model": "gpt2", **{k: parts[k] for k in ("norm", "norm_position", "attention",
+                                                       "positional", "mlp", "bias")}}
 
 
 def export_hf_gpt2(checkpoint: str, outdir: str | Path, store=None) -> Path:
@@ -228,10 +231,11 @@ def export_hf_gpt2(checkpoint: str, outdir: str | Path, store=None) -> Path:
     from transformers import GPT2Config, GPT2LMHeadModel
     ck = checkpoints.load(checkpoint, store)
     c = ck.config
-    odd = {k: getattr(c, k) for k, v in STANDARD.items() if getattr(c, k) != v}
+    standard = _gpt2_parts()
+    odd = {k: getattr(c, k) for k, v in standard.items() if getattr(c, k) != v}
     if odd:
         raise CheckpointError(f"{checkpoint} cannot be exported as HF GPT-2: it uses {odd}; "
-                              f"only GPT-2's own parts ({STANDARD}) export")
+                              f"only GPT-2's own parts ({standard}) export")
     if "\0" in str(outdir):
         raise CheckpointError("export: the output path contains a NUL character")
     outdir = Path(outdir)

@@ -1,7 +1,10 @@
 """Named presets: small builder functions returning (ModelConfig, TrainConfig)."""
 from __future__ import annotations
 
-from lab.config import ConfigError, ModelConfig, TrainConfig
+import dataclasses
+
+from lab.config import ConfigError, ModelConfig, TrainConfig, owner, split_overrides
+from lab.settings import default_of
 
 PRESETS = {}
 
@@ -81,17 +84,37 @@ def birthplace_finetune():
     return _birthplace("qa", epochs=10, batch_size=256, lr=6e-4, warmup_steps=2, log_every=4)
 
 
-def configs(preset: str | None = None, overrides: list[str] | None = None, doc: dict | None = None):
+def configs(preset: str | None = None, overrides: list[str] | None = None, doc: dict | None = None,
+            named: dict | None = None):
     """Layered configs: the preset (defaults without one), then a config file's {"model": ...,
-    "train": ...}, then `key=value` overrides. Also returns the model keys changed by the file or
-    the overrides (a fine-tune cannot change them)."""
-    from lab.config import split_overrides
+    "train": ...}, then named settings (`{"epochs": 2, "attention.window": 8}`, as the API and
+    the form give them), then `key=value` overrides. Also returns the model keys changed (a
+    fine-tune cannot change them)."""
     model_cfg, train_cfg = get(preset) if preset else (ModelConfig(), TrainConfig())
     doc = doc or {}
+    m_named, t_named = split_named(named or {})
     m_over, t_over = split_overrides(overrides or [], ModelConfig, TrainConfig)
-    m_all = {**doc.get("model", {}), **m_over}
-    return (model_cfg.replace(**m_all), train_cfg.replace(**{**doc.get("train", {}), **t_over}),
-            sorted(m_all))
+    m_all = {**doc.get("model", {}), **m_named, **m_over}
+    return (model_cfg.replace(**m_all),
+            train_cfg.replace(**{**doc.get("train", {}), **t_named, **t_over}), sorted(m_all))
+
+
+def split_named(named: dict) -> tuple[dict, dict]:
+    """Settings keyed by name (`KIND.SETTING` for a plugin's) split into the model's and the
+    trainer's; an unknown name is refused by name, and a blank value of a setting that says what
+    blank means takes its default."""
+    if not isinstance(named, dict):
+        raise ConfigError(f"settings: expected a JSON object keyed by setting name, got "
+                          f"{type(named).__name__}")
+    model, train = {}, {}
+    described = {f.name: f for cls in (ModelConfig, TrainConfig) for f in dataclasses.fields(cls)}
+    for key, value in named.items():
+        side = (model, train)[owner(str(key), ModelConfig, TrainConfig)]
+        f = described.get(key)
+        if (value is None or value == "") and f is not None and "blank" in f.metadata:
+            value = default_of(f)
+        side[key] = value
+    return model, train
 
 
 def get(name: str) -> tuple[ModelConfig, TrainConfig]:

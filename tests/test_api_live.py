@@ -17,12 +17,10 @@ def live(tmp_path_factory):
         yield url, store
 
 
-def _start_args(name):
-    from lab.presets import get
-    from lab.ui.train import form_values
-    m, t = get("tiny")
-    t = t.replace(epochs=1, max_train_captions=200, max_dev_captions=50)
-    return [name, "tiny", ""] + form_values(m, t)
+def _start(name, parent=""):
+    """/start_job's named arguments: a one-epoch tiny run (a fine-tune names training settings only)."""
+    return dict(name=name, preset="tiny", parent=parent,
+                settings={"epochs": 1, "max_train_captions": 200, "max_dev_captions": 50})
 
 
 def _refused(call, expected):
@@ -46,7 +44,7 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     from gradio_client import Client, handle_file
     url, store = live
     first = Client(url, verbose=False)
-    _, said = first.predict(*_start_args("made-later"), api_name="/start_job")
+    said = first.predict(**_start("made-later"), api_name="/start_job")
     job = int(re.search(r"Queued job (\d+)", said).group(1))
     deadline = time.time() + 300
     while "data-status='done'" not in first.predict(job, api_name="/job_status")[0]:
@@ -55,9 +53,9 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
 
     c, called = Client(url, verbose=False), set()       # a client made after the checkpoint
 
-    def call(api, *args):
+    def call(api, *args, **kwargs):
         called.add(api)
-        return c.predict(*args, api_name=api)
+        return c.predict(*args, **kwargs, api_name=api)
     no_rows = {"headers": ["checkpoint"], "data": []}
     dec = ["greedy", 1.0, 40, 0.9, 4]
     assert "made-later" in str(call("/checkpoints")["data"])
@@ -89,9 +87,7 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     assert "Imported" in said and "re-imported" in str(call("/checkpoints")["data"])
     _refused(lambda: call("/import_gpt2", str(tmp_path), "", "nope"), "LAB_ALLOWED_DIRS")
     _refused(lambda: call("/import_smollm2", "0", "smol"), "1 to 30")
-    args = _start_args("child")
-    args[2] = "made-later"                                  # a fine-tune of what was made after start
-    said = call("/start_job", *args)[1]
+    said = call("/start_job", **_start("child", parent="made-later"))   # a fine-tune of it
     child = int(re.search(r"Queued job (\d+)", said).group(1))
     said = call("/stop_job", child)                          # queued: stopped at once; running: asked
     assert said in (f"Job {child} is stopped.", f"Job {child}: stop requested (now).")
@@ -127,5 +123,6 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     for j in jobs.list_jobs(store):
         if j["status"] in ("queued", "running"):
             jobs.request_stop(j["id"], "now", store)
+    assert any(r["name"] == "epochs" for r in call("/settings")["train"])
     named = set(c.view_api(return_format="dict", print_info=False)["named_endpoints"])
     assert named - called == set(), f"endpoints no test called: {named - called}"

@@ -167,7 +167,7 @@ def test_third_party_plugin_with_a_setting_works_everywhere(tmp_path, corpus_dir
     ({"settings": {"tokenizer": {"x": 1}}}, "settings: unknown kind 'tokenizer'"),
     ({"positional": "rotary", "n_embd": 36, "n_head": 12}, "rotary positions need an even head width"),
     ({"norm_position": "middle"}, "norm_position must be 'pre' or 'post'"),
-    ({"n_layer": 0}, "n_layer must be positive"),
+    ({"n_layer": 0}, "n_layer must be between 1 and"),
 ])
 def test_model_config_errors(overrides, message):
     with pytest.raises(ConfigError, match=message):
@@ -214,11 +214,14 @@ def test_head_count_sweep_builds():
 
 def test_train_form_zero_means_unset():
     """An empty optional Number in the form can arrive as 0: it means 'unset', never 'zero'."""
-    from lab.ui.train import MODEL_FIELDS, _form_values
-    values = _form_values(["max_dev_captions", "max_train_captions", "n_head"], [0, 0, 4])
-    assert values == {"max_dev_captions": None, "max_train_captions": None, "n_head": 4}
-    assert set(MODEL_FIELDS) >= {"n_head"}
-    with pytest.raises(ConfigError, match="max_train_captions must be at least 1"):
+    from lab.presets import get
+    from lab.ui.train import form_fields, form_settings, form_values
+    m, t = get("tiny")
+    given = dict(zip(form_fields(), form_values(m, t))) | {
+        "max_dev_captions": 0, "max_train_captions": 0, "n_head": 4}
+    values = form_settings(list(given.values()))
+    assert (values["max_dev_captions"], values["max_train_captions"], values["n_head"]) == (None, None, 4)
+    with pytest.raises(ConfigError, match="max_train_captions must be between 1 and"):
         TrainConfig.from_dict({"max_train_captions": 0})
 
 

@@ -27,7 +27,7 @@ def _wait(job_id, statuses, timeout=240, worker=None):
 def test_bad_values_are_refused_before_queueing():
     with pytest.raises(ConfigError, match="not divisible by n_head"):
         jobs.submit("x", {**_tiny_model(), "n_head": 5}, TINY_TRAIN)
-    with pytest.raises(ConfigError, match="lr must be positive"):
+    with pytest.raises(ConfigError, match="lr must be between 1e-12"):
         jobs.submit("x", _tiny_model(), {**TINY_TRAIN, "lr": -1})
     assert jobs.list_jobs() == []
 

@@ -69,7 +69,7 @@ def test_a_run_with_scheduled_sampling_logs_its_probability_and_learns_otherwise
 
 def test_scheduled_sampling_settings_are_checked():
     for bad, said in (({"scheduled_sampling": "cosine"}, "scheduled_sampling must be"),
-                      ({"scheduled_sampling": "linear", "task": "birthplace"}, "is for the captions"),
+                      ({"scheduled_sampling": "linear", "task": "birthplace"}, "trains with teacher forcing"),
                       ({"scheduled_sampling": "exponential", "ss_k": 2}, "a rate below 1"),
                       ({"scheduled_sampling": "inverse_sigmoid", "ss_k": 0.5}, "at least 1"),
                       ({"ss_floor": 1.5}, "ss_floor must be between")):

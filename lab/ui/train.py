@@ -16,7 +16,8 @@ import gradio as gr
 from lab.ui.fields import Checkbox, Dropdown, Number, Radio, Textbox
 from lab import checkpoints, jobs, tokenizers
 from lab import store as lab_store
-from lab.config import ConfigError, ModelConfig, TrainConfig
+from lab.config import FAMILY_KEYS, ConfigError, ModelConfig, TrainConfig, describe_settings
+from lab.settings import base_type, choices_of
 from lab.errors import LabError
 from lab.presets import PRESETS, configs, get as get_preset
 from lab.registry import REGISTRIES, load_plugins
@@ -25,15 +26,11 @@ from lab.train import format_duration, phase_text
 from lab.ui.common import Context, friendly, outputs, whole
 from lab.ui.common import text as bounded_text
 
-TOKENIZER_INFO = ("a new model's vocabulary: GPT-2 BPE, the training captions' words, or characters "
-                  "(a fine-tune keeps its parent's)")
-MODEL_FIELDS = ["model", "n_layer", "n_head", "n_embd", "n_positions", "norm", "norm_position",
-                "attention", "positional", "mlp", "tie_embeddings", "dropout"]
-TRAIN_FIELDS = ["epochs", "batch_size", "lr", "weight_decay", "grad_clip", "seed", "shuffle",
-                "early_stop", "patience", "eval_every", "max_train_captions", "max_dev_captions",
-                "max_steps", "max_minutes", "final_dev", "keep_bleu_best", "log_every", "train_layers",
-                "tokenizer", "task", "objective", "lr_schedule", "warmup_steps", "scheduled_sampling",
-                "ss_k", "ss_floor", "device", "precision", "compile", "pack"]
+# the form's sections: every described setting but the vocabulary (a new model's is its
+# tokenizer's) and the plugin settings, which follow their plugin's dropdown
+MODEL_FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if f.name not in ("vocab_size", "settings")]
+TRAIN_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
+_DESCRIBED = {f.name: f for cls in (ModelConfig, TrainConfig) for f in dataclasses.fields(cls)}
 
 
 @functools.cache
@@ -51,8 +48,9 @@ def setting_fields() -> tuple[tuple[str, str, dataclasses.Field], ...]:
 
 
 def form_fields() -> list[str]:
-    """/start_job's arguments after name, preset and parent, in order: the model section, the
-    training section, then every plugin setting as KIND.SETTING (only the chosen plugins' count)."""
+    """The form's inputs after name, preset and parent, in order: the model section, the
+    training section, then every plugin setting as KIND.SETTING (only the chosen plugins' count).
+    The page's own order: an API client names its settings instead (start_job)."""
     return MODEL_FIELDS + TRAIN_FIELDS + [f"{k}.{f.name}" for k, _, f in setting_fields()]
 
 
@@ -70,142 +68,100 @@ def form_values(model_cfg: ModelConfig, train_cfg: TrainConfig) -> list:
             + setting_values(m))
 
 
+def info(f: dataclasses.Field, prefix: str = "") -> str:
+    """A field's hint: its help and what blank means, from its one description."""
+    blank = f.metadata.get("blank")
+    zero = " (0 or blank)" if _zero_is_blank(f) else ""
+    return prefix + f.metadata.get("help", "") + (f"; blank{zero}: {blank}" if blank else "")
+
+
+def _zero_is_blank(f: dataclasses.Field) -> bool:
+    """An optional number that cannot be 0: the form's empty Number comes back as 0."""
+    return f.default is None and "blank" in f.metadata and f.metadata.get("min", 0) > 0
+
+
+def _component(label: str, f: dataclasses.Field, typ, value, **common):
+    """The input a described setting gets: its choices, a tick box, text or a number."""
+    choices = choices_of(f)
+    if choices is not None:
+        many = callable(f.metadata["choices"]) and getattr(f.metadata["choices"], "plugin_kind", None)
+        widget = Dropdown if many or len(choices) > 4 else Radio
+        return widget(choices, value=value, label=label, info=info(f, common.pop("prefix", "")), **common)
+    kind, hint = base_type(typ), info(f, common.pop("prefix", ""))
+    if kind is bool:
+        return Checkbox(value, label=label, info=hint, min_width=150, **common)
+    if kind is str:
+        return Textbox(value, label=label, info=hint, **common)
+    return Number(value, label=label, info=hint, **({"step": 1} if kind is int else {}), **common)
+
+
 def _setting_component(kind: str, plugin: str, f: dataclasses.Field, visible: bool, value):
     typ = typing.get_type_hints(REGISTRIES[kind].get(plugin).settings)[f.name]
-    args = {a for a in typing.get_args(typ) if a is not type(None)} or {typ}
-    label, info = f"{kind}.{f.name}", f"{plugin}: {f.metadata.get('help', '')}"
-    common = dict(label=label, info=info, visible=visible, elem_id=f"train-{kind}-{f.name}",
-                  elem_classes=["lab-plugin-setting"])
-    if "choices" in f.metadata:
-        return Dropdown(list(f.metadata["choices"]), value=value, **common)
-    if args == {bool}:
-        return Checkbox(value, **common)
-    if args == {str}:
-        return Textbox(value, **common)
-    return Number(value, **({"step": 1} if args == {int} else {}), **common)
+    return _component(f"{kind}.{f.name}", f, typ, value, prefix=f"{plugin}: ", visible=visible,
+                      elem_id=f"train-{kind}-{f.name}", elem_classes=["lab-plugin-setting"])
 
 
 def _field_component(cls, name, value):
-    f = cls.__dataclass_fields__[name]
-    load_plugins()
-    if name in ModelConfig.PLUGIN_KINDS:
-        return Dropdown(REGISTRIES[name].names(), value=value, label=name)
-    if name == "norm_position":
-        return Radio(["pre", "post"], value=value, label=name)
-    if name == "early_stop":
-        return Radio(["perplexity", "bleu", "none"], value=value, label=name)
-    if name == "device":
-        return Radio(["auto", "cpu", "cuda"], value=value, label=name)
-    if name == "task":
-        return Radio(REGISTRIES["task"].names(), value=value, label=name,
-                     info="captions (Tfmr) or birthplace (minGPT: a birthplace-* preset fills the rest)")
-    if name == "objective":
+    if name == "objective":             # each task declares its own: offered as one list
+        load_plugins()
         objectives = [o for t in REGISTRIES["task"].names()
                       for o in REGISTRIES["task"].get(t).meta["objectives"]]
-        return Dropdown([""] + objectives, value=value, label=name,
-                        info="blank: the task's first; birthplace: span (pretrain) or qa (questions)")
-    if name == "scheduled_sampling":
-        return Radio(["none", "linear", "exponential", "inverse_sigmoid"], value=value, label=name,
-                     info="feed the model its own sampled tokens, more often as training goes "
-                          "(Bengio et al. 2015); captions only")
-    if name == "lr_schedule":
-        return Radio(["constant", "warmup_cosine"], value=value, label=name,
-                     info="warmup_cosine: linear warm-up, then cosine decay to 10% of lr")
-    if name == "tokenizer":
-        return Radio(["gpt2", "words", "char"], value=value, label=name, info=TOKENIZER_INFO)
-    if name == "precision":
-        return Radio(["auto", "bf16", "fp32"], value=value, label=name,
-                     info="auto: bf16 autocast on a GPU, float32 on the CPU")
-    if f.type in ("bool", bool, "bool | None"):        # None: the family decides (filled by then)
-        return Checkbox(value, label=name, min_width=150,      # room for its whole label
-                        info=CHECKBOX_INFO.get(name))
-    if name in ("train_layers",):
-        return Textbox(value, label=name, info="'all' or 1-based blocks, e.g. 1,3")
-    if name == "log_every":
-        return Number(value, label=name, step=1, info="steps between progress lines (and curve points)")
-    if f.type in ("int", "int | None"):
-        return Number(value, label=name, step=1,
-                         info=ZERO_MEANS_NONE.get(name) or BLANK_MEANS_ZERO.get(name))
-    return Number(value, label=name, info=ZERO_MEANS_NONE.get(name) or BLANK_MEANS_ZERO.get(name))
+        return Dropdown([""] + list(dict.fromkeys(objectives)), value=value, label=name,
+                        info=info(_DESCRIBED[name]))
+    return _component(name, _DESCRIBED[name], typing.get_type_hints(cls)[name], value)
 
 
-CHECKBOX_INFO = {"final_dev": "at the end, score the kept checkpoint on all dev captions",
-                 "keep_bleu_best": "also keep the epoch with the best dev BLEU, as NAME-bleu",
-                 "compile": "torch.compile the model (GPU; its first steps compile)",
-                 "pack": "several captions per row: no compute on padding, the same loss"}
+def form_settings(values, parent: str = "") -> dict:
+    """The form's inputs (form_fields() order) as named settings, read as the form means them: an
+    empty field is blank, and an empty optional Number that comes back as 0 too. A fine-tune
+    keeps its parent's architecture (the model section only shows it) and its tokenizer (its
+    field is locked with nothing chosen); only the chosen plugins' settings count."""
+    given = dict(zip(form_fields(), values))
+    named = {}
+    for key in MODEL_FIELDS + TRAIN_FIELDS:
+        f, v = _DESCRIBED[key], given[key]
+        named[key] = None if v == "" or (v == 0 and _zero_is_blank(f)) else v
+    for kind, plugin, f in setting_fields():
+        v = given[f"{kind}.{f.name}"]
+        if named.get(kind) == plugin:
+            blank = v in ("", None) or (v == 0 and f.default is None and f.metadata.get("min", 0) > 0)
+            named[f"{kind}.{f.name}"] = f.default if blank else v
+    if parent:
+        for key in [k for k in named if k in MODEL_FIELDS or "." in k]:
+            del named[key]
+        if named.get("tokenizer") is None:
+            del named["tokenizer"]
+    elif named.get("tokenizer") is None:
+        raise ConfigError("choose a tokenizer for a new model: "
+                          f"{', '.join(choices_of(_DESCRIBED['tokenizer']))}")
+    return named
 
 
-# optional numbers: the form shows them empty, and an empty Number can come back as 0
-ZERO_MEANS_NONE = {"max_train_captions": "0 or blank: all of them",
-                   "max_dev_captions": "dev captions scored at each evaluation (the first N, the "
-                                       "same for every run); 0 or blank: all 5,000",
-                   "max_steps": "budget: stop after N steps in all (the epoch under way is "
-                                "evaluated); 0 or blank: the epochs decide",
-                   "max_minutes": "budget: stop after N minutes of training steps (resumes add "
-                                  "up); 0 or blank: no time limit"}
-
-
-BLANK_MEANS_ZERO = {"ss_k": "the decay's constant; 0 or blank: reach the floor at the last step",
-                    "ss_floor": "the lowest teacher-forcing probability; 0 or blank: 1% at the end",
-                    "warmup_steps": "linear warm-up steps of warmup_cosine; 0 or blank: none",
-                    "eval_every": "steps between extra dev evaluations; 0 or blank: each epoch's end",
-                    "weight_decay": "AdamW's decay; 0 or blank: plain Adam (the assignment's)",
-                    "grad_clip": "largest gradient norm; 0 or blank: no clipping"}
-
-
-BLANK_MEANS_EMPTY = {"objective"}       # texts whose blank is a value ('': the task's first)
-
-
-def _none_if_blank(v):
-    return None if v in ("", None) else v
-
-
-def _form_values(fields, values) -> dict:
-    out = {}
-    for k, v in zip(fields, values):
-        v = _none_if_blank(v)
-        out[k] = None if (k in ZERO_MEANS_NONE and v == 0) else 0 if (k in BLANK_MEANS_ZERO and v is None) \
-            else "" if (k in BLANK_MEANS_EMPTY and v is None) else v
-    return out
-
-
-def _train_values(values, parent) -> dict:
-    """The training section's values. A fine-tune's tokenizer field, locked with nothing chosen
-    (its parent's is kept), gives the default, the one value a fine-tune accepts (lab.runs)."""
-    train = _form_values(TRAIN_FIELDS, values)
-    if train.get("tokenizer") is None:
-        if not parent:
-            raise ConfigError("choose a tokenizer for a new model: gpt2, words or char")
-        train["tokenizer"] = TrainConfig().tokenizer
-    return train
-
-
-def _chosen_settings(model: dict, values) -> dict:
-    """The values of the settings of the plugins the model section chose, as KIND.SETTING keys; an
-    optional number left blank (or 0 where 0 is not allowed) means its default."""
-    out = {}
-    for (kind, plugin, f), v in zip(setting_fields(), values):
-        if model.get(kind) != plugin:
-            continue
-        v = _none_if_blank(v)
-        if v is None or (v == 0 and f.default is None and f.metadata.get("min", 0) > 0):
-            v = f.default
-        out[f"{kind}.{f.name}"] = v
-    return out
-
-
-def start(name, preset, parent, *values, store=None):
+def start_job(name, preset, parent, settings: dict, store=None):
+    """Queue a training job: a new model from `preset` (or a fine-tune of `parent`), with
+    `settings` keyed by setting name (`KIND.SETTING` for a plugin's); a setting not named keeps
+    the preset's value. A fine-tune's architecture is its parent's: a model setting is refused."""
     name = bounded_text(name, "checkpoint name", 200).strip()
     if not name:
         raise ConfigError("give the new checkpoint a name (letters, digits, '.', '_', '-')")
-    n_model, n_train = len(MODEL_FIELDS), len(TRAIN_FIELDS)
-    model = _form_values(MODEL_FIELDS, values[:n_model])
-    train = _train_values(values[n_model:n_model + n_train], parent)
-    model.update(_chosen_settings(model, values[n_model + n_train:]))
-    model_cfg, train_cfg, _ = configs(preset or None, doc={"model": model, "train": train})
+    preset = bounded_text(preset, "preset", 200).strip()
+    parent = bounded_text(parent, "parent", 200).strip()
+    if preset and preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r}; choose one of: {', '.join(sorted(PRESETS))}"[:300])
+    model_cfg, train_cfg, changed = configs(preset or None, named=settings)
+    if parent and changed:
+        raise ConfigError(f"a fine-tune keeps {parent}'s architecture; these settings cannot "
+                          f"change it: {', '.join(changed)}"[:300])
     job_id = jobs.submit(name, None if parent else model_cfg.to_dict(), train_cfg.to_dict(),
-                         parent=parent or None,
-                         preset=preset or None, store=store)
+                         parent=parent or None, preset=preset or None, store=store)
+    return job_id
+
+
+def start(name, preset, parent, *values, store=None):
+    """The form's Start: its fields as named settings, queued as start_job queues them."""
+    parent = bounded_text(parent, "parent", 200).strip()
+    job_id = start_job(name, preset, parent, form_settings(values, parent), store=store)
+    name = bounded_text(name, "checkpoint name", 200).strip()
     return gr.update(choices=job_choices(store), value=str(job_id)), f"Queued job {job_id} ({name})."
 
 
@@ -214,12 +170,7 @@ def sweep_settings(preset, parent, *values) -> tuple[str, str, str, str]:
     that differs from the preset's, the split to score on), checked as a job would check them. A
     fine-tune keeps its parent's architecture, so only training settings are carried."""
     parent = bounded_text(parent, "parent", 200).strip()
-    n_model, n_train = len(MODEL_FIELDS), len(TRAIN_FIELDS)
-    model = _form_values(MODEL_FIELDS, values[:n_model])
-    train = _train_values(values[n_model:n_model + n_train], parent)
-    model.update(_chosen_settings(model, values[n_model + n_train:]))
-    model_cfg, train_cfg, _ = configs(preset or None, doc={"model": {} if parent else model,
-                                                           "train": train})
+    model_cfg, train_cfg, _ = configs(preset or None, named=form_settings(values, parent))
     m0, t0 = configs(preset or None)[:2]
     lines = [] if parent else _changed(m0.to_dict(), model_cfg.to_dict())
     lines += _changed(t0.to_dict(), train_cfg.to_dict())
@@ -249,7 +200,7 @@ def parent_view(parent, preset, store=None) -> list:
         m, t = get_preset(preset) if preset in PRESETS else (ModelConfig(), TrainConfig())
         return (_model_updates(m.to_dict(), interactive=True)
                 + [gr.update(info="'all' or 1-based blocks, e.g. 1,3"),
-                   gr.update(value=t.tokenizer, interactive=True, info=TOKENIZER_INFO), ""])
+                   gr.update(value=t.tokenizer, interactive=True, info=info(_DESCRIBED["tokenizer"])), ""])
     m = ModelConfig.from_dict(checkpoints.info(parent, store)["model"]).to_dict()
     n = m["n_layer"]
     return (_model_updates(m, interactive=False)
@@ -290,12 +241,8 @@ def family_parts(model: str) -> list:
     m = ModelConfig(model=model).to_dict() if model in REGISTRIES["model"] else None
     if m is None:
         return [gr.skip()] * (len(MODEL_FIELDS) + len(setting_fields()))
-    return [gr.update(value=m[f]) if f in m and f in FAMILY_FIELDS else gr.skip() for f in MODEL_FIELDS] \
+    return [gr.update(value=m[f]) if f in m and f in FAMILY_KEYS else gr.skip() for f in MODEL_FIELDS] \
         + [gr.update(value=v) for v in setting_values(m)]
-
-
-FAMILY_FIELDS = ("norm", "norm_position", "attention", "positional", "mlp", "tie_embeddings",
-                 "dropout")
 
 
 def job_choices(store=None) -> list[tuple[str, str]]:
@@ -584,7 +531,16 @@ def build(ctx: Context):
             return gr.skip(), f"**Not queued:** {e}"
     go.click(friendly(start_or_refuse),
              [name, preset, parent, *model_inputs, *train_inputs, *setting_inputs], [job, message],
-             api_name="start_job")
+             api_visibility="private")
+
+    def start_job_api(name: str, preset: str = "", parent: str = "",
+                      settings: dict | None = None) -> str:
+        """Queue a training job. settings: one JSON object keyed by setting name, KIND.SETTING for
+        a plugin's (/settings lists them); a setting not named keeps the preset's value."""
+        job_id = start_job(name, preset, parent, settings or {}, store=ctx.store)
+        return f"Queued job {job_id} ({str(name).strip()})."
+    gr.api(friendly(start_job_api), api_name="start_job")
+    gr.api(friendly(describe_settings), api_name="settings")
     outputs = [progress, plot, tail, written_md]
     show = friendly(lambda j: view(j, ctx.store))
     job.change(show, job, outputs, api_name="job_status")

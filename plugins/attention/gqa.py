@@ -25,7 +25,9 @@ def default_groups(n_head: int) -> int:
 
 
 @ATTENTION.register("gqa", "Grouped-query attention: kv_groups key/value heads shared by query groups",
-                    settings=GQASettings)
+                    settings=GQASettings,
+                    # configs written before plugins had settings: kv_groups 0 or null meant n_head
+                    legacy_keys={"kv_groups": ("kv_groups", lambda v, d: v or d.get("n_head", 12))})
 def gqa(n_embd: int, n_head: int, bias: bool, dropout: float, settings: GQASettings):
     return CausalSelfAttention(n_embd, n_head, settings.kv_groups or default_groups(n_head), bias,
                                dropout)

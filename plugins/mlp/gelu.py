@@ -16,6 +16,6 @@ class GeluMLP(nn.Module):
         return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate="tanh")))
 
 
-@MLP.register("gelu", "Two linear layers with a GELU between them (GPT-2)")
+@MLP.register("gelu", "Two linear layers with a GELU between them (GPT-2)", matrices=2)
 def gelu(n_embd: int, n_inner: int, bias: bool, dropout: float):
     return GeluMLP(n_embd, n_inner, bias, dropout)

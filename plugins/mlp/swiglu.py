@@ -17,6 +17,6 @@ class SwiGLU(nn.Module):
         return self.dropout(self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x)))
 
 
-@MLP.register("swiglu", "Gated MLP: SiLU(x W_gate) * (x W_up), then W_down (Llama)")
+@MLP.register("swiglu", "Gated MLP: SiLU(x W_gate) * (x W_up), then W_down (Llama)", matrices=3)
 def swiglu(n_embd: int, n_inner: int, bias: bool, dropout: float):
     return SwiGLU(n_embd, n_inner, bias, dropout)

@@ -21,6 +21,7 @@ from torch.nn import functional as F
 from lab.config import ConfigError
 from lab.model import Block, OutputLayer, PrefixLM, _init_weights, offered, part
 from lab.registry import MODELS
+from plugins.models.gpt2 import DEFAULTS as GPT2_PARTS
 
 
 @dataclass
@@ -102,7 +103,8 @@ class PerceiverLM(PrefixLM):
 
 
 @MODELS.register("perceiver", "Perceiver bottleneck (CS224N HW5): down-projection to a learned "
-                              "basis, causal blocks on it, up-projection back", settings=PerceiverSettings)
+                              "basis, causal blocks on it, up-projection back", settings=PerceiverSettings,
+                 defaults=GPT2_PARTS)
 def perceiver(config, settings: PerceiverSettings):
     c, offer = config, offered(config)
 

@@ -16,6 +16,7 @@ from torch import nn
 
 from lab.model import Block, OutputLayer, PrefixLM, _init_weights, offered, part
 from lab.registry import MODELS
+from plugins.models.gpt2 import DEFAULTS as GPT2_PARTS
 
 
 @dataclass
@@ -75,7 +76,7 @@ class UniversalLM(PrefixLM):
 
 @MODELS.register("universal", "Universal Transformer: one block applied recurrently, Adaptive "
                               "Computation Time per token (Dehghani et al. 2019)",
-                 settings=UniversalSettings)
+                 settings=UniversalSettings, defaults=GPT2_PARTS)
 def universal(config, settings: UniversalSettings):
     """n_layer blocks make one step (the paper: one); the step is applied up to max_steps times."""
     c, offer = config, offered(config)

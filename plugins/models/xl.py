@@ -19,6 +19,7 @@ from torch.nn import functional as F
 from lab.config import ConfigError
 from lab.model import OutputLayer, Positional, PrefixLM, _init_weights, offered, part
 from lab.registry import MODELS
+from plugins.models.gpt2 import DEFAULTS as GPT2_PARTS
 
 
 @dataclass
@@ -125,7 +126,7 @@ class XLLM(PrefixLM):
 
 @MODELS.register("xl", "Transformer-XL: segment-level recurrence with a memory of mem_len hidden "
                        "states, relative positions (Dai et al. 2019)", settings=XLSettings,
-                 defaults=dict(positional="sinusoidal"))
+                 defaults={**GPT2_PARTS, "positional": "sinusoidal"})
 def xl(config, settings: XLSettings):
     c, offer = config, offered(config)
 

@@ -46,6 +46,6 @@ class RotaryPositional(Positional):
 
 
 @POSITIONAL.register("rotary", "Rotary embeddings applied to queries and keys (RoFormer, Llama)",
-                     settings=RotarySettings)
+                     settings=RotarySettings, legacy_keys={"rope_theta": "theta"})
 def rotary(n_positions: int, head_dim: int, settings: RotarySettings):
     return RotaryPositional(n_positions, head_dim, settings.theta)

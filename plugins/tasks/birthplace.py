@@ -104,6 +104,8 @@ def _dev_loss(model, dev_batches, abort) -> dict:
 
 
 @TASKS.register("birthplace", "Birth places (minGPT): character span-corruption pretraining on "
-                              "wiki.txt, then question answering; accuracy", objectives=("span", "qa"))
+                              "wiki.txt, then question answering; accuracy", objectives=("span", "qa"),
+                scheduled_sampling=False,
+                keep_best={"perplexity": {"score": "dev_perplexity", "higher": False}})
 def birthplace():
     return BirthplaceTask()

@@ -89,6 +89,8 @@ def _final_dev(name: str, trainer, store=None, *, tok, root):
 
 
 @TASKS.register("captions", "MSCOCO captions: language modelling, perplexity and BLEU (Tfmr)",
-                objectives=("lm",))
+                objectives=("lm",), scheduled_sampling=True,
+                keep_best={"perplexity": {"score": "dev_perplexity", "higher": False},
+                           "bleu": {"score": "dev_harmonic_bleu", "higher": True}})
 def captions():
     return CaptionsTask()

@@ -1,0 +1,154 @@
+"""Every setting is described once (lab.settings) and everything that shows or checks it reads that
+description: validation, the CLI, the Train form, the API and the configuration reference."""
+import dataclasses
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from lab.config import ConfigError, DecodeConfig, ModelConfig, TrainConfig, describe_settings
+from lab.registry import REGISTRIES, load_plugins
+from lab.settings import choices_of, reference_markdown
+from tests.conftest import ROOT, serving
+
+
+def test_the_configuration_reference_is_current():
+    """docs/configuration.md is what `python -m lab settings --markdown` writes today."""
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    assert page == reference_markdown(describe_settings()), \
+        "regenerate it: python -m lab settings --markdown > docs/configuration.md"
+    for f in dataclasses.fields(TrainConfig):
+        assert f"| `{f.name}` |" in page
+
+
+def test_every_setting_has_its_help_and_its_bounds():
+    load_plugins()
+    classes = [TrainConfig, ModelConfig, DecodeConfig] + [
+        REGISTRIES[k].get(n).settings for k in (*ModelConfig.PLUGIN_KINDS, "decoder")
+        for n in REGISTRIES[k].names() if REGISTRIES[k].get(n).settings]
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help"
+            if f.type in ("int", "float", "int | None", "float | None") and f.name != "seed":
+                assert "min" in f.metadata and "max" in f.metadata, f"{cls.__name__}.{f.name}"
+
+
+def test_the_train_form_reads_the_description():
+    """Each field's hint is its help (and what blank means); a field with choices offers exactly
+    them; no list of choices or help is typed in the form's code."""
+    from lab.ui import train
+    source = (ROOT / "lab" / "ui" / "train.py").read_text()
+    assert "warmup_cosine" not in source and "inverse_sigmoid" not in source
+    for cls, names in ((ModelConfig, train.MODEL_FIELDS), (TrainConfig, train.TRAIN_FIELDS)):
+        for name in names:
+            f = cls.__dataclass_fields__[name]
+            component = train._field_component(cls, name, None)
+            assert f.metadata["help"] in component.info, name
+            if "blank" in f.metadata:
+                assert f.metadata["blank"] in component.info, name
+            if choices_of(f) is not None and name != "objective":
+                assert [c[0] for c in component.choices] == [str(c) for c in choices_of(f)], name
+    assert set(train.TRAIN_FIELDS) == {f.name for f in dataclasses.fields(TrainConfig)}
+
+
+def test_a_value_gets_the_same_answer_through_every_door():
+    """The CLI's --set, the API's named settings, the form and a config file all refuse a bad
+    value with one and the same message, and take a good one to the same config."""
+    from lab.presets import configs, get
+    from lab.ui.train import form_fields, form_settings, form_values
+    m, t = get("tiny")
+    form = dict(zip(form_fields(), form_values(m, t)))
+    for key, value in (("epochs", 0), ("lr", -1), ("early_stop", "loss"), ("max_steps", -3),
+                       ("attention.kv_groups", 3), ("task", "nope")):
+        said = []
+        extra = {"attention": "gqa"} if key.startswith("attention.") else {}
+        for call in (lambda: configs("tiny", [f"{k}={v}" for k, v in {**extra, key: value}.items()]),
+                     lambda: configs("tiny", named={**extra, key: value}),
+                     lambda: configs("tiny", named=form_settings(list({**form, **extra,
+                                                                       key: value}.values())))):
+            with pytest.raises(ConfigError) as e:
+                call()
+            said.append(str(e.value))
+        assert len(set(said)) == 1 and key.split(".")[-1] in said[0], said
+    good = {"epochs": 3, "attention": "gqa", "attention.kv_groups": 2, "max_steps": None}
+    by_set = configs("tiny", [f"{k}={'' if v is None else v}" for k, v in good.items()])[:2]
+    by_name = configs("tiny", named=good)[:2]
+    by_form = configs("tiny", named=form_settings(list({**form, **good}.values())))[:2]
+    assert by_set == by_name == by_form
+    assert by_name[1].epochs == 3 and by_name[0].settings["attention"] == {"kv_groups": 2}
+
+
+def test_named_settings_refuse_an_unknown_name_by_name():
+    from lab.presets import configs
+    with pytest.raises(ConfigError, match="unknown key 'n_heads'"):
+        configs("tiny", named={"n_heads": 2})
+    with pytest.raises(ConfigError, match="attention.nope: the attention plugin 'mha' has no setting"):
+        configs("tiny", named={"attention.nope": 2})
+    with pytest.raises(ConfigError, match="expected a JSON object keyed by setting name"):
+        configs("tiny", named=[1, 2])
+
+
+def test_a_blank_means_what_its_setting_says():
+    from lab.presets import configs
+    m, t, _ = configs("tiny", named={"weight_decay": None, "max_steps": "", "objective": None})
+    assert (t.weight_decay, t.max_steps, t.objective) == (0.0, None, "")
+    with pytest.raises(ConfigError, match="epochs: expected a whole number, got None"):
+        configs("tiny", named={"epochs": None})
+
+
+def test_cli_lists_every_setting_and_every_preset(capsys):
+    from lab.cli import main
+    from lab.presets import PRESETS
+    main(["settings", "--json"])
+    described = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in described["train"]] == [f.name for f in dataclasses.fields(TrainConfig)]
+    assert described["plugins"]["attention"]["gqa"][0]["name"] == "attention.kv_groups"
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    shown = capsys.readouterr().out
+    assert all(name in shown for name in PRESETS)
+
+
+def _api_example() -> str:
+    """The gradio_client example of docs/api.md (the block after its `tested` marker)."""
+    page = (ROOT / "docs" / "api.md").read_text()
+    block = re.search(r"<!-- tested: start_job -->\s*```python\n(.*?)```", page, re.S)
+    assert block, "docs/api.md lost its tested /start_job example"
+    return block.group(1)
+
+
+def test_the_api_example_runs_with_a_third_party_plugin_installed(tmp_path):
+    """Installing a plugin with a setting of its own moves no client's arguments: the documented
+    /start_job call, with named settings, queues the job it says, and an unknown name is refused
+    by name."""
+    from gradio_client import Client
+    from lab import jobs
+    from tests.test_config_registry import THIRD_PARTY_NORM
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "thirdparty_scaled.py").write_text(THIRD_PARTY_NORM)
+    dist = site / "thirdparty_scaled-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty-scaled\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[tfmr_lab.plugins]\nscaled = thirdparty_scaled\n")
+    store = tmp_path / "store"
+    store.mkdir()
+    with serving(store, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]), LAB_WORKER="0") as url:
+        scope = {"URL": url}
+        exec(_api_example(), scope)
+        job = jobs.list_jobs(store)[0]
+        assert job["name"] == scope["NAME"] and f"Queued job {job['id']}" in scope["said"]
+        assert job["spec"]["train"]["epochs"] == 1
+        assert job["spec"]["model"]["settings"]["attention"] == {"kv_groups": 2}
+        client = Client(url, verbose=False)
+        client.predict(name="scaled-one", preset="tiny", parent="",
+                       settings={"norm": "scaled", "norm.scale": 0.5, "epochs": 1},
+                       api_name="/start_job")
+        assert jobs.list_jobs(store)[0]["spec"]["model"]["settings"]["norm"] == {"scale": 0.5}
+        with pytest.raises(Exception, match="unknown key 'n_heads'"):
+            client.predict(name="x", preset="tiny", parent="", settings={"n_heads": 2},
+                           api_name="/start_job")
+        described = client.predict(api_name="/settings")
+        assert any(r["name"] == "norm.scale" for r in described["plugins"]["norm"]["scaled"])
