@@ -1,5 +1,5 @@
-"""Two changes to sampling and scoring measured in one process, alternating old and new (the machine drifts
-10-20% between runs, so only side-by-side figures are compared):
+"""Two changes to sampling and scoring measured in one process, alternating old and new (the
+machine drifts 10-20% between runs, so only side-by-side figures are compared):
 
 1. A decoding step of the live evaluation's stream (166 rows, random sampling at t=1): the old
    sampler (softmax of the logits divided by the temperature, in fresh memory) against

@@ -1,4 +1,5 @@
-"""The per-step measurements behind docs/benchmarks.md's "Where a step's time goes besides products" (run from the project root):
+"""The per-step measurements behind docs/benchmarks.md's "Where a step's time goes besides
+products" (run from the project root):
 1. writing 50 MB of logits (256 x 50,257 floats) into fresh memory vs into memory written before;
 2. the trained checkpoint's prompt step (256 prompts of 3 tokens) with every position's logits
    vs the last position's only (needs `tfmr-scratch` in the store);
