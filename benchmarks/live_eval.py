@@ -1,7 +1,7 @@
 """Live evaluation as the Evaluate tab runs it: a Tfmr-scratch-sized model (random weights, so no
 caption ends early) and SmolLM2 (all 30 blocks) on the same 500 test captions, random sampling at
-t=1; when the first figures appear and when all of them are in. No peer: the issue's reference
-is the time to the first figures (<= 10 s) and the floating-point floor of the whole: the same
+t=1; when the first figures appear and when all of them are in. No peer: the yardsticks are
+the time to the first figures (at most 10 s) and the floating-point floor of the whole: the same
 evaluation run again under torch's FLOP counter, its floating-point operations divided by this
 CPU's rate on a large float32 matrix product (2048 x 2048, measured in the same run before the
 timed pass and after the counted one; the faster of the two is the floor's rate, since this

@@ -1,7 +1,7 @@
 """Captions that end at different lengths, decoded as live evaluation decodes them: in the Evaluate
 tab's chunks (10, 30, 70, ... captions), each chunk one batch that thins out as its captions end
-(the way before session 10), against one stream per model whose places are refilled as captions
-end (generate.CaptionStream, what live evaluation does now). A Tfmr-scratch-sized model with
+(the simpler way), against one stream per model whose places are refilled as captions end
+(generate.CaptionStream, what live evaluation does). A Tfmr-scratch-sized model with
 random weights whose end-of-text is made likely (a fixed logit added at each step, so a caption
 ends after `--mean` tokens on average, as the corpus' captions do with their end-of-text), so
 that the work is like a trained checkpoint's without needing one. Both ways sample the same

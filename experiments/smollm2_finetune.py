@@ -1,4 +1,5 @@
-"""Scratch vs fine-tuned SmolLM2 layer selections on the caption corpus (issue 4's report).
+"""Scratch vs fine-tuned SmolLM2 layer selections on the caption corpus (docs/results.md's
+SmolLM2 table).
 
 Every run sees the same captions in the same order (seed 0) for the same number of steps, with the
 assignment's training defaults (Adam 1e-4, batch 32); dev perplexity per word is measured every

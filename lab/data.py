@@ -242,10 +242,9 @@ ROWS = 32      # rows of logits whose exponentials token_nll keeps at once (6 MB
 def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """(N, V) logits, (N,) targets -> (N,) cross-entropy of each row's target, 0 where it is -100.
     Without gradients on the CPU, ROWS rows at a time in memory that stays in the cache, where
-    cross_entropy writes all (N, V) log-probabilities to read back one of each row: 102 ms
-    instead of 201 for 1,848 rows of SmolLM2's vocabulary, 118 instead of 236 of GPT-2's
-    (medians of 5, experiments/generation_cpu/session13/). Equal to cross_entropy to float rounding
-    (tests/test_packing.py)."""
+    cross_entropy writes all (N, V) log-probabilities to read back one of each row (slower:
+    experiments/generation_cpu/sampling_and_scoring/, docs/benchmarks.md). Equal to
+    cross_entropy to float rounding (tests/test_packing.py)."""
     if logits.requires_grad and torch.is_grad_enabled() or logits.device.type != "cpu":
         return torch.nn.functional.cross_entropy(logits.float(), targets, reduction="none")
     counted = targets != -100

@@ -135,8 +135,8 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     # one, so the batch stays full while captions end at different lengths
     streams = {name: CaptionStream(ck.model, ck.tokenizer, len(subset), decode)
                for name, ck in models.items()}
-    # how the captions were drawn (a stream draws other captions for a seed than the batches
-    # before session 10 did: the same distribution, another draw)
+    # how the captions were drawn (a stream draws other captions for a seed than one batch per
+    # chunk would: the same distribution, another draw)
     provenance["generated"] = {name: "one stream, places reused" if s.streams else "one batch per chunk"
                                for name, s in streams.items()}
     for start, end in chunk_bounds(len(subset), chunk, first):
@@ -161,9 +161,9 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
 def stream_width(start: int, end: int, chunk: int) -> int:
     """How many rows live evaluation's stream decodes at once for the chunk [start, end): the
     first chunk alone, for early figures; later ones `chunk` rows wide (or the chunk's size), in
-    fewer, wider steps (a SmolLM2 step cost about 100 ms plus 2 ms a row on this CPU; its
-    500-caption stream took 140 steps instead of 245, though not measurably less time:
-    experiments/generation_cpu/session12/). Captions started beyond a chunk carry on into the next."""
+    fewer, wider steps, since each step has a fixed cost besides its cost per row
+    (experiments/generation_cpu/step_overheads/). Captions started beyond a chunk carry on into
+    the next."""
     return end - start if start == 0 else max(chunk, end - start)
 
 

@@ -235,15 +235,14 @@ class TfmrLM(nn.Module):
 class OutputLayer(nn.Linear):
     """The output layer (hidden -> vocabulary logits), an nn.Linear. Without gradients on the CPU,
     a large vocabulary is multiplied in tiles of 512 rows by 1,024 vocabulary entries, each tile
-    written in place into the logits: on this project's CPU, against GPT-2's whole 50,257 x 768
-    matrix (154 MB), the tiles ran 1.31x as fast as one product for 256 rows (a decoding step)
-    and 1.25x for 1,700 (a scoring batch) (benchmarks/output_layer.py, session 12). Each logit is the same dot product; only the blocking of the
-    matrix product differs (float rounding).
+    written in place into the logits: one product against a whole large matrix (GPT-2's
+    50,257 x 768 is 154 MB) runs slower on the CPU than the same work in tiles
+    (benchmarks/output_layer.py; figures in docs/benchmarks.md). Each logit is the same dot
+    product; only the blocking of the matrix product differs (float rounding).
 
     Inside `recycled_logits()` each call of that path (of this thread; not with gradients, on a
-    GPU or under autocast) writes its logits over the last call's instead of into fresh memory:
-    writing 50 MB of logits into new pages took about 12 ms longer than into pages written
-    before on this CPU, a tenth of a 256-row decoding step."""
+    GPU or under autocast) writes its logits over the last call's instead of into fresh memory,
+    since writing tens of megabytes into new pages costs a noticeable part of a decoding step."""
 
     ROWS = 512               # rows per tile
     BLOCK = 1024             # vocabulary entries per tile; a vocabulary under 4 blocks: one product

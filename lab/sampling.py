@@ -2,9 +2,10 @@
 
 One token is drawn per row by inverting the cumulative distribution with one uniform number, in two
 levels: blocks of BLOCK tokens by their summed probability, then the token inside the block, both
-summed in float64. torch.multinomial draws an exponential number per vocabulary entry instead: 180 ms
-a step for 160 rows of GPT-2's 50,257 tokens on this CPU, against 1.4 ms here. The two draw from the
-same distribution, not the same tokens: a seed's captions differ from those before session 9.
+summed in float64. torch.multinomial draws an exponential number per vocabulary entry instead, which
+is far slower on the CPU over GPT-2's 50,257 tokens (docs/benchmarks.md). The two
+draw from the same distribution, not the same tokens: a seed gives other captions than
+torch.multinomial would.
 
 `weights` gives draw softmax's numerators, not softmax itself: the draw needs no normalized
 distribution, and inside model.recycled_logits they are written over the last step's."""
@@ -18,11 +19,9 @@ BLOCK = 1024
 def weights(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """exp((logits - row max) / temperature) in float32, (B, V): softmax(logits / temperature)
     times a number per row, which is all draw needs. Inside model.recycled_logits it is written
-    over this thread's last weights (read them before asking for the next). Against a softmax of
-    freshly divided logits, a 166-row stream step of the Tfmr-scratch-sized model took 194 ms
-    instead of 219 (medians of 6 rounds side by side, every round faster); SmolLM2's steps, four
-    times longer, showed no difference above the machine's noise
-    (experiments/generation_cpu/session13/)."""
+    over this thread's last weights (read them before asking for the next), which saves the two
+    fresh (rows x vocabulary) tensors a softmax of freshly divided logits writes
+    (experiments/generation_cpu/sampling_and_scoring/, docs/benchmarks.md)."""
     x = logits.detach()                 # a draw has no gradient; out= refuses one
     x = x if x.dtype == torch.float32 else x.float()
     w = recycled(weights, x.numel(), torch.float32, x.device).view(x.shape)

@@ -44,8 +44,7 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     from gradio_client import Client, handle_file
     url, store = live
     first = Client(url, verbose=False)
-    said = first.predict(**_start("made-later"), api_name="/start_job")
-    job = int(re.search(r"Queued job (\d+)", said).group(1))
+    job = first.predict(**_start("made-later"), api_name="/start_job")["job"]
     deadline = time.time() + 300
     while "data-status='done'" not in first.predict(job, api_name="/job_status")[0]:
         assert time.time() < deadline, first.predict(job, api_name="/job_status")[0]
@@ -87,8 +86,7 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     assert "Imported" in said and "re-imported" in str(call("/checkpoints")["data"])
     _refused(lambda: call("/import_gpt2", str(tmp_path), "", "nope"), "LAB_ALLOWED_DIRS")
     _refused(lambda: call("/import_smollm2", "0", "smol"), "1 to 30")
-    said = call("/start_job", **_start("child", parent="made-later"))   # a fine-tune of it
-    child = int(re.search(r"Queued job (\d+)", said).group(1))
+    child = call("/start_job", **_start("child", parent="made-later"))["job"]   # a fine-tune of it
     said = call("/stop_job", child)                          # queued: stopped at once; running: asked
     assert said in (f"Job {child} is stopped.", f"Job {child}: stop requested (now).")
     said = call("/delete_checkpoint", "re-imported", "re-imported")[0]

@@ -1,7 +1,8 @@
 """The web lab in a real browser: Playwright driving Debian's Chromium against the app on loopback.
 
 Every request that would leave the machine is blocked and recorded; the attention views must draw
-without any. Set LAB_SCREENSHOTS=DIR to save a screenshot of each tab (the README's pictures)."""
+without any. Set LAB_SCREENSHOTS=DIR to save a screenshot of each tab (the pictures in README.md
+and docs/)."""
 import os
 from pathlib import Path
 from urllib.parse import urlparse

@@ -225,15 +225,16 @@ def test_train_form_zero_means_unset():
         TrainConfig.from_dict({"max_train_captions": 0})
 
 
-def test_readme_plugin_example_is_one_new_file(tmp_path):
-    """README's "Writing a plugin" example, saved as a new file under plugins/attention/ and
-    nothing else edited: the CLI lists it with its settings, and the contract tests run it."""
+def test_docs_plugin_example_is_one_new_file(tmp_path):
+    """docs/plugins.md's "Writing a built-in plugin" example, saved as a new file under
+    plugins/attention/ and nothing else edited: the CLI lists it with its settings, and the
+    contract tests run it."""
     import json
     import os
     import shutil
     from tests.conftest import ROOT
-    readme = (ROOT / "README.md").read_text()
-    code = re.search(r"## Writing a plugin.*?```python\n(.*?)```", readme, re.S).group(1)
+    page = (ROOT / "docs" / "plugins.md").read_text()
+    code = re.search(r"## Writing a built-in plugin.*?```python\n(.*?)```", page, re.S).group(1)
     shutil.copytree(ROOT / "plugins", tmp_path / "plugins",
                     ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "plugins" / "attention" / "strided.py").write_text(code)

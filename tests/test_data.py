@@ -24,7 +24,7 @@ def test_encoding_matches_the_assignment(corpus_dir):
     assert all(s[0] == 50256 and s[-1] == 50256 and 50256 not in s[1:-1] for s in seqs)
     lengths = [len(s) - 2 for s in seqs]
     assert max(lengths) <= 34
-    assert 12.5 < sum(lengths) / len(lengths) < 14.0      # README: about 13.2 tokens a caption
+    assert 12.5 < sum(lengths) / len(lengths) < 14.0      # about 13.2 tokens a caption
 
 
 def test_gpt2_files_are_checked(monkeypatch, tmp_path):

@@ -113,9 +113,9 @@ def test_a_kill_at_any_stage_loses_no_checkpoint_and_resume_goes_on(fault, store
 
 
 def test_a_stopped_process_stays_running_and_no_second_writer_starts(store, monkeypatch):
-    """SIGSTOP for as long as you like (its last word set ten minutes back, beyond the old 120-s
-    timeout): the job stays running, nothing else may write its checkpoint, and once continued it
-    stops on request, saving where it stood."""
+    """SIGSTOP for as long as you like (its last word set ten minutes back, beyond any heartbeat
+    timeout): the job stays running, nothing else may write its checkpoint, and once continued
+    it stops on request, saving where it stood."""
     job_id = jobs.submit("paused", MODEL, {**TRAIN, "epochs": 50, "max_train_captions": 2000})
     worker = jobs.Worker(poll_s=0.2)
     _wait(job_id, ("running",), worker)

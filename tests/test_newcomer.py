@@ -1,6 +1,6 @@
 """The newcomer's whole path, timed: from an empty store to a scratch model and a fine-tuned SmolLM2
 side by side, through the getting-started panel only, in Chromium. It trains for minutes, so it is
-not part of `make test`: `make newcomer` runs it and prints the time (the README's figure)."""
+not part of `make test`: `make newcomer` runs it and prints the time (docs/results.md's figure)."""
 import time
 
 import pytest

@@ -215,8 +215,8 @@ def test_transformer_xl_stops_the_gradient_at_its_memory():
 
 
 def test_transformer_xl_trains_on_text_longer_than_a_segment():
-    """Rows of 32 tokens, 4 segments of 8: the loss falls to about half within 60 steps (where
-    I measured it, a plain one-layer model trained the same way fell a little less)."""
+    """Rows of 32 tokens, 4 segments of 8: the loss falls to about half within 60 steps (a plain
+    one-layer model trained the same way falls a little less)."""
     model = _xl(segment_len=8, mem_len=8)
     g = torch.Generator().manual_seed(0)
     opt = torch.optim.Adam(model.parameters(), 3e-3)

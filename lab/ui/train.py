@@ -535,11 +535,12 @@ def build(ctx: Context):
              api_visibility="private")
 
     def start_job_api(name: str, preset: str = "", parent: str = "",
-                      settings: dict | None = None) -> str:
+                      settings: dict | None = None) -> dict:
         """Queue a training job. settings: one JSON object keyed by setting name, KIND.SETTING for
-        a plugin's (/settings lists them); a setting not named keeps the preset's value."""
+        a plugin's (/settings lists them); a setting not named keeps the preset's value. Returns
+        {"job": its id, "message": what the page says}."""
         job_id = start_job(name, preset, parent, settings or {}, store=ctx.store)
-        return f"Queued job {job_id} ({str(name).strip()})."
+        return {"job": job_id, "message": f"Queued job {job_id} ({str(name).strip()})."}
     gr.api(friendly(start_job_api), api_name="start_job")
     gr.api(friendly(describe_settings), api_name="settings")
     outputs = [progress, plot, tail, written_md]

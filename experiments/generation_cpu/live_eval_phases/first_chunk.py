@@ -2,7 +2,7 @@
 widths 10, 20 and 40 (the extra rows would be captions the later chunks need): its time against
 its floating-point floor (FLOP-counted, at the 2048 x 2048 product's rate measured once).
 
-Run: .venv/bin/python experiments/generation_cpu/session14/first_chunk.py"""
+Run: .venv/bin/python experiments/generation_cpu/live_eval_phases/first_chunk.py"""
 import sys
 import tempfile
 import time

@@ -1,5 +1,5 @@
-"""Session 13's two changes measured in one process, alternating old and new (the machine drifts
-10-20% between runs, so only side-by-side figures are compared):
+"""Two changes to sampling and scoring measured in one process, alternating old and new (the
+machine drifts 10-20% between runs, so only side-by-side figures are compared):
 
 1. A decoding step of the live evaluation's stream (166 rows, random sampling at t=1): the old
    sampler (softmax of the logits divided by the temperature, in fresh memory) against
@@ -9,7 +9,7 @@
    whole batch) against lab.data.token_nll (32 rows at a time), 1,848 rows of SmolLM2's and
    GPT-2's vocabularies, 5 rounds.
 
-Run: .venv/bin/python experiments/generation_cpu/session13/sampling_and_scoring.py"""
+Run: .venv/bin/python experiments/generation_cpu/sampling_and_scoring/sampling_and_scoring.py"""
 import statistics
 import sys
 import tempfile
@@ -34,7 +34,7 @@ ROUNDS = 6
 
 
 def old_sample(logits, temperature, generator):
-    """The sampler before this session."""
+    """The sampler lab.sampling.weights replaced: a softmax of freshly divided logits."""
     return draw(torch.softmax(logits.float() / temperature, dim=-1), generator)
 
 

@@ -4,7 +4,7 @@ OutputLayer takes them) at 166 rows (live evaluation's stream now) and 490 (ever
 caption at once), alternating which runs first: GFLOP/s of each and the median of the per-round
 ratios. The weights (about 540 MB) stream from memory as in a real step.
 
-Run: .venv/bin/python experiments/generation_cpu/session15/products_by_width.py [rounds]"""
+Run: .venv/bin/python experiments/generation_cpu/wide_stream/products_by_width.py [rounds]"""
 import statistics
 import sys
 import time

@@ -8,11 +8,11 @@ whole steps showed no gain above the noise):
    each round's after/before ratio (pairs a few seconds apart, so the machine's drift over the
    run cancels more than in the medians of all rounds).
 
-Run: .venv/bin/python experiments/generation_cpu/session14/decode_attention.py [ROUNDS STEPS]
+Run: .venv/bin/python experiments/generation_cpu/live_eval_phases/decode_attention.py [ROUNDS STEPS]
 (default 16 4; the kept runs: decode_attention_before_first.txt, 6 rounds of 10 with "before"
 always first, and decode_attention_6x10.txt, 6 of 10 alternating). Those runs had the candidate
 in plugins/attention/mha.py as `_decode_step`, called from `_attend` on the same condition as
-the patch below; it was taken out again the same session. In those runs "before" was SDPA
+the patch below; it was taken out again afterwards. In those runs "before" was SDPA
 called as the lab's _attend calls it for a step, written out in the script; the script now calls
 the lab's _attend itself."""
 import math

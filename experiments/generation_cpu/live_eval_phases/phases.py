@@ -3,7 +3,7 @@ with random weights and SmolLM2) timed by phase, stream steps and scoring per mo
 phase's floating-point floor from a second, FLOP-counted pass at the faster of two measurements
 of the 2048 x 2048 product (before the timed pass and after it), and how many rows the steps had.
 
-Run: .venv/bin/python experiments/generation_cpu/session14/phases.py [n]"""
+Run: .venv/bin/python experiments/generation_cpu/live_eval_phases/phases.py [n]"""
 import collections
 import sys
 import tempfile

@@ -8,7 +8,7 @@
 2. A SmolLM2 stream step of 166 rows under torch's profiler: the share of its operators' time in
    matrix products, and the largest others.
 
-Run: .venv/bin/python experiments/generation_cpu/session13/where_the_rest_goes.py"""
+Run: .venv/bin/python experiments/generation_cpu/sampling_and_scoring/where_the_rest_goes.py"""
 import sys
 import tempfile
 import time

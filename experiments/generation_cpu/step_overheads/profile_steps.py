@@ -1,12 +1,13 @@
-"""The per-step measurements behind session 12's README paragraph (run from the project root):
+"""The per-step measurements behind docs/benchmarks.md's "Where a step's time goes besides
+products" (run from the project root):
 1. writing 50 MB of logits (256 x 50,257 floats) into fresh memory vs into memory written before;
 2. the trained checkpoint's prompt step (256 prompts of 3 tokens) with every position's logits
    vs the last position's only (needs `tfmr-scratch` in the store);
-3. SmolLM2's caption stream over 500 captions at the widths of session 11 (each chunk's size:
-   10, 20, 40, 80, 160, 166, 24) and at session 12's (lab.evaluate.stream_width): steps, time,
+3. SmolLM2's caption stream over 500 captions at each chunk's size (the earlier widths:
+   10, 20, 40, 80, 160, 166, 24) and at lab.evaluate.stream_width's: steps, time,
    a least-squares fit of step time = fixed + per row x rows, and the KV cache's size a step.
 
-Run: .venv/bin/python experiments/generation_cpu/session12/profile_steps.py"""
+Run: .venv/bin/python experiments/generation_cpu/step_overheads/profile_steps.py"""
 import sys
 import tempfile
 import time
@@ -52,8 +53,8 @@ def main():
         ck = checkpoints.load("smollm2", tmp)
     first, chunk = chunks(500)
     bounds = chunk_bounds(500, chunk, first)
-    schedules = {"session 11 (each chunk's size)": [end - start for start, end in bounds],
-                 "session 12 (stream_width)": [stream_width(s, e, chunk) for s, e in bounds]}
+    schedules = {"each chunk's size": [end - start for start, end in bounds],
+                 "stream_width": [stream_width(s, e, chunk) for s, e in bounds]}
     for name, widths in schedules.items():
         stream = CaptionStream(ck.model, ck.tokenizer, 500, DecodeConfig())
         steps, real = [], stream._step

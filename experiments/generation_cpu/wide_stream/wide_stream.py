@@ -2,16 +2,16 @@
 with random weights and SmolLM2) with the stream as wide as now (live evaluation's
 `stream_width`: the first chunk alone, then `chunk` rows, 166 for 500 captions) against a stream
 that takes every remaining caption at once after the first chunk (490 rows), alternating which
-runs first, each run timed by phase as in session 14's phases.py.
+runs first, each run timed by phase as in live_eval_phases/phases.py.
 
-Run: .venv/bin/python experiments/generation_cpu/session15/wide_stream.py [rounds]"""
+Run: .venv/bin/python experiments/generation_cpu/wide_stream/wide_stream.py [rounds]"""
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
-sys.path.insert(0, str(HERE.parent / "session14"))
+sys.path.insert(0, str(HERE.parent / "live_eval_phases"))
 
 import phases  # noqa: E402
 from benchmarks.live_eval import sgemm_rate  # noqa: E402

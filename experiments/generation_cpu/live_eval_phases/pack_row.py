@@ -3,7 +3,7 @@ rows of 128 tokens (data.PACK_ROW) against 64 and 48: the products see the same 
 masked attention of a packed row costs its length squared. 5 rounds alternating, one process,
 a Tfmr-scratch-sized model (random weights) and SmolLM2.
 
-Run: .venv/bin/python experiments/generation_cpu/session14/pack_row.py"""
+Run: .venv/bin/python experiments/generation_cpu/live_eval_phases/pack_row.py"""
 import statistics
 import sys
 import tempfile
