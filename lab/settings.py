@@ -78,6 +78,8 @@ def check_value(key: str, value, f: dataclasses.Field) -> None:
     if value is None:
         return
     meta = f.metadata
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key}: expected a finite number, got {value!r}")
     choices = choices_of(f)
     kind = getattr(meta.get("choices"), "plugin_kind", None)
     if choices is not None and value not in choices and kind:

@@ -139,7 +139,7 @@ def _cli_cases():
         (T + ["--set", "train_layers=abc"], "train_layers must be 'all' or block numbers"),
         (T + ["--set", "train_layers=5"], "out of range: this model has blocks 1 to 2"),
         (T + ["--set", "nope=1"], "unknown key 'nope'"),
-        (T + ["--set", "dropout=1.5"], "dropout must be in [0, 1)"),
+        (T + ["--set", "dropout=1.5"], "dropout must be between 0.0 and 1.0"),
         (T + ["--set", "attention=gqa", "--set", "attention.kv_groups=3"],
          "attention.kv_groups=3 must divide n_head=4"),
         (T + ["--set", "kv_groups=3"], "kv_groups is the gqa attention plugin's own setting now"),

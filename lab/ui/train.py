@@ -132,8 +132,8 @@ def form_settings(values, parent: str = "") -> dict:
         if named.get("tokenizer") is None:
             del named["tokenizer"]
     elif named.get("tokenizer") is None:
-        raise ConfigError("choose a tokenizer for a new model: "
-                          f"{', '.join(choices_of(_DESCRIBED['tokenizer']))}")
+        *rest, last = choices_of(_DESCRIBED["tokenizer"])
+        raise ConfigError(f"choose a tokenizer for a new model: {', '.join(rest)} or {last}")
     return named
 
 
