@@ -20,11 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from lab.errors import LabError
-
-
-class ConfigError(LabError):
-    """A config value a person can fix: the message says which key, what it was, what is right."""
+from lab.errors import ConfigError, LabError
 
 
 def _coerce(key: str, value, typ):

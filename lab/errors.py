@@ -5,3 +5,7 @@ shows it as one message; any other exception is a bug and keeps its traceback fo
 
 class LabError(ValueError):
     """Bad input, said in one line: what was wrong, which value, what is right."""
+
+
+class ConfigError(LabError):
+    """A config value a person can fix: the message says which key, what it was, what is right."""
