@@ -599,7 +599,7 @@ def _parser_export(sub) -> None:
 
 def cmd_birthplace(args):
     """The minGPT assignment's commands: pretrain, finetune, evaluate, baseline."""
-    from lab import birthplace as bp
+    from plugins.tasks.birthplace import core as bp
     if args.action == "baseline":
         result = bp.baseline(args.split, args.data_dir)
         print(json.dumps(result) if args.json else bp.said(result))
@@ -625,7 +625,8 @@ def cmd_birthplace(args):
 
 
 def _birthplace_train(args):
-    from lab import birthplace as bp, runs
+    from lab import runs
+    from plugins.tasks.birthplace import core as bp
     from lab.presets import configs
     if args.data_dir:             # the task reads its folder from here (the worker's jobs too)
         os.environ["LAB_BIRTHPLACE_DIR"] = str(bp.data_dir(args.data_dir))

@@ -25,7 +25,7 @@ def bleu_tokens_of(texts_or_ids, tokenizer, kind: str):
 def check_captions_model(ck) -> None:
     """Caption perplexity and BLEU are for caption models: a birth-place model (it reads a
     question from its first character) is scored by its answers instead."""
-    from lab import birthplace
+    from plugins.tasks.birthplace import core as birthplace
     if birthplace.is_task_tokenizer(ck.tokenizer):
         raise ConfigError(f"{ck.name} is a birth-place model: caption perplexity and BLEU do not "
                           f"apply to it; score its answers in the Evaluate tab's Birth places "

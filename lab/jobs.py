@@ -28,16 +28,18 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from lab import checkpoints
+from lab import checkpoints, distributed, runs, steps
 from lab import store as lab_store
 from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.errors import LabError
+from lab.executors import RayTasks, executor_name
+from lab.train import format_event, parse_train_layers
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     name TEXT NOT NULL,            -- the checkpoint it writes
-    spec TEXT NOT NULL,            -- JSON: model, train, parent, preset
+    spec TEXT NOT NULL,            -- JSON: model, train, parent, preset, after (lab/steps.py)
     status TEXT NOT NULL,          -- queued, running, done, failed, stopped, interrupted
     stop TEXT,                     -- NULL, 'now', 'after_checkpoint' or 'shutdown' (the worker's)
     pid INTEGER,                   -- the process running it (its liveness is its lock, not this)
@@ -49,24 +51,15 @@ CREATE TABLE IF NOT EXISTS jobs (
     error TEXT,
     resumed_from INTEGER
 );
-CREATE TABLE IF NOT EXISTS sweeps (   -- lab/sweeps.py: a named set of runs, each a job above
-    name TEXT PRIMARY KEY,
-    spec TEXT NOT NULL,            -- JSON: the SweepSpec
-    created REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS sweep_runs (
-    sweep TEXT NOT NULL,
-    idx INTEGER NOT NULL,
-    run TEXT NOT NULL,             -- the checkpoint it writes; its status is its newest job's
-    vals TEXT NOT NULL,            -- JSON: the swept keys' values
-    seed INTEGER NOT NULL,
-    model TEXT NOT NULL,           -- JSON: the run's model config (null for a fine-tune)
-    train TEXT NOT NULL,           -- JSON: its train config
-    parent TEXT,
-    PRIMARY KEY (sweep, idx)
-);
 """
 FINAL = ("done", "failed", "stopped", "interrupted")
+_schemas = [SCHEMA]           # the jobs table, and the tables modules above add (add_tables)
+
+
+def add_tables(schema: str) -> None:
+    """Tables of a module above that live in the ledger beside the jobs (lab/sweeps.py's)."""
+    if schema not in _schemas:
+        _schemas.append(schema)
 
 
 def shutdown_grace_s() -> float:
@@ -91,7 +84,8 @@ def connect(store=None):
     con.row_factory = sqlite3.Row
     try:
         con.execute("PRAGMA journal_mode=WAL")
-        con.executescript(SCHEMA)
+        for schema in _schemas:
+            con.executescript(schema)
         yield con
     except sqlite3.DatabaseError as e:
         raise LabError(f"the job ledger {ledger_path(store)} cannot be used ({e})") from None
@@ -99,34 +93,44 @@ def connect(store=None):
         con.close()
 
 
-def _row(r: sqlite3.Row | None) -> dict | None:
+def read_row(r: sqlite3.Row | None) -> dict | None:
+    """A row of the jobs table as a dict, its spec and progress read (an older spec upgraded)."""
     if r is None:
         return None
     d = dict(r)
-    d["spec"] = json.loads(d["spec"])
+    d["spec"] = upgrade_spec(json.loads(d["spec"]))
     d["progress"] = json.loads(d["progress"]) if d["progress"] else {}
     return d
 
 
+def upgrade_spec(spec: dict) -> dict:
+    """A spec as this version writes it. Specs written before steps were named kept a sweep's
+    scoring as `score` (and `score_only`): that is the step `score`."""
+    if "score" not in spec and "score_only" not in spec:
+        return spec
+    spec = dict(spec)
+    score, only = spec.pop("score", None), spec.pop("score_only", False)
+    if score is not None and "after" not in spec:
+        spec["after"] = [{"step": "score", **score}]
+    if only:
+        spec["after_only"] = True
+    return spec
+
+
 def validate_spec(name: str, model: dict | None, train: dict, parent: str | None, store=None,
-                  resume: bool = False, score: dict | None = None, score_only: bool = False) -> dict:
-    """Check everything before a job is queued: a bad value never reaches the worker. score: the
-    sweep's scoring after training (lab/sweeps.py); score_only: the run `name` trained already."""
-    from lab.runs import check_parent, resume_state
-    from lab.sweeps import Score, check_sweep_name
-    from lab.train import parse_train_layers
+                  resume: bool = False, after: list | None = None, after_only: bool = False) -> dict:
+    """Check everything before a job is queued: a bad value never reaches the worker. after: the
+    steps after training (lab/steps.py), each checked by its step; after_only: the run `name`
+    trained already, only the steps are left."""
     checkpoints.check_name(name)
-    if score is not None:
-        check_sweep_name(score.get("sweep") if isinstance(score, dict) else None)
-        score = {**Score.from_dict({k: v for k, v in score.items() if k != "sweep"}).to_dict(),
-                 "sweep": score["sweep"]}
+    after = steps.check(after) if after else []
     train_cfg = TrainConfig.from_dict(train)
-    if score_only:
-        if score is None:
-            raise ConfigError("a scoring job needs the sweep's scoring settings")
+    if after_only:
+        if not after:
+            raise ConfigError("a job that only runs the steps after training needs its steps")
         checkpoints.check_loadable(name, store)
-        return {"model": None, "train": train_cfg.to_dict(), "parent": None, "score": score,
-                "score_only": True}
+        return {"model": None, "train": train_cfg.to_dict(), "parent": None, "after": after,
+                "after_only": True}
     if train_cfg.device == "cuda":
         import torch
         if not torch.cuda.is_available():
@@ -134,25 +138,19 @@ def validate_spec(name: str, model: dict | None, train: dict, parent: str | None
                               "use 'auto' or 'cpu'")
     model_cfg = None
     if resume:
-        _, folder = resume_state(name, train_cfg, store)
+        _, folder = runs.resume_state(name, train_cfg, store)
         n_layer = checkpoints.read_config(folder)[0].n_layer
     else:
-        checkpoints.refuse_existing(name, store)
-        if train_cfg.keep_bleu_best:
-            from lab.runs import bleu_name
-            checkpoints.refuse_existing(bleu_name(name), store)
+        runs.refuse_taken(name, train_cfg, store)
         if parent:
-            if train_cfg.tokenizer != "gpt2":
-                raise ConfigError(f"tokenizer={train_cfg.tokenizer} is for a model trained from "
-                                  f"scratch; a fine-tune keeps its parent's tokenizer: leave "
-                                  f"tokenizer at gpt2")
-            n_layer = check_parent(parent, store)
+            runs.check_finetune(train_cfg)
+            n_layer = runs.check_parent(parent, store)
         else:
             model_cfg = ModelConfig.from_dict(model or {})
             n_layer = model_cfg.n_layer
     parse_train_layers(train_cfg.train_layers, n_layer)
     return {"model": model_cfg and model_cfg.to_dict(), "train": train_cfg.to_dict(),
-            "parent": None if resume else parent} | ({"score": score} if score else {})
+            "parent": None if resume else parent} | ({"after": after} if after else {})
 
 
 def _refuse_busy(con, name: str, store=None) -> None:
@@ -174,9 +172,11 @@ def refuse_busy(name: str, store=None) -> None:
 
 def submit(name: str, model: dict | None, train: dict, parent: str | None = None,
            preset: str | None = None, store=None, resumed_from: int | None = None,
-           score: dict | None = None, score_only: bool = False) -> int:
-    resume = resumed_from is not None and not score_only
-    spec = validate_spec(name, model, train, parent, store, resume, score, score_only) | {"preset": preset}
+           after: list | None = None, after_only: bool = False) -> int:
+    """Queue a job that trains checkpoint `name` (a new model, a fine-tune of `parent`, or, with
+    resumed_from, the run going on), then runs the steps `after` names."""
+    resume = resumed_from is not None and not after_only
+    spec = validate_spec(name, model, train, parent, store, resume, after, after_only) | {"preset": preset}
     if resume:                               # go on with the run `name` itself
         spec |= {"model": None, "resume": True}
     with connect(store) as con:
@@ -197,7 +197,7 @@ def get(job_id: int, store=None) -> dict:
     if isinstance(job_id, bool) or not isinstance(job_id, int) or not 0 < job_id < 2 ** 63:
         raise ConfigError(f"a job id is a positive whole number, got {job_id!r}")
     with connect(store) as con:
-        job = _row(con.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone())
+        job = read_row(con.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone())
     if job is None:
         raise ConfigError(f"no job {job_id}; `python -m lab jobs list` shows the jobs")
     return job
@@ -206,7 +206,7 @@ def get(job_id: int, store=None) -> dict:
 def list_jobs(store=None, limit: int = 50) -> list[dict]:
     mark_dead(store)
     with connect(store) as con:
-        return [_row(r) for r in con.execute("SELECT * FROM jobs ORDER BY id DESC LIMIT ?", (limit,))]
+        return [read_row(r) for r in con.execute("SELECT * FROM jobs ORDER BY id DESC LIMIT ?", (limit,))]
 
 
 def request_stop(job_id: int, mode: str = "now", store=None) -> dict:
@@ -237,14 +237,12 @@ def resume(job_id: int, store=None) -> int:
         if time.time() > deadline:
             raise ConfigError(f"job {job_id}'s process is still ending; resume it in a moment")
         time.sleep(0.2)
-    score = job["spec"].get("score")
-    if score is not None:              # a sweep's run whose training ended: only its scoring is left
-        from lab.sweeps import trained
-        if job["spec"].get("score_only") or trained(job["name"], store):
-            return submit(job["name"], None, job["spec"]["train"], preset=job["spec"].get("preset"),
-                          store=store, resumed_from=job_id, score=score, score_only=True)
-    return submit(job["name"], None, job["spec"]["train"], preset=job["spec"].get("preset"),
-                  store=store, resumed_from=job_id, score=score)
+    spec = job["spec"]
+    after = spec.get("after") or None
+    # a run whose training ended: only the steps after it are left
+    only = bool(after) and (spec.get("after_only", False) or runs.trained(job["name"], store))
+    return submit(job["name"], None, spec["train"], preset=spec.get("preset"), store=store,
+                  resumed_from=job_id, after=after, after_only=only)
 
 
 def mark_dead(store=None) -> list[int]:
@@ -327,24 +325,24 @@ class _StopPoller:
 def run_job(job_id: int, store=None, data_dir=None) -> str:
     """Run one claimed job in this process; returns its final status. Under torchrun every rank
     trains, and rank 0 alone talks to the ledger."""
-    from lab import distributed, runs
     job = get(job_id, store)
     spec = job["spec"]
 
     def events(should_stop=None):
         ended = None
-        if not spec.get("score_only"):
+        if not spec.get("after_only"):
+            # the ledger's row is where these values enter this process: read once, typed
             for ended in runs.train(job["name"], spec["model"] and ModelConfig.from_dict(spec["model"]),
                                     TrainConfig.from_dict(spec["train"]), parent=spec["parent"],
                                     preset=spec.get("preset"), data_dir=data_dir, store=store,
                                     should_stop=should_stop, resume=spec.get("resume", False)):
                 yield ended
-        if spec.get("score") and distributed.rank() == 0 and (spec.get("score_only") or (
+        if spec.get("after") and distributed.rank() == 0 and (spec.get("after_only") or (
                 ended and ended["event"] in ("done", "final_dev", "final_dev_aborted"))):
-            from lab.sweeps import score_run
             with lab_store.hold(lab_store.name_lock(job["name"], store), f"checkpoint {job['name']!r}",
                                 wait_s=10):
-                yield from score_run(job["name"], spec["score"], store, data_dir, should_stop)
+                yield from steps.run(job["name"], spec["after"], store=store, data_dir=data_dir,
+                                     should_stop=should_stop)
     if distributed.rank() != 0:
         signal.signal(signal.SIGTERM, lambda *a: None)    # rank 0 decides, and tells every rank
         for _ in events():
@@ -365,7 +363,6 @@ def run_job(job_id: int, store=None, data_dir=None) -> str:
 
 def _follow(job_id: int, name: str, events, store=None) -> tuple[str, str | None]:
     """Print the run's events to the job's log and the latest to the ledger: (status, error)."""
-    from lab.train import format_event
     status = "done"
     try:
         for ev in events:
@@ -393,7 +390,6 @@ class Worker:
 
     def __init__(self, store=None, slots: int = 1, poll_s: float = 1.0, data_dir=None, nproc: int = 1,
                  exit_with_parent: bool = False, executor: str | None = None):
-        from lab.executors import RayTasks, executor_name
         if nproc < 1 or slots < 1:
             raise ConfigError(f"slots and nproc must be at least 1, got slots={slots} nproc={nproc}")
         self.store, self.slots, self.poll_s, self.data_dir = store, slots, poll_s, data_dir

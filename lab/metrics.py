@@ -244,3 +244,22 @@ def bootstrap_ci(values: list[float], n_boot: int = 1000, seed: int = 0,
     """Percentile bootstrap interval of the mean."""
     x = torch.tensor(values, dtype=torch.float64)
     return percentile_interval(x[bootstrap_indices(len(x), n_boot, seed)].mean(1), alpha)
+
+
+def wilson(correct: int, total: int, z: float = 1.959964) -> list[float]:
+    """The 95% Wilson score interval of a proportion."""
+    if total == 0:
+        return [0.0, 1.0]
+    p = correct / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return [0.0 if correct == 0 else max(0.0, centre - half),
+            1.0 if correct == total else min(1.0, centre + half)]
+
+
+def paired_difference(correct, base, idx: torch.Tensor) -> tuple[float, list[float]]:
+    """Accuracy minus the baseline's, paired by question (0/1 per question each), with its 95%
+    percentile-bootstrap interval over the questions (idx: bootstrap_indices, shared by every
+    comparison against the same baseline)."""
+    d = torch.as_tensor(correct, dtype=torch.float64) - torch.as_tensor(base, dtype=torch.float64)
+    return d.mean().item(), list(percentile_interval(d[idx].mean(1)))

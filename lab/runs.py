@@ -2,6 +2,7 @@
 build (or load) the model, train, keep the best checkpoint in the store."""
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Iterator
 
 import torch
 
-from lab import checkpoints, distributed, tasks, tokenizers
+from lab import checkpoints, distributed, smollm2, tasks, tokenizers
 from lab import store as lab_store
 from lab.config import ConfigError, ModelConfig, TrainConfig, parse_blocks
 from lab.model import build
@@ -31,9 +32,10 @@ def train(name: str, model_cfg: ModelConfig | None, train_cfg: TrainConfig, *,
     """Train a new model (model_cfg), fine-tune a stored checkpoint (parent), or go on with the
     run `name` where it stopped (resume: weights, optimizer moments, epoch and step, best dev
     score, random states; the same shuffling as an uninterrupted run). Yields the trainer's events.
-    The process holds checkpoint `name`'s lock from start to end: no other process writes it."""
+    The process holds checkpoint `name`'s lock from start to end: no other process writes it.
+    train_cfg is typed and was checked where its values entered (the CLI, a job's submit, the
+    ledger row a job reads), so it is trusted here."""
     checkpoints.check_name(name)
-    train_cfg.validate()
     if distributed.rank() != 0:       # under torchrun rank 0 alone saves, so rank 0 alone locks
         yield from _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_stop, resume)
         return
@@ -47,9 +49,7 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
         checkpoints.recover(store, only=name)     # a save of this name a crash left unfinished
     state, source_dir = resume_state(name, train_cfg, store) if resume else (None, None)
     if not resume:
-        checkpoints.refuse_existing(name, store)
-        if train_cfg.keep_bleu_best:
-            checkpoints.refuse_existing(bleu_name(name), store)
+        refuse_taken(name, train_cfg, store)
         if distributed.rank() == 0:
             shutil.rmtree(run_dir_for(name, store), ignore_errors=True)   # an old run's leftovers
     task = tasks.get(train_cfg.task)
@@ -62,9 +62,7 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
         source = {k: v for k, v in ck.meta.items() if k in ("source", "parent", "layers", "pretrained")}
         source["resumed_at_step"] = state["step"]
     elif parent:
-        if train_cfg.tokenizer != "gpt2":
-            raise ConfigError(f"tokenizer={train_cfg.tokenizer} is for a model trained from scratch; "
-                              f"a fine-tune keeps its parent's tokenizer: leave tokenizer at gpt2")
+        check_finetune(train_cfg)
         model, tok, meta = load_parent(parent, store)
         model_cfg = model.config
         source = {"source": "finetune", "parent": parent, **{k: v for k, v in meta.items()
@@ -92,17 +90,20 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
                               provenance={**provenance, "stopped_at_step": train_state["step"]},
                               metrics={"step": train_state["step"]}, train_state=train_state)
 
-    def save_best_bleu(record: dict, train_state: dict):
-        """The epoch with the best dev harmonic BLEU so far, as NAME-bleu (keep_bleu_best)."""
-        checkpoints.save(model, tok, bleu_name(name), store,
+    also = (tasks.also_kept(train_cfg) or [None])[0]
+
+    def save_also_best(record: dict, train_state: dict):
+        """The epoch with the best score by the second metric so far, as NAME-METRIC
+        (keep_bleu_best: NAME-bleu)."""
+        checkpoints.save(model, tok, kept_name(name, also), store,
                          provenance={**provenance, "epoch": record["epoch"], "run": name,
-                                     "kept_by": "dev harmonic BLEU"},
+                                     "kept_by": also.label},
                          metrics={k: v for k, v in record.items() if k.startswith("dev_")}
                          | {"epoch": record["epoch"]}, overwrite=True)
 
     trainer = Trainer(model, prepared, train_cfg, run_dir, on_best=save_best, on_stop=save_last,
-                      should_stop=should_stop,
-                      on_best_bleu=save_best_bleu if train_cfg.keep_bleu_best else None, resume=state)
+                      should_stop=should_stop, best_by=tasks.kept_by(train_cfg), also_by=also,
+                      on_also_best=save_also_best if also else None, resume=state)
     if distributed.rank() == 0:
         yield {"event": "data", "train_items": len(prepared.train_items),
                "dev_items": len(prepared.dev_items), "unit": prepared.unit,
@@ -116,9 +117,59 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
         yield from prepared.final(name, trainer, store)
 
 
-def bleu_name(name: str) -> str:
-    """Where a run with keep_bleu_best keeps its best-BLEU epoch."""
-    return checkpoints.check_name(f"{name}-bleu")
+def kept_name(name: str, metric: tasks.Metric) -> str:
+    """Where a run keeps its best epoch by a second metric (keep_bleu_best: NAME-bleu)."""
+    return checkpoints.check_name(f"{name}-{metric.name}")
+
+
+def kept_checkpoints(name: str, train_cfg: TrainConfig) -> list[tuple[str, tasks.Metric]]:
+    """The checkpoints a run of train_cfg writes, each with the metric that chooses it."""
+    return [(name, tasks.kept_by(train_cfg))] + [(kept_name(name, m), m) for m in tasks.also_kept(train_cfg)]
+
+
+def refuse_taken(name: str, train_cfg: TrainConfig, store=None) -> None:
+    """A new run writes checkpoints none of which may exist yet (checked before a job is queued,
+    and again by the run itself under the name's lock)."""
+    for kept, _ in kept_checkpoints(name, train_cfg):
+        checkpoints.refuse_existing(kept, store)
+
+
+def check_finetune(train_cfg: TrainConfig) -> None:
+    if train_cfg.tokenizer != "gpt2":
+        raise ConfigError(f"tokenizer={train_cfg.tokenizer} is for a model trained from scratch; "
+                          f"a fine-tune keeps its parent's tokenizer: leave tokenizer at gpt2")
+
+
+def read_events(path: Path, limit_bytes: int = 64 * 2 ** 20) -> list[dict]:
+    """A run's metrics log (metrics.jsonl) as events; a line cut short by a kill is skipped."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(limit_bytes)
+    except OSError:
+        return []
+    out = []
+    for line in raw.decode("utf-8", "replace").splitlines():
+        try:
+            ev = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(ev, dict):
+            out.append(ev)
+    return out
+
+
+def trained(name: str, store=None) -> bool:
+    """The run's training ended (its metrics log's last training segment says done) and its
+    checkpoint is stored."""
+    if name not in checkpoints.names(store):
+        return False
+    ended = False
+    for ev in read_events(run_dir_for(name, store) / "metrics.jsonl"):
+        if ev.get("event") == "start":
+            ended = False
+        elif ev.get("event") == "done":
+            ended = True
+    return ended
 
 
 SMOLLM2 = "smollm2"          # a parent name that, unless the store has one, is the packaged SmolLM2
@@ -140,8 +191,7 @@ def check_parent(parent: str, store=None) -> int:
     """The number of blocks a fine-tune from `parent` starts with (no weights read)."""
     name, layers = split_parent(parent)
     if name == SMOLLM2 and name not in checkpoints.names(store):
-        from lab.smollm2 import gguf_path
-        gguf_path()                                  # the packaged weights are there
+        smollm2.gguf_path()                                  # the packaged weights are there
         if layers is None:
             raise ConfigError("parent 'smollm2' names the packaged SmolLM2: give its blocks, e.g. "
                               "smollm2:1,2,3 or smollm2:all (or import it under that name first)")
@@ -159,7 +209,6 @@ def load_parent(parent: str, store=None):
     The blocks kept are named in the original model's numbering ('layers')."""
     name, layers = split_parent(parent)
     if name == SMOLLM2 and name not in checkpoints.names(store):
-        from lab import smollm2
         check_parent(parent, store)
         hf_model, hf_tok = smollm2.load_hf()
         model, kept = smollm2.to_lab(hf_model, None if layers == "all" else parse_blocks(layers, 30))

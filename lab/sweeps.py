@@ -24,9 +24,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from lab import checkpoints, jobs
+from lab import checkpoints, data, exports, jobs, metrics, runs, steps, tasks
 from lab import store as lab_store
 from lab.config import SEED_MAX, ConfigError, DecodeConfig, TrainConfig, _Config
+from lab.evaluate import paired_intervals
+from lab.metrics import References, bootstrap_indices, percentile_interval
+from lab.presets import configs
+from lab.report import sweep_report
+from lab.runs import read_events
+from lab.tokenizers import gpt2
+from lab.train import format_duration, format_event
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sweeps (   -- lab/sweeps.py: a named set of runs, each a job above
+    name TEXT PRIMARY KEY,
+    spec TEXT NOT NULL,            -- JSON: the SweepSpec
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sweep_runs (
+    sweep TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    run TEXT NOT NULL,             -- the checkpoint it writes; its status is its newest job's
+    vals TEXT NOT NULL,            -- JSON: the swept keys' values
+    seed INTEGER NOT NULL,
+    model TEXT NOT NULL,           -- JSON: the run's model config (null for a fine-tune)
+    train TEXT NOT NULL,           -- JSON: its train config
+    parent TEXT,
+    PRIMARY KEY (sweep, idx)
+);
+"""
+jobs.add_tables(SCHEMA)
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "experiments" / "recipes"
 MAX_RUNS = 200                      # runs in one sweep (each is a training job)
@@ -225,16 +252,13 @@ def _slug(values: dict, seed: int, many_seeds: bool, constant: set) -> str:
 def plan(spec: SweepSpec, store=None) -> list[Run]:
     """Every run of the sweep, each config built and checked: a bad value in any run refuses the
     whole sweep before anything is queued."""
-    from lab.presets import configs
     if spec.checkpoints:
         if len(set(spec.checkpoints)) != len(spec.checkpoints):
             raise ConfigError(f"checkpoints names a checkpoint twice: {spec.checkpoints}")
         train = TrainConfig().to_dict()
         for c in spec.checkpoints:
             info = checkpoints.info(checkpoints.check_name(c), store)
-            if info.get("task") == "birthplace":
-                _check_scored(TrainConfig(task="birthplace", objective="qa"), spec.score,
-                              f"checkpoint {c!r}")
+            _check_scored(tasks.task_of(info), None, spec.score, f"checkpoint {c!r}")
         return [Run(i, checkpoints.check_name(c), {"checkpoint": c}, spec.score["seed"], None, train,
                     None, score_only=True) for i, c in enumerate(spec.checkpoints)]
     points = spec.points()
@@ -257,35 +281,39 @@ def plan(spec: SweepSpec, store=None) -> list[Run]:
         if parent and changed:
             raise ConfigError(f"run {i + 1} ({_describe(point, seed)}): a fine-tune of {parent!r} "
                               f"keeps its parent's architecture; cannot set {', '.join(changed)}")
-        _check_scored(train_cfg, spec.score, f"run {i + 1} ({_describe(point, seed)})")
+        _check_scored(train_cfg.task, tasks.objective_of(train_cfg), spec.score,
+                      f"run {i + 1} ({_describe(point, seed)})")
         slug = _slug(point, seed, len(spec.seeds) > 1, constant)
         name = f"{spec.name}-{slug}"
         if not slug or len(name) > 100 or name in names:
             name = f"{spec.name}-{i + 1:03d}"
         names.add(name)
-        runs.append(Run(i, name, dict(point), seed, None if parent else model_cfg.to_dict(),
+        typed = {k: _typed(k, v, model_cfg, train_cfg) for k, v in point.items()}
+        runs.append(Run(i, name, typed, seed, None if parent else model_cfg.to_dict(),
                         train_cfg.to_dict(), parent))
     return runs
 
 
-def _check_scored(train_cfg: TrainConfig, score: dict, run: str) -> None:
-    """A run's task must be one a sweep scores: captions (perplexity, BLEU), or birth-place
-    answers after fine-tuning on questions (accuracy on dev, whose questions have places)."""
-    from lab.tasks import objective_of
-    if train_cfg.task == "captions":
-        return
-    if train_cfg.task != "birthplace" or objective_of(train_cfg) != "qa":
-        raise ConfigError(f"{run}: a sweep scores caption models (perplexity, BLEU) and birth-place "
-                          f"answers (accuracy, objective qa); objective={objective_of(train_cfg)} "
-                          f"of task {train_cfg.task} has nothing to score: pretrain one at a time "
-                          f"(Start training, or `python -m lab birthplace pretrain`), then sweep "
-                          f"fine-tunes of it (preset birthplace-finetune, grid parent=NAME1,NAME2)")
-    if score["split"] != "dev":
-        raise ConfigError(f"{run}: birth-place answers are scored on dev (the {score['split']} "
-                          f"questions have no places to score against): set the split to dev")
-    if score["exposure"]:
-        raise ConfigError(f"{run}: exposure bias is measured on captions; a birth-place sweep "
-                          f"scores accuracy: leave exposure off")
+def _check_scored(task: str, objective: str | None, score: dict, where: str) -> None:
+    """A run's task (objective None: a stored checkpoint, scored as it is) must be one its task's
+    plugin scores for sweeps (sweep_check, sweep_score), with these scoring settings."""
+    plugin = tasks.get(task)
+    if not hasattr(plugin, "sweep_score"):
+        raise ConfigError(f"{where}: the {task} task's checkpoints are not scored by sweeps")
+    plugin.sweep_check(objective, score, where)
+
+
+def _typed(key: str, value, model_cfg, train_cfg):
+    """A swept value as the run's config read it: a grid line gives text ("2"), the table and
+    its JSON show the setting's own type (2)."""
+    if not isinstance(value, str):
+        return value
+    for cfg in (train_cfg, model_cfg):
+        if key in type(cfg).__dataclass_fields__ and key != "settings":
+            return getattr(cfg, key)
+    kind, _, setting = key.partition(".")
+    settings = model_cfg.to_dict().get("settings", {}).get(kind, {})
+    return settings.get(setting, value)
 
 
 def _text(v) -> str:
@@ -307,7 +335,7 @@ def check(spec: SweepSpec | dict, store=None) -> tuple[SweepSpec, list[Run]]:
     for run in runs:
         try:
             jobs.validate_spec(run.name, run.model, run.train, run.parent, store,
-                               score=_score_spec(spec), score_only=run.score_only)
+                               after=_after(spec), after_only=run.score_only)
             jobs.refuse_busy(run.name, store)
         except ConfigError as e:
             raise ConfigError(f"run {run.index + 1} ({_describe(run.values, run.seed)}): {e}") from None
@@ -322,8 +350,8 @@ def start(spec: SweepSpec | dict, store=None) -> list[Run]:
     try:
         for run in runs:
             queued.append(jobs.submit(run.name, run.model, run.train, parent=run.parent,
-                                      preset=spec.preset, store=store, score=_score_spec(spec),
-                                      score_only=run.score_only))
+                                      preset=spec.preset, store=store, after=_after(spec),
+                                      after_only=run.score_only))
     except Exception:
         for job_id in queued:
             jobs.request_stop(job_id, store=store)
@@ -341,8 +369,14 @@ def start(spec: SweepSpec | dict, store=None) -> list[Run]:
     return runs
 
 
-def _score_spec(spec: SweepSpec) -> dict:
-    return {**spec.score, "sweep": spec.name}
+def _after(spec: SweepSpec) -> list[dict]:
+    """What each run's job does once it trained: the step `score` (registered below)."""
+    return [{"step": "score", **spec.score, "sweep": spec.name}]
+
+
+def _sweep_of(job: dict) -> str | None:
+    """The sweep whose scoring a job runs after training."""
+    return next((s.get("sweep") for s in job["spec"].get("after", []) if s["step"] == "score"), None)
 
 
 def get(name: str, store=None) -> tuple[SweepSpec, list[dict]]:
@@ -356,12 +390,17 @@ def get(name: str, store=None) -> tuple[SweepSpec, list[dict]]:
         spec = SweepSpec(**json.loads(row["spec"]))
         runs = []
         for r in con.execute("SELECT * FROM sweep_runs WHERE sweep=? ORDER BY idx", (name,)):
-            job = con.execute("SELECT * FROM jobs WHERE name=? AND json_extract(spec, '$.score.sweep')=? "
-                              "ORDER BY id DESC LIMIT 1", (r["run"], name)).fetchone()
+            # a job's spec names its sweep in its step `score`, or (written before steps were
+            # named) in its field `score`
+            job = con.execute(
+                "SELECT * FROM jobs WHERE name=? AND (json_extract(spec, '$.score.sweep')=? OR EXISTS ("
+                "SELECT 1 FROM json_each(spec, '$.after') WHERE json_extract(value, '$.step')='score' "
+                "AND json_extract(value, '$.sweep')=?)) ORDER BY id DESC LIMIT 1",
+                (r["run"], name, name)).fetchone()
             runs.append({"index": r["idx"], "name": r["run"], "values": json.loads(r["vals"]),
                          "seed": r["seed"], "model": json.loads(r["model"]),
                          "train": json.loads(r["train"]), "parent": r["parent"],
-                         "job": jobs._row(job)})
+                         "job": jobs.read_row(job)})
     return spec, runs
 
 
@@ -386,8 +425,7 @@ def run_status(run: dict, store=None) -> str:
     job = run["job"]
     if job is None:
         return "missing"
-    if job["status"] == "done" and not results_path(job["spec"].get("score", {}).get("sweep", ""),
-                                                    run["name"], store).exists():
+    if job["status"] == "done" and not results_path(_sweep_of(job) or "", run["name"], store).exists():
         return "done, not scored"
     return job["status"]
 
@@ -430,7 +468,7 @@ def resume(name: str, run: str | None = None, store=None) -> list[str]:
                 job_id = jobs.resume(job["id"], store)
             else:
                 job_id = jobs.submit(r["name"], r["model"], r["train"], parent=r["parent"],
-                                     preset=spec.preset, store=store, score=_score_spec(spec))
+                                     preset=spec.preset, store=store, after=_after(spec))
         except ConfigError as e:
             said.append(f"{r['name']}: {e}")
             continue
@@ -439,40 +477,7 @@ def resume(name: str, run: str | None = None, store=None) -> list[str]:
 
 
 def _saved_anything(run: str, store=None) -> bool:
-    from lab.runs import last_dir
-    return last_dir(run, store).is_dir() or run in checkpoints.names(store)
-
-
-def trained(run: str, store=None) -> bool:
-    """The run's training ended (its metrics log's last training segment says done) and its
-    checkpoint is stored."""
-    from lab.runs import run_dir_for
-    if run not in checkpoints.names(store):
-        return False
-    ended = False
-    for ev in read_events(run_dir_for(run, store) / "metrics.jsonl"):
-        if ev.get("event") == "start":
-            ended = False
-        elif ev.get("event") == "done":
-            ended = True
-    return ended
-
-
-def read_events(path: Path, limit_bytes: int = 64 * 2 ** 20) -> list[dict]:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(limit_bytes)
-    except OSError:
-        return []
-    out = []
-    for line in raw.decode("utf-8", "replace").splitlines():
-        try:
-            ev = json.loads(line)
-        except json.JSONDecodeError:
-            continue                       # a line cut short by a kill
-        if isinstance(ev, dict):
-            out.append(ev)
-    return out
+    return runs.last_dir(run, store).is_dir() or run in checkpoints.names(store)
 
 
 # ---------------------------------------------------------------- scoring (inside a run's job)
@@ -482,34 +487,31 @@ def results_path(sweep: str, run: str, store=None) -> Path:
 
 
 def kept_checkpoints(run: str, store=None) -> list[tuple[str, str]]:
-    """The checkpoints a run keeps, with what chose each: its own name (the best dev perplexity,
-    or dev BLEU under early_stop=bleu), and NAME-bleu when it kept the best-BLEU epoch too."""
-    from lab.runs import bleu_name
+    """The checkpoints a run keeps, with what chose each (its task's metrics: its own name by
+    early_stop's metric or the task's first, and NAME-bleu when keep_bleu_best kept one too)."""
     train = checkpoints.info(run, store).get("train") or {}
     if not train:
         return [(run, "as stored")]
-    kept = [(run, "dev harmonic BLEU" if train.get("early_stop") == "bleu" else "dev perplexity")]
-    if train.get("keep_bleu_best") and bleu_name(run) in checkpoints.names(store):
-        kept.append((bleu_name(run), "dev harmonic BLEU"))
-    return kept
+    # the stored config as it was written (trusted: its run validated it)
+    cfg = TrainConfig(**{k: v for k, v in train.items() if k in TrainConfig.__dataclass_fields__})
+    kept = runs.kept_checkpoints(run, cfg)
+    return [(name, m.label) for i, (name, m) in enumerate(kept) if i == 0 or name in checkpoints.names(store)]
 
 
 def score_run(run: str, score: dict, store=None, data_dir=None, should_stop=None):
     """Score the checkpoints the run `run` keeps as the sweep says; yields progress events and
     writes the results file whole at the end (a stop leaves no file: resuming scores again)."""
-    from lab.metrics import Aborted
-    from lab.runs import run_dir_for
     sweep = score["sweep"]
     sc = Score.from_dict({k: v for k, v in score.items() if k != "sweep"})
     abort = (lambda: should_stop() == "now") if should_stop else None
     out = {"run": run, "sweep": sweep, "score": sc.to_dict(), "kept": []}
-    out.update(training_figures(run_dir_for(run, store) / "metrics.jsonl"))
+    out.update(training_figures(runs.run_dir_for(run, store) / "metrics.jsonl"))
     t0 = time.time()
     try:
         for name, kept_by in kept_checkpoints(run, store):
             entry = yield from _score_checkpoint(name, sc, store, data_dir, abort, t0)
             out["kept"].append({**entry, "kept_by": kept_by})
-    except Aborted:
+    except metrics.Aborted:
         yield {"event": "stopped", "reason": "stopped while scoring; resume scores it again",
                "time": time.time()}
         return
@@ -526,93 +528,28 @@ def score_run(run: str, score: dict, store=None, data_dir=None, should_stop=None
 
 
 def _score_checkpoint(name: str, sc: Score, store, data_dir, abort, t0: float):
-    """One checkpoint: perplexity of the subset, and each decoder's captions scored (a generator
-    of progress events that returns the figures)."""
-    from lab import data
-    from lab.evaluate import bleu_tokens_of, choose_bleu_tokens
-    from lab.generate import sample_captions
-    from lab.metrics import References, sentence_nlls
-    from lab import birthplace
+    """One checkpoint, scored by its task's plugin (a generator of progress events that returns
+    the figures: see the task's sweep_score)."""
     ck = checkpoints.load(name, store)
-    model, tok = ck.model, ck.tokenizer
-    if birthplace.is_task_tokenizer(tok):
-        return (yield from _score_answers(ck, sc, abort, t0))
-    tokens = choose_bleu_tokens([tok.kind], sc.bleu_tokens)
-    entry = {"checkpoint": name, "bleu_tokens": tokens, "tokenizer": tok.kind,
-             "params": sum(p.numel() for p in model.parameters()),
-             "kv_bytes_per_token": kv_bytes_per_token(model), "epoch": ck.metrics.get("epoch"),
-             "dev_perplexity": ck.metrics.get("final_dev_perplexity", ck.metrics.get("dev_perplexity")),
-             "dev_harmonic_bleu": ck.metrics.get("dev_harmonic_bleu"), "splits": {}}
-    for split in [sc.split] + (["test"] if sc.pick_on_test else []):
-        caps = data.load_split(split, data_dir)
-        subset = [caps[i] for i in data.subset_indices(len(caps), sc.n, sc.seed)]
-        yield {"event": "scoring", "what": f"{name}: perplexity of {len(subset):,} {split} captions",
-               "elapsed_s": time.time() - t0, "time": time.time()}
-        nll, cnt = sentence_nlls(model, data.encode_captions(subset, tok, ck.config.n_positions),
-                                 tok.eos_id, abort=abort)
-        part = {"n": len(subset), "subset_hash": data.subset_hash(subset), "nll": nll.tolist(),
-                "count": cnt.tolist(), "words": [len(c.split()) + 1 for c in subset], "decoders": []}
-        if sc.exposure:
-            from lab import exposure
-            yield {"event": "scoring", "what": f"{name}: exposure bias on {len(subset):,} {split} "
-                   f"captions", "elapsed_s": time.time() - t0, "time": time.time()}
-            part["exposure"] = exposure.measure(model, tok, subset, seed=sc.seed)
-        refs_all = References(bleu_tokens_of(caps, tok, tokens))
-        refs = bleu_tokens_of(subset, tok, tokens)
-        decoders = [best_decoder(entry["splits"][sc.split])] if split == "test" and sc.pick_on_test \
-            else sc.decoders
-        for d in decoders:
-            yield {"event": "scoring", "what": f"{name}: {len(subset):,} {split} captions with "
-                   f"{decoder_label(d)}", "elapsed_s": time.time() - t0, "time": time.time()}
-            g0 = time.time()
-            gen = sample_captions(model, tok, len(subset), DecodeConfig.from_dict({**d, "seed": sc.seed}),
-                                  abort=abort)
-            gen_s = time.time() - g0
-            hyps = [g.tokens for g in gen] if tokens == "gpt2" else [g.text.split() for g in gen]
-            back = References(hyps)
-            part["decoders"].append({
-                "decode": d, "label": decoder_label(d),
-                "forward": refs_all.sentence_bleus(hyps),
-                "backward": back.sentence_bleus(refs),
-                "generate_s": gen_s,
-                "tokens_per_s": sum(len(g.tokens) - g.n_prompt + g.finished for g in gen) / max(gen_s, 1e-9),
-                "samples": [g.text for g in gen[:5]]})
-        entry["splits"][split] = part
-    return entry
+    task = tasks.task_of(ck.meta)
+    plugin = tasks.get(task)
+    if not hasattr(plugin, "sweep_score"):
+        raise ConfigError(f"checkpoint {name!r}: the {task} task's checkpoints are not scored by sweeps")
+    return (yield from plugin.sweep_score(ck, sc, data_dir=data_dir, abort=abort, t0=t0))
 
 
-ANSWER_CHUNK = 100            # questions answered between two looks at a stop request
+def _check_score_step(settings: dict) -> dict:
+    """The step `score`'s settings: the sweep's name and its Score."""
+    sweep = check_sweep_name(settings.get("sweep"))
+    return {**Score.from_dict({k: v for k, v in settings.items() if k != "sweep"}).to_dict(),
+            "sweep": sweep}
 
 
-def _score_answers(ck, sc: Score, abort, t0: float):
-    """A birth-place checkpoint: its greedy answers to a seeded subset of the dev questions, and
-    which of them are right (a generator of progress events that returns the figures)."""
-    from lab import birthplace, data
-    from lab.metrics import Aborted
-    pairs = birthplace.questions(sc.split)
-    if not pairs or pairs[0][1] is None:
-        raise ConfigError(f"the birth-place {sc.split} questions have no places to score against; "
-                          f"score on dev")
-    subset = [pairs[i] for i in data.subset_indices(len(pairs), sc.n, sc.seed)]
-    yield {"event": "scoring", "what": f"{ck.name}: greedy answers to {len(subset):,} {sc.split} "
-           f"questions", "elapsed_s": time.time() - t0, "time": time.time()}
-    got, g0 = [], time.time()
-    for k in range(0, len(subset), ANSWER_CHUNK):
-        if abort and abort():
-            raise Aborted()
-        got += birthplace.answer(ck.model, ck.tokenizer, [q for q, _ in subset[k:k + ANSWER_CHUNK]])
-    gen_s = time.time() - g0
-    part = {"n": len(subset), "subset_hash": data.subset_hash([q for q, _ in subset]),
-            "correct": [int(a == p) for a, (_, p) in zip(got, subset)],
-            "decoders": [{"decode": {"decoder": "greedy"}, "label": "greedy (to the next \u2047)",
-                          "generate_s": gen_s,
-                          "tokens_per_s": sum(len(a) + 1 for a in got) / max(gen_s, 1e-9),
-                          "samples": [f"{q} {a}" for (q, _), a in zip(subset[:5], got)]}]}
-    return {"checkpoint": ck.name, "tokenizer": ck.tokenizer.kind, "task": "birthplace",
-            "params": sum(p.numel() for p in ck.model.parameters()),
-            "kv_bytes_per_token": kv_bytes_per_token(ck.model), "epoch": ck.metrics.get("epoch"),
-            "dev_perplexity": ck.metrics.get("dev_perplexity"), "dev_harmonic_bleu": None,
-            "splits": {sc.split: part}}
+def _score_step(checkpoint: str, settings: dict, store=None, data_dir=None, should_stop=None):
+    return score_run(checkpoint, settings, store, data_dir, should_stop)
+
+
+steps.register("score", _check_score_step, _score_step)
 
 
 def best_decoder(split_results: dict) -> dict:
@@ -710,8 +647,8 @@ def table(name: str, store=None, baseline: int | None = None, n_boot: int = 1000
     _intervals(rows, figures, base_i, n_boot, spec.score["seed"], per_word)
     _mark_best(rows, scored, per_word)
     columns = ["row", "run"] + swept + COLUMNS
-    answers = any(r["train"].get("task") == "birthplace" for r in runs) \
-        or bool(scored) and all("correct" in figures[i] for i in scored)
+    answers = any(tasks.meta(tasks.task_of(r["train"])).get("sweep_figures") == "answers"
+                  for r in runs) or bool(scored) and all("correct" in figures[i] for i in scored)
     return {"sweep": name, "spec": spec.to_dict(), "columns": columns,
             "rows": [{c: row.get(c) for c in columns} for row in rows],
             "baseline_row": rows[base_i]["row"] if base_i is not None else None,
@@ -733,8 +670,7 @@ def _rows(name: str, runs: list[dict], swept: list[str], store=None) -> tuple[li
             continue
         for entry in res["kept"]:
             for split, s in entry["splits"].items():
-                if "correct" in s:          # birth-place answers: one row, its accuracy
-                    from lab.birthplace import wilson
+                if "correct" in s:          # answers (right or wrong): one row, its accuracy
                     right = sum(s["correct"])
                     rows.append({**base, "row": len(rows) + 1, "kept_by": entry["kept_by"],
                                  "checkpoint": entry["checkpoint"], "epoch": entry["epoch"],
@@ -744,7 +680,7 @@ def _rows(name: str, runs: list[dict], swept: list[str], store=None) -> tuple[li
                                  "dev_perplexity": entry["dev_perplexity"],
                                  "kv_bytes_per_token": entry["kv_bytes_per_token"],
                                  "gen_tokens_per_s": s["decoders"][0]["tokens_per_s"],
-                                 "accuracy": right / s["n"], "accuracy_ci": wilson(right, s["n"])})
+                                 "accuracy": right / s["n"], "accuracy_ci": metrics.wilson(right, s["n"])})
                     figures.append({"hash": s["subset_hash"], "tokenizer": entry.get("tokenizer"),
                                     "correct": s["correct"]})
                     continue
@@ -779,7 +715,6 @@ def _intervals(rows: list[dict], figures: list, base_i: int | None, n_boot: int,
     """Each scored row's intervals, and its paired difference against the baseline row where both
     scored the same captions (perplexity only between different checkpoints or splits; per word
     when the tokenizers differ)."""
-    from lab.evaluate import paired_intervals
     groups: dict[str, list[int]] = {}
     for i, f in enumerate(figures):
         if f is not None:
@@ -809,13 +744,11 @@ def _intervals(rows: list[dict], figures: list, base_i: int | None, n_boot: int,
 def _accuracy_differences(rows: list[dict], figures: list, members: list[int], n_boot: int,
                           seed: int) -> None:
     """Each row's accuracy minus the baseline's (members[0]), paired by question."""
-    from lab.birthplace import paired_difference
-    from lab.metrics import bootstrap_indices
     base = figures[members[0]]["correct"]
-    idx = bootstrap_indices(len(base), n_boot, seed)
+    idx = metrics.bootstrap_indices(len(base), n_boot, seed)
     for i in members[1:]:
         rows[i]["accuracy_diff"], rows[i]["accuracy_diff_ci"] = \
-            paired_difference(figures[i]["correct"], base, idx)
+            metrics.paired_difference(figures[i]["correct"], base, idx)
 
 
 def _mark_best(rows: list[dict], scored: list[int], per_word: bool = False) -> None:
@@ -838,8 +771,7 @@ def _mark_best(rows: list[dict], scored: list[int], per_word: bool = False) -> N
 
 
 def _metrics_path(run: str, store=None) -> Path:
-    from lab.runs import run_dir_for
-    return run_dir_for(run, store) / "metrics.jsonl"
+    return runs.run_dir_for(run, store) / "metrics.jsonl"
 
 
 def curves(name: str, store=None) -> dict[str, dict]:
@@ -871,8 +803,8 @@ def _with_ci(row: dict, key: str, digits: int) -> str:
 
 def display(t: dict) -> tuple[list[str], list[list[str]]]:
     """The table as people read it: figures rounded, intervals in brackets, times in minutes."""
-    from lab.train import format_duration
-    two = any(r["kept_by"] == "dev harmonic BLEU" for r in t["rows"])
+    two = len({r["kept_by"] for r in t["rows"] if r["kept_by"]}) > 1 \
+        or any(r["kept_by"] not in (None, "", "as stored", "dev perplexity") for r in t["rows"])
     vs = f" vs #{t['baseline_row']}" if t["baseline_row"] else ""
     if t.get("answers"):
         return _display_answers(t, vs)
@@ -901,7 +833,6 @@ def display(t: dict) -> tuple[list[str], list[list[str]]]:
 
 def _display_answers(t: dict, vs: str) -> tuple[list[str], list[list[str]]]:
     """A birth-place sweep: accuracy, its Wilson interval and the paired difference."""
-    from lab.train import format_duration
     headers = ["#", *t["swept"], "decoder", "split", "status", "params", "train time", "tok/s",
                "dev ppl", "accuracy [95%]", f"Δaccuracy{vs} [95%]", "best"]
     pct = lambda r, k: "" if r.get(k) is None else (
@@ -977,8 +908,6 @@ def csv_rows(t: dict) -> tuple[list[str], list[list]]:
 
 def export(name: str, out_dir: Path | None = None, store=None) -> list[str]:
     """The sweep's table as CSV, JSON, Markdown and a self-contained HTML report."""
-    from lab import exports
-    from lab.report import sweep_report
     t, drawn = table(name, store), curves(name, store)
     files = {".csv": exports.table_csv(*csv_rows(t)),
              ".json": json.dumps({**t, "curves": drawn}, indent=2, default=str),
@@ -1033,7 +962,6 @@ def wait(name: str, store=None, data_dir=None, say=print, poll_s: float = 1.0,
     """Serve the store's queued jobs with a local worker (or, when another worker serves the
     store, watch it) until every run of the sweep has ended; a line per run as it moves on.
     Interrupted (Ctrl-C), the runs stop where they stand, resumable with `sweep resume`."""
-    from lab.train import format_event
     lock = lab_store.try_acquire(lab_store.lock_path("worker", store))
     worker = jobs.Worker(store, data_dir=data_dir, poll_s=poll_s,
                          executor=executor if lock is not None else "local")
@@ -1079,9 +1007,6 @@ def split_bleu(data_dir=None, tokens: str = "gpt2", n_boot: int = 1000) -> dict:
     over the captions of both sides (per-sentence scores computed once, resampled)."""
     import torch
 
-    from lab import data
-    from lab.metrics import References, bootstrap_indices, percentile_interval
-    from lab.tokenizers import gpt2
     tok = gpt2() if tokens == "gpt2" else None
     splits = {s: data.load_split(s, data_dir) for s in ("train", "dev", "test")}
     toks = {s: tok.encode_batch(c) if tok else [x.split() for x in c] for s, c in splits.items()}

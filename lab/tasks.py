@@ -3,13 +3,23 @@ from scratch, its objective(s) (the batches and the loss) and its dev scores, so
 jobs, sweeps and checkpoints serve every task the same way.
 
 Every task's `prepare` returns a `Prepared`: the trainer knows no task by name.
+
+A task's registration declares, beside `objectives`:
+  keep_best            {metric: {"score": dev-score key, "higher": bool, "label": words}}, in
+                       order; the first is what a run keeps its best checkpoint by unless
+                       early_stop names another; keep_bleu_best keeps a second, by "bleu"
+  scheduled_sampling   whether its language model takes scheduled sampling
+  tabs                 the UI's views that offer its checkpoints (lab/ui: "generate", "answers")
+Its object may also define sweep_check(objective, score) and sweep_score(checkpoint, score, ...)
+(lab/sweeps.py); a task without them is not scored by sweeps.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from lab.config import ConfigError
+from lab.config import TrainConfig
+from lab.errors import ConfigError
 from lab.registry import TASKS, load_plugins
 
 
@@ -31,6 +41,49 @@ def objective_of(train_cfg) -> str:
 def get(name: str):
     load_plugins()
     return TASKS.build(name)
+
+
+def meta(name: str) -> dict:
+    """What the task declares at its registration (see above)."""
+    load_plugins()
+    return TASKS.get(name).meta
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A dev score a run keeps its best checkpoint by."""
+    name: str           # as early_stop names it: "perplexity", "bleu", ...
+    score: str          # the key of the task's dev scores: "dev_perplexity"
+    higher: bool        # bigger is better
+    label: str          # what chose a checkpoint, in words: "dev perplexity"
+
+    def better(self, record: dict, best: dict) -> bool:
+        a, b = record[self.score], best[self.score]
+        return a > b if self.higher else a < b
+
+
+def metrics(task: str) -> dict[str, Metric]:
+    """The task's keep_best, in order."""
+    return {name: Metric(name, m["score"], m["higher"], m.get("label", m["score"].replace("_", " ")))
+            for name, m in meta(task)["keep_best"].items()}
+
+
+def kept_by(train_cfg) -> Metric:
+    """The metric a run keeps checkpoint NAME by: early_stop's, or the task's first."""
+    declared = metrics(train_cfg.task)
+    return declared.get(train_cfg.early_stop) or next(iter(declared.values()))
+
+
+def also_kept(train_cfg) -> list[Metric]:
+    """The metrics a run keeps a second checkpoint by, as NAME-METRIC (keep_bleu_best)."""
+    declared = metrics(train_cfg.task)
+    return [declared["bleu"]] if train_cfg.keep_bleu_best and "bleu" in declared else []
+
+
+def task_of(meta_or_train: dict | None) -> str:
+    """The task a checkpoint's provenance (or a train config's dict) names; checkpoints written
+    before tasks existed were the default task's."""
+    return (meta_or_train or {}).get("task") or TrainConfig.task
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from lab import distributed, flops, store
+from lab import distributed, flops, store, tasks
 from lab.config import ConfigError, TrainConfig, parse_blocks
 from lab.data import Batch, assignment_loss, pack, packable
 from lab.metrics import Aborted
@@ -196,13 +196,16 @@ class Trainer:
                  on_best: Callable[[dict, dict], None] | None = None,
                  should_stop: Callable[[], bool] | None = None, resume: dict | None = None,
                  on_stop: Callable[[dict], None] | None = None,
-                 on_best_bleu: Callable[[dict, dict], None] | None = None):
+                 best_by=None, also_by=None, on_also_best: Callable[[dict, dict], None] | None = None):
         self.model = model
         self.task = task    # the task's batches, loss and dev scores (lab.tasks.Prepared)
         self.resume = resume            # a checkpoint's train state: go on where it stood
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.on_best, self.on_stop = on_best, on_stop
-        self.on_best_bleu = on_best_bleu   # keep_bleu_best: the best dev harmonic BLEU so far
+        # the dev scores best is judged by (lab.tasks.Metric: score key, direction), as the task
+        # declares them; also_by (with on_also_best) keeps a second best by another one
+        self.best_by = best_by or tasks.kept_by(cfg)
+        self.also_by, self.on_also_best = also_by, on_also_best
         self.should_stop = should_stop or (lambda: None)
         self.device = pick_device(cfg.device)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -265,7 +268,7 @@ class Trainer:
             self.total_steps = min(self.total_steps, cfg.max_steps)
         self.epochs = math.ceil(self.total_steps / self.steps_per_epoch)
         self.epoch_done, self.step, self.skip, self.best, self.bad_epochs = 0, 0, 0, None, 0
-        self.best_bleu, self.trained_before, self.budget_spent = None, 0.0, None
+        self.also_best, self.trained_before, self.budget_spent = None, 0.0, None
         if self.resume:
             try:
                 self.opt.load_state_dict(self.resume["optimizer"])
@@ -277,7 +280,7 @@ class Trainer:
             r = self.resume
             self.epoch_done, self.step, self.skip = r["epoch"], r["step"], r.get("batches_done", 0)
             self.best, self.bad_epochs = r["best"], r.get("bad_epochs", 0)
-            self.best_bleu = r.get("best_bleu")
+            self.also_best = r.get("also_best", r.get("best_bleu"))   # best_bleu: older states
             self.trained_before = r.get("trained_s", 0.0)     # the time budget counts every segment
             set_rng_state(r.get("rng") or {}, self.device)
 
@@ -296,7 +299,7 @@ class Trainer:
     def _train_state(self, epochs_completed: int, batches_done: int) -> dict:
         return {"optimizer": self.opt.state_dict(), "epoch": epochs_completed, "step": self.step,
                 "batches_done": batches_done, "best": self.best, "bad_epochs": self.bad_epochs,
-                "best_bleu": self.best_bleu, "trained_s": self.trained_before + self.train_s,
+                "also_best": self.also_best, "trained_s": self.trained_before + self.train_s,
                 "rng": rng_state(self.device)}
 
     def _stop(self, writer, epochs_completed: int, batches_done: int, reason: str) -> dict:
@@ -491,12 +494,12 @@ class Trainer:
                         self.on_best(record, self._train_state(epoch, 0))
                 else:
                     self.bad_epochs += 1
-                if cfg.keep_bleu_best and "dev_harmonic_bleu" in record and (
-                        self.best_bleu is None
-                        or record["dev_harmonic_bleu"] > self.best_bleu["dev_harmonic_bleu"]):
-                    self.best_bleu, record["best_bleu"] = dict(record), True
-                    if self.on_best_bleu:
-                        self.on_best_bleu(record, self._train_state(epoch, 0))
+                also = self.also_by
+                if also is not None and also.score in record and (
+                        self.also_best is None or also.better(record, self.also_best)):
+                    self.also_best, record["also_best"] = dict(record), also.name
+                    if self.on_also_best:
+                        self.on_also_best(record, self._train_state(epoch, 0))
         early = int(self.main and evaluated and cfg.early_stop != "none" and self.bad_epochs >= cfg.patience)
         if self.main:
             yield self._log(record, writer)
@@ -531,9 +534,9 @@ class Trainer:
         return record
 
     def _better(self, record: dict, best: dict) -> bool:
-        if self.cfg.early_stop == "bleu" and "dev_harmonic_bleu" in record:
-            return record["dev_harmonic_bleu"] > best["dev_harmonic_bleu"]
-        return record["dev_perplexity"] < best["dev_perplexity"]
+        if self.best_by.score in record and self.best_by.score in best:
+            return self.best_by.better(record, best)
+        return record["dev_perplexity"] < best["dev_perplexity"]    # every task's dev scores have it
 
 
 def format_duration(seconds: float) -> str:
@@ -589,7 +592,9 @@ def format_event(ev: dict, name: str = "") -> str:
                 + (f" dev accuracy {100 * ev['dev_accuracy']:.1f}% ({ev['dev_correct']} right)"
                    if "dev_accuracy" in ev else "")
                 + (" best, saved" if ev.get("best") else "")
-                + (" best dev BLEU, saved as the -bleu checkpoint" if ev.get("best_bleu") else ""))
+                + (" best dev BLEU, saved as the -bleu checkpoint" if ev.get("best_bleu") else "")
+                + (f" best dev {ev['also_best']}, saved as the -{ev['also_best']} checkpoint"
+                   if ev.get("also_best") else ""))
     if e == "early_stop":
         return f"early stop after epoch {ev['epoch']}: {ev['reason']}"
     if e == "stopped":

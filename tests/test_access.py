@@ -192,7 +192,7 @@ def test_caption_tabs_pick_caption_checkpoints_before_birth_place_ones(store):
     """Compare and Evaluate generate captions: a birth-place model first in the store's order is
     not what they open on; the Attention tab reads either."""
     import gradio as gr
-    from lab import birthplace as bp
+    from plugins.tasks.birthplace import core as bp
     from lab.ui.common import Context, checkpoint_dropdown
     torch.manual_seed(0)
     char = bp.tokenizer()

@@ -31,7 +31,8 @@ def _refused(call, expected):
 
 def _birthplace_model(name, store):
     import torch
-    from lab import birthplace, checkpoints
+    from lab import checkpoints
+    from plugins.tasks.birthplace import core as birthplace
     from lab.model import build
     from tests.conftest import tiny_config
     tok = birthplace.tokenizer()

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from lab import attention_maps, checkpoints, tokenizers
-from lab import birthplace as bp
+from plugins.tasks.birthplace import core as bp
 from lab.config import ModelConfig
 from lab.attention_maps import Capture
 from lab.model import build

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from lab import birthplace as bp
+from plugins.tasks.birthplace import core as bp
 from lab import checkpoints, cli, runs
 from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.presets import configs

@@ -518,7 +518,7 @@ def test_birth_place_accuracy_beside_the_london_baseline(page, server):
     an interval beside London's 25/500 and the paired difference, every question's answers, and
     the answers as downloads."""
     from playwright.sync_api import expect
-    from lab import birthplace as bp
+    from plugins.tasks.birthplace import core as bp
     _, store = server
     tok = bp.tokenizer()
     torch.manual_seed(0)

@@ -10,7 +10,8 @@ import pytest
 import torch
 from playwright.sync_api import expect
 
-from lab import birthplace, checkpoints, tokenizers
+from lab import checkpoints, tokenizers
+from plugins.tasks.birthplace import core as birthplace
 from lab.model import build
 from tests.conftest import serving, tiny_config
 from tests.test_browser import CHROMIUM, _shot, _tab, browser, page  # noqa: F401 (fixtures)

@@ -107,7 +107,7 @@ def test_live_evaluation_labels_perplexity_by_tokenizers_not_bleu_tokens(corpus_
     assert chunks(500) == (10, 166) and chunks(20) == (10, 50) and chunks(5000) == (10, 500)
     assert early[-1]["provenance"]["subset_hash"] == snaps[-1]["provenance"]["subset_hash"]
     # a birth-place model is refused with where to score it instead
-    from lab import birthplace
+    from plugins.tasks.birthplace import core as birthplace
     from lab.config import ConfigError
     bp = birthplace.tokenizer()
     checkpoints.save(build(tiny_config(vocab_size=bp.vocab_size, n_positions=128)), bp, "bp")

@@ -114,7 +114,7 @@ def test_birth_place_batches_pack_to_the_same_loss_and_gradients(objective):
     """A birth-place example fills the block with pad characters after its text; a question's
     inputs come before its first counted target. Packing keeps the question as uncounted input
     and drops the pads after the last counted target, which no counted position sees."""
-    from lab import birthplace as bp
+    from plugins.tasks.birthplace import core as bp
     tok = bp.tokenizer()
     torch.manual_seed(0)
     model = build(tiny_config(vocab_size=tok.vocab_size, n_positions=bp.BLOCK)).train()

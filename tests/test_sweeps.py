@@ -44,9 +44,10 @@ def test_sweep_from_the_command_line_trains_scores_and_reads_as_one_table(store,
     assert "heads-n_head1: done" in out.stdout and "| # | n_head | decoder |" in out.stdout
     t = json.loads(_lab(store, "sweep", "show", "heads", "--json").stdout)
     rows = t["rows"]
+    # grid values keep their setting's type in the JSON (n_head is a whole number)
     assert [(r["run"], r["n_head"], r["decoder"]) for r in rows] == [
-        ("heads-n_head1", "1", "random t=1"), ("heads-n_head1", "1", "greedy"),
-        ("heads-n_head2", "2", "random t=1"), ("heads-n_head2", "2", "greedy")]
+        ("heads-n_head1", 1, "random t=1"), ("heads-n_head1", 1, "greedy"),
+        ("heads-n_head2", 2, "random t=1"), ("heads-n_head2", 2, "greedy")]
     for r in rows:
         assert r["status"] == "done" and r["params"] > 0 and r["train_s"] > 0 and r["tokens_per_s"] > 0
         for key in ("perplexity", "word_perplexity", "forward_bleu", "backward_bleu", "harmonic_bleu"):
@@ -92,8 +93,8 @@ def test_a_run_stopped_while_scoring_resumes_by_scoring_only(store):
     said = sweeps.resume("s", store=store)
     assert len(said) == 2 and all("queued job" in line for line in said), said
     _, runs = sweeps.get("s", store)
-    assert runs[0]["job"]["spec"].get("score_only") is True
-    assert runs[1]["job"]["spec"].get("score_only") is None
+    assert runs[0]["job"]["spec"].get("after_only") is True
+    assert runs[1]["job"]["spec"].get("after_only") is None
     _serve(store, "s")
     _, runs = sweeps.get("s", store)
     assert [sweeps.run_status(r, store) for r in runs] == ["done", "done"]
@@ -309,3 +310,22 @@ def test_the_train_forms_settings_start_a_sweep(store):
                                                    *train.form_values(bm, bt.replace(epochs=3)))
     assert (lines, split) == ("epochs=3", "dev")
     sweeps.check({"name": "bpft", "preset": preset, "set": [lines], "score": {"split": split}}, store)
+
+
+def test_a_ledger_row_written_before_steps_were_named_still_reads_and_resumes(store):
+    """A queued job of a sweep, its scoring kept the old way (`score`, `score_only`): it reads as
+    the step `score`, its sweep finds it, and resuming it queues the same scoring."""
+    sweeps.start({"name": "old", "preset": "tiny", "set": TINY}, store)
+    _, (run,) = sweeps.get("old", store)
+    spec = dict(run["job"]["spec"])
+    (step,) = spec.pop("after")
+    old = {**spec, "score": {k: v for k, v in step.items() if k != "step"}}
+    with jobs.connect(store) as con:
+        con.execute("UPDATE jobs SET spec=?, status='stopped' WHERE id=?",
+                    (json.dumps(old), run["job"]["id"]))
+    _, (run,) = sweeps.get("old", store)
+    assert run["job"]["spec"]["after"] == [step] and "score" not in run["job"]["spec"]
+    (line,) = sweeps.resume("old", store=store)
+    assert "queued job" in line, line
+    _, (run,) = sweeps.get("old", store)
+    assert run["job"]["status"] == "queued" and run["job"]["spec"]["after"] == [step]

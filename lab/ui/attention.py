@@ -8,7 +8,8 @@ from contextlib import contextmanager
 import gradio as gr
 
 from lab.ui.fields import Checkbox, Dropdown, Number, Textbox
-from lab import attention_maps, birthplace
+from lab import attention_maps
+from plugins.tasks.birthplace import core as birthplace   # the birth-place task's answers (its view)
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.errors import LabError
 from lab.generate import MAX_PROMPT_CHARS, sample_captions
@@ -200,7 +201,7 @@ def build(ctx: Context):
                 "numbered from 1.")
     with gr.Row():
         # its first text is a caption: a caption model first (a birth-place one reads questions)
-        name = checkpoint_dropdown(ctx, "checkpoint", task="captions", elem_id="attention-checkpoint")
+        name = checkpoint_dropdown(ctx, "checkpoint", task="generate", elem_id="attention-checkpoint")
         other = ctx.add_dropdown(Dropdown([""] + ctx.checkpoint_names(), value="",
                                           label="side by side with (optional)",
                                           allow_custom_value=True, elem_id="attention-other"), "blank")

@@ -7,6 +7,7 @@ import shutil
 
 import gradio as gr
 
+from lab import smollm2
 from lab.ui.fields import Dropdown, Textbox
 from lab import checkpoints, exports, interop
 from lab import store as lab_store
@@ -54,7 +55,6 @@ def import_gpt2(path, layers, name, store=None):
 def import_smollm2(layers, name, store=None):
     """SmolLM2-135M from the installed package, with a block selection (blank: all 30). Says what
     it does first: the import takes about 15 seconds."""
-    from lab import smollm2
     name = checkpoints.check_name(need(text(name, "name", 200).strip(), "a name"))
     layers = text(layers, "layers", 200)
     selection = interop.parse_layers(layers, 30) if layers.strip() else None

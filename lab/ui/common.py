@@ -14,7 +14,8 @@ from pathlib import Path
 import gradio as gr
 
 from lab.ui.fields import Dropdown, Number
-from lab import checkpoints
+from lab import checkpoints, exports, tasks
+from lab.attention_maps import VENDOR_DIR
 from lab.config import ConfigError, DecodeConfig
 from lab.errors import LabError
 from lab.registry import DECODERS
@@ -58,9 +59,9 @@ class Context:
         caller (read here when not given)."""
         metas = read_metas(names, self.store) if metas is None else metas
         if fill == "task":
-            return [n for n in names if _task(metas.get(n)) == task][:2]
+            return [n for n in names if _offers(metas.get(n), task)][:2]
         if task:
-            names = sorted(names, key=lambda n: _task(metas.get(n)) != task)
+            names = sorted(names, key=lambda n: not _offers(metas.get(n), task))
         if fill != "two":
             return names[0] if names else None
         return self.scratch_and_tuned(names, task, metas) or names[:2]
@@ -69,7 +70,7 @@ class Context:
     def scratch_and_tuned(names: list[str], task: str | None, metas: dict) -> list[str] | None:
         """The first model trained from scratch and the first fine-tuned one (for `task`), or
         None when the store lacks either."""
-        mine = [n for n in names if task is None or _task(metas.get(n)) == task]
+        mine = [n for n in names if task is None or _offers(metas.get(n), task)]
         scratch = next((n for n in mine if (metas.get(n) or {}).get("source") == "scratch"), None)
         tuned = next((n for n in mine if (metas.get(n) or {}).get("source") == "finetune"), None)
         return [scratch, tuned] if scratch and tuned else None
@@ -89,7 +90,7 @@ class Context:
             return gr.update(choices=names), pick                    # the person's choice
         metas = read_metas(names, self.store) if metas is None else metas
         task = self.task[id(dd)]
-        on_task = [n for n in mine if n in names and (task is None or _task(metas.get(n)) == task)]
+        on_task = [n for n in mine if n in names and (task is None or _offers(metas.get(n), task))]
         incomplete = len(on_task) < (1 if fill == "one" else 2) or len(on_task) < len(mine)
         pair = fill == "two" and self.scratch_and_tuned(names, task, metas)
         gone = any(v not in names for v in values)
@@ -111,10 +112,16 @@ def read_metas(names: list[str], store=None) -> dict:
     return {n: checkpoint_meta(n, store) for n in names}
 
 
-def _task(meta: dict | None) -> str | None:
-    """The task a checkpoint was trained for ("captions" before tasks existed); None for one
-    that cannot be read."""
-    return None if meta is None else meta.get("task") or "captions"
+def _offers(meta: dict | None, view: str) -> bool:
+    """Whether a tab's view ("generate", "answers": its task's plugin lists the view in its
+    `tabs`, lab/tasks.py) or a task's name takes a checkpoint; False for one that cannot be read."""
+    if meta is None:
+        return False
+    task = tasks.task_of(meta)
+    try:
+        return view == task or view in tasks.meta(task).get("tabs", ())
+    except LabError:            # a task whose plugin is not installed here
+        return False
 
 
 def checkpoint_meta(name: str, store=None) -> dict | None:
@@ -305,8 +312,9 @@ def decode_config(decoder, *values, seed=0, max_new_tokens: int = 35) -> DecodeC
 
 def checkpoint_dropdown(ctx: Context, label: str, multiselect: bool = False, task: str | None = None,
                         **kw) -> gr.Dropdown:
-    """Every stored checkpoint, the first one (or two, multiselect) picked: those trained for
-    `task` first when one is given (fill="task": only those)."""
+    """Every stored checkpoint, the first one (or two, multiselect) picked: those `task` takes
+    first when one is given (a view such as "generate" that tasks offer their checkpoints to, or a
+    task's name; fill="task": only those)."""
     names = ctx.checkpoint_names()
     fill = kw.pop("fill", None) or ("two" if multiselect else "one")
     # custom values: a script reaches checkpoints made after the page was built (checked on use)
@@ -317,7 +325,6 @@ def checkpoint_dropdown(ctx: Context, label: str, multiselect: bool = False, tas
 
 def table_files(table, stem: str, store=None, about: dict | None = None) -> list[str] | None:
     """A table shown on the page (a Dataframe's value) as CSV and JSON downloads."""
-    from lab import exports
     if table is None:
         return None
     headers = list(table.columns) if hasattr(table, "columns") else table["headers"]
@@ -326,5 +333,4 @@ def table_files(table, stem: str, store=None, about: dict | None = None) -> list
 
 
 def asset_url() -> str:
-    from lab.attention_maps import VENDOR_DIR
     return f"/gradio_api/file={Path(VENDOR_DIR).resolve()}"

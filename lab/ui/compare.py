@@ -11,7 +11,7 @@ import gradio as gr
 from lab.ui.evaluate import COLUMNS as EVAL_COLUMNS
 from lab.ui.evaluate import WIDTHS as EVAL_WIDTHS
 from lab.ui.evaluate import wire as wire_scores
-from lab import exports
+from lab import attention_maps, checkpoints, exports, report
 from lab.ui.fields import Checkbox, Dataframe, Number, Radio, Textbox
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.generate import MAX_PROMPT_CHARS, GenerationError, sample_captions
@@ -100,7 +100,6 @@ def caption_files(record, store=None):
 def save_report(record, scores, row, store=None) -> str:
     """The last comparison as one self-contained HTML file; scores only when they are of the same
     checkpoints."""
-    from lab import attention_maps, checkpoints, report
     if not record:
         raise ConfigError("generate captions side by side first; the report holds that comparison")
     names = list(record["captions"])
@@ -243,7 +242,7 @@ def build(ctx: Context) -> SideBySide:
     gr.Markdown("Captions from each checkpoint side by side. Row *i* of every column comes from the "
                 "same seed and position; each generated token is shaded by the probability the model "
                 "gave it (hover for the number).")
-    chosen = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, task="captions",
+    chosen = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, task="generate",
                                   elem_id="compare-checkpoints")
     dec = decoder_inputs("top_p", elem_id="compare-decoder")
     with gr.Row():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gradio as gr
 
+from lab import checkpoints
+from lab import exposure as eb
 from lab import exports
 from lab.ui.fields import Number, Radio
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
@@ -125,8 +127,7 @@ def birthplace_rows(result: dict) -> list[list]:
 
 def birthplace(names, split, store=None):
     """Accuracy per checkpoint beside the London baseline, every question's answers, downloads."""
-    from lab import birthplace as bp
-    from lab import checkpoints
+    from plugins.tasks.birthplace import core as bp
     if not names and not checkpoints.names(store):
         raise ConfigError("the store has no checkpoints yet: train a birth-place model with "
                           "`python -m lab birthplace pretrain` and `finetune`, or in the Train tab "
@@ -153,7 +154,7 @@ def _birthplace_section(ctx: Context):
                 "`python -m lab birthplace finetune` (or the Train form with a birthplace preset); "
                 "they answer the same questions, beside the London baseline.")
     with gr.Row():
-        names = checkpoint_dropdown(ctx, "birth-place checkpoints", multiselect=True, task="birthplace",
+        names = checkpoint_dropdown(ctx, "birth-place checkpoints", multiselect=True, task="answers",
                                     fill="task", elem_id="bp-checkpoints", scale=3)
         split = Radio(["dev", "test"], value="dev", label="questions",
                       info="test has no places: answers only")
@@ -174,8 +175,7 @@ EXPOSURE_COLUMNS = ["own tokens m", "captions", "loss after the gold prefix",
 
 def exposure(name, n, store=None, data_dir=None):
     """A captions checkpoint's exposure bias on a seeded subset of dev captions."""
-    from lab import birthplace
-    from lab import exposure as eb
+    from plugins.tasks.birthplace import core as birthplace
     name = names_list(name, "a captions checkpoint", limit=1, store=store)[0]
     n = whole(n, "captions", 1, 5000)
     ck = LOADED.get(name, store)
@@ -195,7 +195,7 @@ def exposure(name, n, store=None, data_dir=None):
 def _exposure_section(ctx: Context):
     gr.Markdown("### Exposure bias (captions models)")
     with gr.Row():
-        name = checkpoint_dropdown(ctx, "checkpoint", task="captions", elem_id="eb-checkpoint", scale=3)
+        name = checkpoint_dropdown(ctx, "checkpoint", task="generate", elem_id="eb-checkpoint", scale=3)
         n = Radio([100, 500, 1000], value=500, label="dev captions", elem_id="eb-n")
     go = gr.Button("Measure exposure bias", elem_id="eb-go")
     table = gr.Dataframe(headers=EXPOSURE_COLUMNS, label="exposure bias", elem_id="eb-table",
@@ -209,7 +209,7 @@ def build(ctx: Context):
     ctx.empty_note("Use *Getting started* above, or import or train a checkpoint; then evaluate it here.")
     gr.Markdown("Perplexity and BLEU-4 on a seeded subset of the test split, updating as samples "
                 "accumulate. Every model is scored on the same subset with the same seeds.")
-    names = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, task="captions",
+    names = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, task="generate",
                                 elem_id="evaluate-checkpoints")
     dec = decoder_inputs("random", elem_id="evaluate-decoder")
     with gr.Row():

@@ -14,7 +14,7 @@ from lab.presets import PRESETS
 from lab.ui.common import Context, friendly, whole
 from lab.ui.common import text as bounded_text
 from lab.ui.fields import Dropdown, Number, Radio, Textbox
-from lab.ui.train import form_fields
+from lab.ui.train import form_fields, progress_html
 
 OWN = "(build your own)"
 OWN_NOTE = ("Write a grid (one KEY=V1,V2 per line) or pick a field and its values below; every "
@@ -89,7 +89,6 @@ def sweep_choices(store=None) -> list[str]:
 
 def runs_html(name, store=None) -> str:
     """A line per run: what it is, then its job's progress as the Train tab shows it."""
-    from lab.ui.train import progress_html
     if not name:
         return "<p>No sweep chosen. Start one above, or pick one.</p>"
     spec, runs = sweeps.get(name, store)

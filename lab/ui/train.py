@@ -20,7 +20,7 @@ from lab.config import FAMILY_KEYS, ConfigError, ModelConfig, TrainConfig, descr
 from lab.settings import base_type, choices_of
 from lab.errors import LabError
 from lab.presets import PRESETS, configs, get as get_preset
-from lab.registry import REGISTRIES, load_plugins
+from lab.registry import REGISTRIES, TASKS, load_plugins
 from lab.runs import run_dir_for
 from lab.train import format_duration, phase_text
 from lab.ui.common import Context, friendly, outputs, whole
@@ -174,7 +174,7 @@ def sweep_settings(preset, parent, *values) -> tuple[str, str, str, str]:
     m0, t0 = configs(preset or None)[:2]
     lines = [] if parent else _changed(m0.to_dict(), model_cfg.to_dict())
     lines += _changed(t0.to_dict(), train_cfg.to_dict())
-    return preset or "", parent, "\n".join(lines), "dev" if train_cfg.task == "birthplace" else "test"
+    return preset or "", parent, "\n".join(lines), TASKS.get(train_cfg.task).meta["score_split"]
 
 
 def _changed(before: dict, after: dict, prefix: str = "") -> list[str]:

@@ -4,8 +4,12 @@ after the run, the kept checkpoint on every dev caption (final_dev)."""
 import functools
 import time
 
-from lab import checkpoints, data, tokenizers
+from lab import checkpoints, data, exposure, sweeps, tokenizers
+from lab.config import DecodeConfig
 from lab.data import assignment_loss, batches
+from lab.evaluate import bleu_tokens_of, choose_bleu_tokens
+from lab.generate import sample_captions
+from lab.metrics import Aborted, References, bleu, perplexity, sentence_nlls
 from lab.registry import TASKS
 from lab.tasks import Prepared
 
@@ -29,7 +33,6 @@ class CaptionsTask:
             if cfg.early_stop == "bleu" or cfg.keep_bleu_best else None
 
         def evaluate(model, abort) -> dict:
-            from lab.metrics import perplexity
             device = next(model.parameters()).device
             ppl = perplexity(model, dev_seqs, tok.eos_id, cfg.eval_batch_size, device,
                              n_words=dev_words, abort=abort)
@@ -51,11 +54,59 @@ class CaptionsTask:
                         unit="captions", final=final, packs=True)
 
 
+    def sweep_check(self, objective, score: dict, where: str) -> None:
+        """Every caption model is scored by a sweep (perplexity, BLEU)."""
+
+    def sweep_score(self, ck, sc, *, data_dir=None, abort=None, t0: float = 0.0):
+        """A sweep's figures for a caption checkpoint: perplexity of a seeded subset of a split,
+        and the captions each decoder writes for it, scored forward and backward (a generator of
+        progress events that returns the figures)."""
+        model, tok = ck.model, ck.tokenizer
+        tokens = choose_bleu_tokens([tok.kind], sc.bleu_tokens)
+        entry = {"checkpoint": ck.name, "bleu_tokens": tokens, "tokenizer": tok.kind,
+                 "params": sum(p.numel() for p in model.parameters()),
+                 "kv_bytes_per_token": sweeps.kv_bytes_per_token(model), "epoch": ck.metrics.get("epoch"),
+                 "dev_perplexity": ck.metrics.get("final_dev_perplexity", ck.metrics.get("dev_perplexity")),
+                 "dev_harmonic_bleu": ck.metrics.get("dev_harmonic_bleu"), "splits": {}}
+        for split in [sc.split] + (["test"] if sc.pick_on_test else []):
+            caps = data.load_split(split, data_dir)
+            subset = [caps[i] for i in data.subset_indices(len(caps), sc.n, sc.seed)]
+            yield {"event": "scoring", "what": f"{ck.name}: perplexity of {len(subset):,} {split} captions",
+                   "elapsed_s": time.time() - t0, "time": time.time()}
+            nll, cnt = sentence_nlls(model, data.encode_captions(subset, tok, ck.config.n_positions),
+                                     tok.eos_id, abort=abort)
+            part = {"n": len(subset), "subset_hash": data.subset_hash(subset), "nll": nll.tolist(),
+                    "count": cnt.tolist(), "words": [len(c.split()) + 1 for c in subset], "decoders": []}
+            if sc.exposure:
+                yield {"event": "scoring", "what": f"{ck.name}: exposure bias on {len(subset):,} {split} "
+                       f"captions", "elapsed_s": time.time() - t0, "time": time.time()}
+                part["exposure"] = exposure.measure(model, tok, subset, seed=sc.seed)
+            refs_all = References(bleu_tokens_of(caps, tok, tokens))
+            refs = bleu_tokens_of(subset, tok, tokens)
+            decoders = [sweeps.best_decoder(entry["splits"][sc.split])] if split == "test" and sc.pick_on_test \
+                else sc.decoders
+            for d in decoders:
+                yield {"event": "scoring", "what": f"{ck.name}: {len(subset):,} {split} captions with "
+                       f"{sweeps.decoder_label(d)}", "elapsed_s": time.time() - t0, "time": time.time()}
+                g0 = time.time()
+                gen = sample_captions(model, tok, len(subset), DecodeConfig.from_dict({**d, "seed": sc.seed}),
+                                      abort=abort)
+                gen_s = time.time() - g0
+                hyps = [g.tokens for g in gen] if tokens == "gpt2" else [g.text.split() for g in gen]
+                back = References(hyps)
+                part["decoders"].append({
+                    "decode": d, "label": sweeps.decoder_label(d),
+                    "forward": refs_all.sentence_bleus(hyps),
+                    "backward": back.sentence_bleus(refs),
+                    "generate_s": gen_s,
+                    "tokens_per_s": sum(len(g.tokens) - g.n_prompt + g.finished for g in gen) / max(gen_s, 1e-9),
+                    "samples": [g.text for g in gen[:5]]})
+            entry["splits"][split] = part
+        return entry
+
+
 def _dev_bleu_fn(tok, dev_caps, cfg):
     """Dev harmonic BLEU (GPT-2 tokens, random sampling at tau=1) on a fixed seeded subset."""
-    from lab.config import DecodeConfig
-    from lab.generate import sample_captions
-    from lab.metrics import bleu
     idx = data.subset_indices(len(dev_caps), cfg.bleu_samples, cfg.seed)
     refs = tok.encode_batch([dev_caps[i] for i in idx])
 
@@ -68,7 +119,6 @@ def _dev_bleu_fn(tok, dev_caps, cfg):
 
 def _final_dev(name: str, trainer, store=None, *, tok, root):
     """The kept checkpoint scored on every dev caption; the figures join its metrics."""
-    from lab.metrics import Aborted, perplexity
     dev_caps = data.load_split("dev", root)
     ck = checkpoints.load(name, store)
     yield {**trainer.progress(ck.metrics.get("epoch", 1), "evaluating", dev_items=len(dev_caps),
@@ -89,8 +139,12 @@ def _final_dev(name: str, trainer, store=None, *, tok, root):
 
 
 @TASKS.register("captions", "MSCOCO captions: language modelling, perplexity and BLEU (Tfmr)",
-                objectives=("lm",), scheduled_sampling=True,
-                keep_best={"perplexity": {"score": "dev_perplexity", "higher": False},
-                           "bleu": {"score": "dev_harmonic_bleu", "higher": True}})
+                objectives=("lm",),
+                keep_best={"perplexity": {"score": "dev_perplexity", "higher": False,
+                                          "label": "dev perplexity"},
+                           "bleu": {"score": "dev_harmonic_bleu", "higher": True,
+                                    "label": "dev harmonic BLEU"}},
+                scheduled_sampling=True, tabs=("generate",), sweep_figures="text",
+                score_split="test")
 def captions():
     return CaptionsTask()

@@ -25,8 +25,11 @@ from pathlib import Path
 
 import torch
 
-from lab.data import Batch, DataError, read_text
-from lab.data import PROJECT_ROOT
+from lab import checkpoints
+from lab.config import ConfigError, DecodeConfig
+from lab.data import PROJECT_ROOT, Batch, DataError, read_text
+from lab.generate import generate
+from lab.metrics import bootstrap_indices, paired_difference, wilson
 from lab.tokenizers import CharTokenizer
 
 DEFAULT_DIR = PROJECT_ROOT.parent / "shared" / "data" / "cs224n-birthplaces"
@@ -134,8 +137,6 @@ def answer(model, tok: CharTokenizer, qs: list[str], max_chars: int = 32,
     characters, as minGPT's evaluation, or the block's end): generation's greedy decoder with the
     mask as the end of the text, so questions of one length decode together from the KV cache
     and an answered question leaves the batch. A question that fills the block gets no answer."""
-    from lab.config import DecodeConfig
-    from lab.generate import generate
     n_ctx = model.config.n_positions
     prompts = [tok.encode(q + MASK)[:n_ctx] for q in qs]
     room = [i for i, p in enumerate(prompts) if len(p) < n_ctx]
@@ -147,17 +148,6 @@ def answer(model, tok: CharTokenizer, qs: list[str], max_chars: int = 32,
         for i, (new, _, _) in zip(room, made):
             out[i] = tok.decode(new)
     return out
-
-
-def wilson(correct: int, total: int, z: float = 1.959964) -> list[float]:
-    """The 95% Wilson score interval of a proportion."""
-    if total == 0:
-        return [0.0, 1.0]
-    p = correct / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return [0.0 if correct == 0 else max(0.0, centre - half),
-            1.0 if correct == total else min(1.0, centre + half)]
 
 
 def score(predictions: list[str], places: list[str]) -> dict:
@@ -177,8 +167,6 @@ def evaluate(checkpoint: str, split: str = "dev", store=None, root=None, device:
     """A checkpoint's greedy answers to a split's questions; on dev, its accuracy with the 95%
     Wilson interval. {"checkpoint", "split", "predictions": [...], and on dev "correct", "total",
     "accuracy", "accuracy_ci"}."""
-    from lab import checkpoints
-    from lab.config import ConfigError
     pairs = questions(split, root)
     ck = checkpoints.load(checkpoint, store, device=device)
     if not is_task_tokenizer(ck.tokenizer):
@@ -202,21 +190,11 @@ def said(result: dict) -> str:
     return f"Correct: {result['correct']} out of {result['total']}: {100 * result['accuracy']:.1f}%"
 
 
-def paired_difference(correct, base, idx: torch.Tensor) -> tuple[float, list[float]]:
-    """Accuracy minus the baseline's, paired by question (0/1 per question each), with its 95%
-    percentile-bootstrap interval over the questions (idx: metrics.bootstrap_indices, shared by
-    every comparison against the same baseline)."""
-    from lab.metrics import percentile_interval
-    d = torch.as_tensor(correct, dtype=torch.float64) - torch.as_tensor(base, dtype=torch.float64)
-    return d.mean().item(), list(percentile_interval(d[idx].mean(1)))
-
-
 def compare(names: list[str], split: str = "dev", store=None, root=None, n_boot: int = 1000,
             seed: int = 0) -> dict:
     """Several checkpoints answer the same questions, beside the London baseline: each one's
     accuracy with its Wilson interval, its paired difference against the first checkpoint (a
     bootstrap over questions, 95%), and every question with the gold place and each answer."""
-    from lab.metrics import bootstrap_indices
     if not names:
         raise DataError("choose at least one birth-place checkpoint")
     pairs = questions(split, root)

@@ -1,13 +1,20 @@
 """The birth-place task (the minGPT assignment): span-corruption pretraining on wiki.txt
-(objective `span`) and birth-place question answering (objective `qa`), on characters."""
+(objective `span`) and birth-place question answering (objective `qa`), on characters. Its data,
+tokenizer, answers and their scores are in `core`."""
 import math
+import time
 
 import torch
 
-from lab import birthplace as bp
+from lab import data, sweeps
 from lab.config import ConfigError
+from lab.data import pack
+from lab.metrics import Aborted
 from lab.registry import TASKS
 from lab.tasks import Prepared
+from plugins.tasks.birthplace import core as bp
+
+ANSWER_CHUNK = 100            # questions answered between two looks at a stop request
 
 DEV_DOCS = 256            # span objective: documents corrupted once (a fixed seed) for the dev curve
 
@@ -58,7 +65,6 @@ class BirthplaceTask:
         def evaluate(model, abort):
             scores = _dev_loss(model, dev, abort)
             if abort():
-                from lab.metrics import Aborted
                 raise Aborted()
             got = bp.answer(model, tok, [q for q, _ in dev_pairs])
             right = bp.score(got, [p for _, p in dev_pairs])
@@ -66,6 +72,51 @@ class BirthplaceTask:
 
         return Prepared(tok, pairs, dev_pairs, qa_batches, bp.token_loss, evaluate,
                         unit="questions", packs=True)
+
+    def sweep_check(self, objective, score: dict, where: str) -> None:
+        """A sweep scores answers (objective qa, or a stored checkpoint), on dev, without
+        exposure bias."""
+        if objective not in (None, "qa"):
+            raise ConfigError(f"{where}: a sweep scores caption models (perplexity, BLEU) and birth-place "
+                              f"answers (accuracy, objective qa); objective={objective} of task "
+                              f"birthplace has nothing to score: pretrain one at a time (Start "
+                              f"training, or `python -m lab birthplace pretrain`), then sweep "
+                              f"fine-tunes of it (preset birthplace-finetune, grid parent=NAME1,NAME2)")
+        if score["split"] != "dev":
+            raise ConfigError(f"{where}: birth-place answers are scored on dev (the {score['split']} "
+                              f"questions have no places to score against): set the split to dev")
+        if score["exposure"]:
+            raise ConfigError(f"{where}: exposure bias is measured on captions; a birth-place sweep "
+                              f"scores accuracy: leave exposure off")
+
+    def sweep_score(self, ck, sc, *, data_dir=None, abort=None, t0: float = 0.0):
+        """A sweep's figures for a birth-place checkpoint: its greedy answers to a seeded subset
+        of the dev questions, and which of them are right (a generator of progress events that
+        returns the figures)."""
+        pairs = bp.questions(sc.split)
+        if not pairs or pairs[0][1] is None:
+            raise ConfigError(f"the birth-place {sc.split} questions have no places to score against; "
+                              f"score on dev")
+        subset = [pairs[i] for i in data.subset_indices(len(pairs), sc.n, sc.seed)]
+        yield {"event": "scoring", "what": f"{ck.name}: greedy answers to {len(subset):,} {sc.split} "
+               f"questions", "elapsed_s": time.time() - t0, "time": time.time()}
+        got, g0 = [], time.time()
+        for k in range(0, len(subset), ANSWER_CHUNK):
+            if abort and abort():
+                raise Aborted()
+            got += bp.answer(ck.model, ck.tokenizer, [q for q, _ in subset[k:k + ANSWER_CHUNK]])
+        gen_s = time.time() - g0
+        part = {"n": len(subset), "subset_hash": data.subset_hash([q for q, _ in subset]),
+                "correct": [int(a == p) for a, (_, p) in zip(got, subset)],
+                "decoders": [{"decode": {"decoder": "greedy"}, "label": "greedy (to the next \u2047)",
+                              "generate_s": gen_s,
+                              "tokens_per_s": sum(len(a) + 1 for a in got) / max(gen_s, 1e-9),
+                              "samples": [f"{q} {a}" for (q, _), a in zip(subset[:5], got)]}]}
+        return {"checkpoint": ck.name, "tokenizer": ck.tokenizer.kind, "task": self.name,
+                "params": sum(p.numel() for p in ck.model.parameters()),
+                "kv_bytes_per_token": sweeps.kv_bytes_per_token(ck.model), "epoch": ck.metrics.get("epoch"),
+                "dev_perplexity": ck.metrics.get("dev_perplexity"), "dev_harmonic_bleu": None,
+                "splits": {sc.split: part}}
 
 
 def _chunks(items: list, cfg, gen: torch.Generator):
@@ -80,8 +131,6 @@ def _chunks(items: list, cfg, gen: torch.Generator):
 def _dev_loss(model, dev_batches, abort) -> dict:
     """minGPT's loss over the dev examples (every counted target alike), packed into rows where
     the model takes them (the same loss, without the padding's compute)."""
-    from lab.data import pack
-    from lab.metrics import Aborted
     was = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -105,7 +154,9 @@ def _dev_loss(model, dev_batches, abort) -> dict:
 
 @TASKS.register("birthplace", "Birth places (minGPT): character span-corruption pretraining on "
                               "wiki.txt, then question answering; accuracy", objectives=("span", "qa"),
-                scheduled_sampling=False,
-                keep_best={"perplexity": {"score": "dev_perplexity", "higher": False}})
+                keep_best={"perplexity": {"score": "dev_perplexity", "higher": False,
+                                          "label": "dev perplexity"}},
+                scheduled_sampling=False, tabs=("answers",), sweep_figures="answers",
+                score_split="dev")     # the test split has no answers
 def birthplace():
     return BirthplaceTask()

@@ -1,0 +1,158 @@
+"""The library's layers, read from its source (no import runs): the import graph of lab/ has no
+circle, and lab/ names no task outside the task plugins.
+
+Run against another tree with `LAB_LAYERS_ROOT=/path/to/checkout pytest tests/test_layers.py`.
+"""
+import ast
+import os
+from pathlib import Path
+
+
+ROOT = Path(os.environ.get("LAB_LAYERS_ROOT") or Path(__file__).resolve().parent.parent)
+LAB = ROOT / "lab"
+
+# presets are named configurations of a task, so they name it; the CLI's `birthplace` command group
+# still lives in lab/cli.py (it belongs in the task's plugin, which would register it)
+TASK_NAMES_LATER = {"presets.py", "cli.py"}
+TASK_NAMES = {"captions", "birthplace"}
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module(p): p for p in sorted(LAB.rglob("*.py"))}
+
+
+def _imports(path: Path, known: set[str]) -> set[str]:
+    """The lab modules `path` imports, at module level or inside functions."""
+    here = _module(path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
+            # `from lab import jobs` imports lab.jobs; `from lab.jobs import x` imports lab.jobs
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name != here and name != "lab":
+                out.add(name)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {m: _imports(p, set(modules)) for m, p in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _path_through(graph, comp: list[str]) -> str:
+    """One circle inside a component, as `a -> b -> a`, for the message."""
+    start, inside = comp[0], set(comp)
+    prev, seen, todo = {start: None}, {start}, [start]
+    while todo:
+        v = todo.pop(0)
+        for w in sorted(graph[v] & inside):
+            if w == start:
+                path = [v]
+                while prev[path[-1]] is not None:
+                    path.append(prev[path[-1]])
+                return " -> ".join(reversed(path)) + f" -> {start}"
+            if w not in seen:
+                seen.add(w)
+                prev[w] = v
+                todo.append(w)
+    return " <-> ".join(comp)
+
+
+def test_lab_imports_form_no_circle():
+    graph = import_graph()
+    found = cycles(graph)
+    assert not found, "import circles in lab/: " + "; ".join(_path_through(graph, c) for c in found)
+
+
+def test_the_cycle_finder_names_a_circle():
+    graph = {"lab.a": {"lab.b"}, "lab.b": {"lab.c"}, "lab.c": {"lab.a"}, "lab.d": {"lab.a"}}
+    (comp,) = cycles(graph)
+    assert comp == ["lab.a", "lab.b", "lab.c"]
+    assert _path_through(graph, comp) == "lab.a -> lab.b -> lab.c -> lab.a"
+
+
+def _task_names_used(path: Path) -> list[str]:
+    """Task names compared (==, !=, in) or passed as task=, with their line numbers."""
+    def named(node) -> bool:
+        if isinstance(node, ast.Constant) and node.value in TASK_NAMES:
+            return True
+        return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(named(e) for e in node.elts)
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare) and any(
+                isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops) and (
+                named(node.left) or any(named(c) for c in node.comparators)):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+        elif isinstance(node, ast.keyword) and node.arg == "task" and named(node.value):
+            found.append(f"{path.relative_to(ROOT)}:{node.value.lineno}")
+    return sorted(found, key=lambda at: int(at.rpartition(":")[2]))
+
+
+def test_lab_names_no_task_outside_the_task_plugins():
+    used = []
+    for path in sorted(LAB.rglob("*.py")):
+        if path.relative_to(LAB).as_posix() not in TASK_NAMES_LATER:
+            used += _task_names_used(path)
+    assert not used, f"task names tested in lab/ (what differs between tasks belongs in its plugin): {used}"
+
+
+def test_the_task_name_finder_sees_comparisons_and_keywords(tmp_path):
+    src = tmp_path / "x.py"
+    src.write_text('if cfg.task == "captions": pass\nf(task="birthplace")\n'
+                   'ok = task in ("captions", "x")\nlabel = "captions"\n')
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        assert _task_names_used(src) == ["x.py:1", "x.py:2", "x.py:3"]
+    finally:
+        ROOT = saved
