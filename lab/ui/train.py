@@ -445,8 +445,8 @@ def job_form(job: dict, store=None) -> list:
     preset_shown = gr.update(value=preset, info=PRESETS[preset][1] if preset in PRESETS else "")
     model_values, setting_updates = model_values[:len(MODEL_FIELDS)], model_values[len(MODEL_FIELDS):]
     return ([job["name"], preset_shown, parent] + model_values + train_values + setting_updates
-            + [f"The form shows the settings job {job['id']} ({job['name']}) started with; its status "
-               f"is under Jobs below. {note}".strip()])
+            + [f"The form shows the settings of job {job['id']} ({job['name']}) as it started; its "
+               f"status is under Jobs below. {note}".strip()])
 
 
 def build(ctx: Context):
