@@ -16,9 +16,9 @@ import signal
 import subprocess
 import sys
 
-from lab import checkpoints, interop
+from lab.storage import checkpoints, interop
 from lab.errors import LabError
-from lab.jobs import shutdown_grace_s
+from lab.worker.jobs import shutdown_grace_s
 from lab.ui import build_app, launch_kwargs
 
 

@@ -13,8 +13,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu  # noqa: E402
 
 from benchmarks.common import header, report, timed  # noqa: E402
-from lab import metrics, tokenizers  # noqa: E402
-from lab.data import load_split  # noqa: E402
+from lab.evaluation import metrics  # noqa: E402
+from lab.inputs import tokenizers
+from lab.inputs.data import load_split  # noqa: E402
 
 NLTK_SAMPLE = 40
 

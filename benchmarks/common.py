@@ -30,8 +30,9 @@ def lab_and_hf_models(checkpoint: str | None, tmpdir):
     checkpoint exported through the lab's exporter, or a fresh Tfmr-scratch-sized model."""
     from transformers import GPT2LMHeadModel
 
-    from lab import checkpoints, interop, tokenizers
-    from lab.model import build
+    from lab.storage import checkpoints, interop
+    from lab.inputs import tokenizers
+    from lab.modeling.model import build
     from lab.presets import get
     name = checkpoint
     if name is None:

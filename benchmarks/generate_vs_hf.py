@@ -13,10 +13,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from benchmarks.common import header, lab_and_hf_models, report, timed  # noqa: E402
-from lab import tokenizers  # noqa: E402
+from lab.inputs import tokenizers  # noqa: E402
 from lab.config import DecodeConfig  # noqa: E402
-from lab.data import load_split  # noqa: E402
-from lab.generate import generate  # noqa: E402
+from lab.inputs.data import load_split  # noqa: E402
+from lab.modeling.generate import generate  # noqa: E402
 
 EOS = 50256
 

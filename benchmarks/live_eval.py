@@ -19,10 +19,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from benchmarks.common import header, report  # noqa: E402
-from lab import checkpoints, smollm2, tokenizers  # noqa: E402
+from lab.storage import checkpoints, smollm2  # noqa: E402
+from lab.inputs import tokenizers
 from lab.config import DecodeConfig  # noqa: E402
-from lab.evaluate import evaluate_live  # noqa: E402
-from lab.model import build  # noqa: E402
+from lab.evaluation.evaluate import evaluate_live  # noqa: E402
+from lab.modeling.model import build  # noqa: E402
 from lab.presets import get  # noqa: E402
 from lab.ui.evaluate import chunks  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The output layer on the CPU: lab.model.OutputLayer (tiles of 512 rows by 1,024 vocabulary
+"""The output layer on the CPU: lab.modeling.model.OutputLayer (tiles of 512 rows by 1,024 vocabulary
 entries, written in place) against one F.linear over the whole matrix (what nn.Linear and
 transformers' lm_head run), for GPT-2's 50,257 x 768 and SmolLM2's 49,152 x 576 at the batch
 sizes decoding (10-500 rows) and scoring (1,700 rows: 128 captions packed) use. Random weights;
@@ -14,7 +14,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from benchmarks.common import header, report, timed  # noqa: E402
-from lab.model import OutputLayer  # noqa: E402
+from lab.modeling.model import OutputLayer  # noqa: E402
 
 SHAPES = {"gpt2 (768 -> 50,257)": (768, 50257), "smollm2 (576 -> 49,152)": (576, 49152)}
 ROWS = (10, 40, 80, 166, 256, 500, 1700)

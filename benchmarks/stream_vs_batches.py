@@ -20,11 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from benchmarks.common import header, report  # noqa: E402
-from lab import tokenizers  # noqa: E402
+from lab.inputs import tokenizers  # noqa: E402
 from lab.config import DecodeConfig  # noqa: E402
-from lab.evaluate import chunk_bounds, stream_width  # noqa: E402
-from lab.generate import CaptionStream, sample_captions  # noqa: E402
-from lab.model import build  # noqa: E402
+from lab.evaluation.evaluate import chunk_bounds, stream_width  # noqa: E402
+from lab.modeling.generate import CaptionStream, sample_captions  # noqa: E402
+from lab.modeling.model import build  # noqa: E402
 from lab.presets import get  # noqa: E402
 from lab.ui.evaluate import chunks  # noqa: E402
 

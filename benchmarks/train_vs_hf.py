@@ -5,8 +5,8 @@ weights, Adam lr 1e-4, batch 32, the assignment's masked loss. Reports real (unp
 second and checks that the first step's losses agree.
 
 With a CUDA GPU it also prints GPU rows: both models on the GPU with bf16 autocast (float32
-weights) and fused Adam, the lab as its trainer runs (lab.train's autocast and optimizer), with
-each one's MFU from lab.flops (real tokens only, the device's peak from its table).
+weights) and fused Adam, the lab as its trainer runs (lab.training.train's autocast and optimizer), with
+each one's MFU from lab.modeling.flops (real tokens only, the device's peak from its table).
 
 Run: .venv/bin/python benchmarks/train_vs_hf.py [--steps 30] [--gpu-steps 300] [--device all|cpu|cuda]"""
 import argparse
@@ -20,10 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from benchmarks.common import header, lab_and_hf_models, report  # noqa: E402
-from lab import flops, tokenizers  # noqa: E402
+from lab.modeling import flops  # noqa: E402
+from lab.inputs import tokenizers
 from lab.config import TrainConfig  # noqa: E402
-from lab.data import assignment_loss, batches, collate, encode_captions, load_split  # noqa: E402
-from lab.train import autocast, make_optimizer, shard_loss  # noqa: E402
+from lab.inputs.data import assignment_loss, batches, collate, encode_captions, load_split  # noqa: E402
+from lab.training.train import autocast, make_optimizer, shard_loss  # noqa: E402
 
 EOS = 50256
 

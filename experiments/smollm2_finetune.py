@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab import checkpoints  # noqa: E402
+from lab.storage import checkpoints  # noqa: E402
 from lab.config import DecodeConfig  # noqa: E402
 
 # run -> SmolLM2 blocks kept (1-based), None for the GPT-2-tokenized Tfmr-scratch baseline
@@ -51,10 +51,10 @@ def save_results(results: dict) -> None:
 
 
 def run_one(run: str, args) -> None:
-    from lab import runs
+    from lab.training import runs
     from lab.presets import configs
-    from lab.smollm2 import import_smollm2
-    from lab.train import format_event
+    from lab.storage.smollm2 import import_smollm2
+    from lab.training.train import format_event
 
     layers = RUNS[run]
     name = "scratch-1ep" if layers is None else f"smol-{run}-ft"
@@ -101,8 +101,8 @@ def run_one(run: str, args) -> None:
 
 def dev_word_perplexity(name: str, n_dev: int) -> float:
     """Per-word perplexity on the first n_dev dev captions: the ones the trainer scores."""
-    from lab import data
-    from lab.metrics import perplexity
+    from lab.inputs import data
+    from lab.evaluation.metrics import perplexity
     ck = checkpoints.load(name)
     dev = data.load_split("dev")[:n_dev]
     seqs = data.encode_captions(dev, ck.tokenizer, ck.config.n_positions)
@@ -112,7 +112,7 @@ def dev_word_perplexity(name: str, n_dev: int) -> float:
 
 def score_test(name: str, n_bleu: int, say) -> dict:
     """Test perplexity (all captions) and word BLEU for every decoder on one seeded subset."""
-    from lab.evaluate import evaluate
+    from lab.evaluation.evaluate import evaluate
     ck = checkpoints.load(name)
     entry, t0 = {}, time.time()
     entry["test"] = evaluate(name, split="test", ck=ck, skip_bleu=True)["perplexity"]

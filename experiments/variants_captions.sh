@@ -28,7 +28,7 @@ done
 python - <<'PY'
 import os
 from lab import checkpoints
-from lab.model import build
+from lab.modeling.model import build
 times = dict(line.split() for line in open(os.path.join(os.environ["LAB_STORE"], "times.txt")))
 print("| run | settings | parameters | dev perplexity (500 captions) | train time |")
 print("| --- | --- | --- | --- | --- |")

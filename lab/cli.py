@@ -13,7 +13,7 @@ import time
 
 from lab.config import ConfigError, DecodeConfig
 from lab.errors import LabError
-from lab.train import format_event
+from lab.training.train import format_event
 
 def _print_json(obj) -> None:
     print(json.dumps(obj, indent=2, default=str))
@@ -58,7 +58,7 @@ def _read_config_file(path: str) -> dict:
 
 
 def cmd_train(args):
-    from lab import runs
+    from lab.training import runs
     from lab.presets import configs
     if args.resume:
         return _resume_training(args)
@@ -79,7 +79,8 @@ def _print_events(events, name: str, as_json: bool) -> None:
 
 def _resume_training(args):
     """Go on with a checkpoint's run: its saved training settings, then any --set."""
-    from lab import checkpoints, runs
+    from lab.storage import checkpoints
+    from lab.training import runs
     from lab.config import ModelConfig, TrainConfig, split_overrides
     clash = [flag for flag, v in (("--preset", args.preset), ("--config", args.config),
                                   ("--parent", args.parent), ("--name", args.name)) if v]
@@ -104,8 +105,8 @@ def _decode_cfg(args) -> DecodeConfig:
 
 
 def cmd_generate(args):
-    from lab import checkpoints
-    from lab.generate import sample_captions
+    from lab.storage import checkpoints
+    from lab.modeling.generate import sample_captions
     cfg = _decode_cfg(args)
     ck = checkpoints.load(args.checkpoint, args.store)
     gen = sample_captions(ck.model, ck.tokenizer, args.n, cfg, prompt=args.prompt or "", probs=True)
@@ -119,7 +120,7 @@ def cmd_generate(args):
 
 
 def cmd_evaluate(args):
-    from lab.evaluate import evaluate
+    from lab.evaluation.evaluate import evaluate
     result = evaluate(args.checkpoint, split=args.split, n=args.n, decode=_decode_cfg(args),
                       bleu_tokens=args.bleu_tokens, data_dir=args.data_dir, store=args.store,
                       skip_bleu=args.no_bleu, **({"device": args.device} if args.device else {}))
@@ -138,14 +139,14 @@ def cmd_evaluate(args):
 
 
 def cmd_bleu(args):
-    from lab.data import read_hypotheses, read_lines
-    from lab.metrics import bleu
+    from lab.inputs.data import read_hypotheses, read_lines
+    from lab.evaluation.metrics import bleu
     hyps, refs = read_hypotheses(args.hypotheses), read_lines(args.references)
     if not hyps or not refs:
         raise ConfigError(f"{args.hypotheses if not hyps else args.references} holds no lines to score")
     empty = sum(not h.strip() for h in hyps)
     if args.tokens == "gpt2":
-        from lab.tokenizers import gpt2
+        from lab.inputs.tokenizers import gpt2
         tok = gpt2()
         hyps, refs = tok.encode_batch(hyps), tok.encode_batch(refs)
     else:
@@ -161,7 +162,7 @@ def cmd_bleu(args):
 
 
 def cmd_checkpoints(args):
-    from lab import checkpoints
+    from lab.storage import checkpoints
     rows = checkpoints.listing(args.store)
     if args.json:
         _print_json(rows)
@@ -180,7 +181,7 @@ def cmd_checkpoints(args):
 
 
 def cmd_delete(args):
-    from lab import checkpoints
+    from lab.storage import checkpoints
     if not args.yes:
         raise ConfigError(f"deleting {args.checkpoint!r} cannot be undone; add --yes to confirm")
     checkpoints.delete(args.checkpoint, args.store)
@@ -188,26 +189,27 @@ def cmd_delete(args):
 
 
 def cmd_import(args):
-    from lab import interop
+    from lab.storage import interop
     layers = interop.parse_layers(args.layers) if args.layers else None
     if args.source == "gpt2":
         if not args.path:
             raise ConfigError("import gpt2 needs the path of an HF GPT-2 directory")
         path = interop.import_hf_gpt2(args.path, args.name, layers, args.store)
     else:
-        from lab.smollm2 import import_smollm2
+        from lab.storage.smollm2 import import_smollm2
         path = import_smollm2(args.name, layers, args.store, path=args.path)
     print(f"imported into {path}")
 
 
 def cmd_export(args):
-    from lab import interop
+    from lab.storage import interop
     out = interop.export_hf_gpt2(args.checkpoint, args.outdir, args.store)
     print(f"exported {args.checkpoint} to {out} (loads with GPT2LMHeadModel.from_pretrained)")
 
 
 def cmd_attention(args):
-    from lab import attention_maps, checkpoints
+    from lab.evaluation import attention_maps
+    from lab.storage import checkpoints
     ck = checkpoints.load(args.checkpoint, args.store)
     cap = attention_maps.capture(ck.model, ck.tokenizer, args.text)
     if args.html:
@@ -228,10 +230,10 @@ def cmd_attention(args):
 
 
 def cmd_worker(args):
-    from lab.jobs import Worker
+    from lab.worker.jobs import Worker
     worker = Worker(args.store, slots=args.slots, data_dir=args.data_dir, nproc=args.nproc,
                     exit_with_parent=args.exit_with_parent, executor=args.executor)
-    from lab.checkpoints import store_dir
+    from lab.storage.checkpoints import store_dir
     print(f"worker: serving jobs from {store_dir(args.store)} ({args.slots} at a time"
           + (f", each under torchrun with {args.nproc} processes" if args.nproc > 1 else "")
           + (", each a Ray task" if worker.executor == "ray" else "") + ")", flush=True)
@@ -239,13 +241,13 @@ def cmd_worker(args):
 
 
 def cmd_run_job(args):
-    from lab.jobs import run_job
+    from lab.worker.jobs import run_job
     status = run_job(args.job_id, args.store)
     print(f"job {args.job_id}: {status}")
 
 
 def cmd_jobs(args):
-    from lab import jobs
+    from lab.worker import jobs
     if args.action == "list":
         rows = jobs.list_jobs(args.store)
         if args.json:
@@ -625,7 +627,7 @@ def cmd_birthplace(args):
 
 
 def _birthplace_train(args):
-    from lab import runs
+    from lab.training import runs
     from plugins.tasks.birthplace import core as bp
     from lab.presets import configs
     if args.data_dir:             # the task reads its folder from here (the worker's jobs too)
@@ -665,7 +667,8 @@ def _write_lines(path: str, lines: list[str]) -> None:
 
 def cmd_exposure(args):
     """Exposure bias of a captions checkpoint: continuation loss after gold vs own prefixes."""
-    from lab import checkpoints, exposure
+    from lab.storage import checkpoints
+    from lab.evaluation import exposure
     if not 1 <= args.n <= 5000:
         raise ConfigError(f"--n must be between 1 and 5000, got {args.n}")
     ck = checkpoints.load(args.checkpoint, args.store)

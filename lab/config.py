@@ -384,8 +384,9 @@ def _keep_best_names() -> list[str]:
 
 
 def _scratch_tokenizers() -> list[str]:
-    from lab.tokenizers import SCRATCH_KINDS
-    return list(SCRATCH_KINDS)
+    """The tokenizers a model trained from scratch may have: any task's declared `tokenizers`."""
+    load_plugins()
+    return list(dict.fromkeys(k for t in TASKS.names() for k in _task_meta(t).get("tokenizers", ())))
 
 
 @dataclass

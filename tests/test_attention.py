@@ -3,11 +3,13 @@ bertviz numbered from 1 and sized to its tokens; the Attention tab's callbacks f
 import pytest
 import torch
 
-from lab import attention_maps, checkpoints, tokenizers
+from lab.evaluation import attention_maps
+from lab.storage import checkpoints
+from lab.inputs import tokenizers
 from plugins.tasks.birthplace import core as bp
 from lab.config import ModelConfig
-from lab.attention_maps import Capture
-from lab.model import build
+from lab.evaluation.attention_maps import Capture
+from lab.modeling.model import build
 from tests.conftest import tiny_config
 
 TEXT = "A man riding a wave on top of a surfboard ."
@@ -109,7 +111,7 @@ def test_a_model_that_reads_without_bos_is_compared_over_the_same_words():
     assert attention_maps.head_distances(a, b).item() == pytest.approx(0.0, abs=1e-6)
     # generation follows the same rule: the prompt alone goes in first; with no prompt, one message
     from lab.config import DecodeConfig
-    from lab.generate import GenerationError, sample_captions
+    from lab.modeling.generate import GenerationError, sample_captions
     greedy = DecodeConfig(decoder="greedy", max_new_tokens=4)
     out = sample_captions(model.eval(), task, 1, greedy, prompt="Where was")[0]
     with torch.no_grad():
@@ -217,7 +219,7 @@ def test_a_generated_caption_is_shown_by_both(pair):
 
 def test_smollm2_against_a_gpt2_model(smollm2_hf):
     """The lab's main pair: a scratch GPT-2 BPE model and SmolLM2 (its own tokenizer, 9 heads)."""
-    from lab import smollm2
+    from lab.storage import smollm2
     hf_model, hf_tok = smollm2_hf
     smol, _ = smollm2.to_lab(hf_model, [1, 2])
     tok = tokenizers.HFTokenizer(hf_tok, "smollm2")

@@ -14,8 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab import checkpoints, cli, jobs, tokenizers
-from lab.model import build
+from lab.storage import checkpoints
+from lab import cli
+from lab.worker import jobs
+from lab.inputs import tokenizers
+from lab.modeling.model import build
 from tests.conftest import serving, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,10 +7,12 @@ import pytest
 import torch
 
 from plugins.tasks.birthplace import core as bp
-from lab import checkpoints, cli, runs
+from lab.storage import checkpoints
+from lab import cli
+from lab.training import runs
 from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.presets import configs
-from lab.train import format_event, scheduled_lr
+from lab.training.train import format_event, scheduled_lr
 from lab.ui import attention
 
 TINY = ["n_layer=2", "n_head=2", "n_embd=32", "max_train_captions=64", "max_dev_captions=24",
@@ -64,7 +66,7 @@ def test_the_london_baseline_scores_five_percent_on_dev():
 
 
 def test_batched_greedy_answers_equal_one_question_at_a_time():
-    from lab.model import build
+    from lab.modeling.model import build
     tok = bp.tokenizer()
     torch.manual_seed(0)
     model = build(ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=128,
@@ -77,7 +79,7 @@ def test_batched_greedy_answers_equal_one_question_at_a_time():
 def test_cached_answers_equal_reading_the_whole_prefix_again():
     """answer() groups the questions by length and decodes from the cache; the reference reads
     question + MASK + the answer so far whole for each character, as minGPT's sample() does."""
-    from lab.model import build
+    from lab.modeling.model import build
     tok = bp.tokenizer()
     torch.manual_seed(1)
     model = build(ModelConfig(model="gpt2", n_layer=2, n_head=2, n_embd=32, n_positions=128,
@@ -150,8 +152,8 @@ def test_pretrain_finetune_evaluate_from_the_command_line(tmp_path, capsys, stor
 
 
 def test_a_captions_model_is_refused_by_the_birthplace_task(store):
-    from lab import tokenizers
-    from lab.model import build
+    from lab.inputs import tokenizers
+    from lab.modeling.model import build
     checkpoints.save(build(ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=128,
                                        vocab_size=50257)), tokenizers.gpt2(), "captions")
     with pytest.raises(ConfigError, match="not a birth-place model"):
@@ -185,8 +187,8 @@ def test_a_birthplace_job_runs_in_the_background_worker(store, corpus_dir):
     """The same through jobs: the worker, given the caption corpus as every worker is, runs a
     Perceiver pretraining job on the task's own data."""
     import time
-    from lab import jobs
-    from lab.jobs import Worker
+    from lab.worker import jobs
+    from lab.worker.jobs import Worker
     m, t, _ = configs("birthplace-perceiver", TINY + ["epochs=1", "model.bottleneck_dim=16"])
     job_id = jobs.submit("bpjob", m.to_dict(), t.to_dict(), preset="birthplace-perceiver", store=store)
     worker, t0 = Worker(store, poll_s=0.2, data_dir=corpus_dir), time.time()

@@ -10,8 +10,9 @@ from urllib.parse import urlparse
 import pytest
 import torch
 
-from lab import checkpoints, tokenizers
-from lab.model import build
+from lab.storage import checkpoints
+from lab.inputs import tokenizers
+from lab.modeling.model import build
 from tests.conftest import serving, tiny_config
 
 CHROMIUM = "/usr/bin/chromium"
@@ -125,7 +126,7 @@ def test_bad_form_value_shows_its_message(page, server):
     page.locator("#train-start").click()
     expect(page.locator("#train-message")).to_contain_text("Not queued: n_embd=64 is not divisible "
                                                            "by n_head=5", timeout=60_000)
-    from lab import jobs
+    from lab.worker import jobs
     assert jobs.list_jobs(server[1]) == []                          # nothing was queued
 
 
@@ -140,7 +141,7 @@ def test_a_plugins_settings_show_beside_it_only_while_it_is_chosen(page, server)
     """The sliding window's `window` appears once sliding attention is chosen, and its bounds are
     checked on Start; choosing the llama family fills its parts and shows gqa's kv_groups."""
     from playwright.sync_api import expect
-    from lab import jobs
+    from lab.worker import jobs
     before = jobs.list_jobs(server[1])
     _tab(page, "Train")
     page.get_by_text("model", exact=True).first.click()
@@ -383,7 +384,7 @@ def test_an_empty_lab_guides_the_first_visit(browser, empty_server):
     scratch model once, shows its progress, and a reload shows the job's own settings."""
     url, store = empty_server
     from playwright.sync_api import expect
-    from lab import jobs
+    from lab.worker import jobs
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(url)
     expect(page.locator("#start")).to_contain_text("New here?", timeout=60_000)

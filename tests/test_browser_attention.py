@@ -10,9 +10,10 @@ import pytest
 import torch
 from playwright.sync_api import expect
 
-from lab import checkpoints, tokenizers
+from lab.storage import checkpoints
+from lab.inputs import tokenizers
 from plugins.tasks.birthplace import core as birthplace
-from lab.model import build
+from lab.modeling.model import build
 from tests.conftest import serving, tiny_config
 from tests.test_browser import CHROMIUM, _shot, _tab, browser, page  # noqa: F401 (fixtures)
 

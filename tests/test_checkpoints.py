@@ -3,9 +3,10 @@ import json
 import pytest
 import torch
 
-from lab import checkpoints, tokenizers
-from lab.checkpoints import CheckpointError
-from lab.model import build
+from lab.storage import checkpoints
+from lab.inputs import tokenizers
+from lab.storage.checkpoints import CheckpointError
+from lab.modeling.model import build
 from tests.conftest import tiny_config
 
 

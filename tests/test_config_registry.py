@@ -6,7 +6,7 @@ import pytest
 
 from lab import registry
 from lab.config import ConfigError, DecodeConfig, ModelConfig, TrainConfig, split_overrides
-from lab.model import build
+from lab.modeling.model import build
 from lab.registry import PluginError, Registry
 from tests.conftest import tiny_config
 
@@ -126,7 +126,7 @@ def test_third_party_plugin_with_a_setting_works_everywhere(tmp_path, corpus_dir
         str(tmp_path / "c.json"), "--set", "norm.scale=2", *small)     # --set over the file
     run("-c", textwrap.dedent("""
         import torch
-        from lab import checkpoints
+        from lab.storage import checkpoints
         ck = checkpoints.load("from-file")
         assert ck.config.norm == "scaled" and ck.config.settings["norm"] == {"scale": 2.0}
         assert ck.model.transformer.h[0].ln_1.scale == 2.0
@@ -136,7 +136,7 @@ def test_third_party_plugin_with_a_setting_works_everywhere(tmp_path, corpus_dir
             raise AssertionError("an out-of-bounds setting was taken")
         except ConfigError as e:
             assert str(e) == "norm.scale must be between 0.01 and inf, got 0.001", e
-        from lab import jobs
+        from lab.worker import jobs
         from lab.presets import get
         from lab.ui.train import form_fields, form_values, start
         m, t = get("tiny")
@@ -255,8 +255,8 @@ def test_docs_plugin_example_is_one_new_file(tmp_path):
 def test_one_parser_for_block_lists():
     """The layers kept from a pretrained model and the blocks a fine-tune trains are read alike:
     in order, each once, within the model."""
-    from lab.interop import parse_layers
-    from lab.train import parse_train_layers
+    from lab.storage.interop import parse_layers
+    from lab.training.train import parse_train_layers
     for parse in (lambda t: parse_layers(t, 4), lambda t: parse_train_layers(t, 4)):
         assert parse("1,3") == [1, 3] and parse("4, 2") == [4, 2]
         with pytest.raises(ConfigError, match=r"repeats block\(s\) \[2\]; name each block once"):
@@ -275,7 +275,7 @@ def test_configs_from_before_plugin_settings_still_load():
                tie_embeddings=True, dropout=0.0, init_std=0.02)
     cfg = ModelConfig.from_dict(old)
     assert cfg.settings == {"attention": {"kv_groups": 3}, "positional": {"theta": 100000.0}}
-    from lab.model import kv_heads
+    from lab.modeling.model import kv_heads
     assert kv_heads(cfg) == 3
     gqa_all_heads = {**old, "kv_groups": None}            # None meant as many as n_head
     assert ModelConfig.from_dict(gqa_all_heads).settings["attention"] == {"kv_groups": 9}

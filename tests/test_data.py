@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from lab import data, tokenizers
-from lab.data import DataError, assignment_loss, collate, encode_captions, load_split
-from lab.model import build
+from lab.inputs import data, tokenizers
+from lab.inputs.data import DataError, assignment_loss, collate, encode_captions, load_split
+from lab.modeling.model import build
 from tests.conftest import tiny_config
 
 

@@ -135,7 +135,7 @@ def test_the_third_party_plugin_package_installs_and_trains(tmp_path, monkeypatc
 
     from lab import registry
     from lab.config import ModelConfig
-    from lab.model import build
+    from lab.modeling.model import build
 
     page = (DOCS / "plugins.md").read_text()
     section = page[page.index("## Writing a third-party plugin package"):]

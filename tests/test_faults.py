@@ -1,6 +1,6 @@
 """Fault injection: real processes killed at every stage of training and saving, a process
 stopped far beyond any timeout, resumes racing, and the app stopped (SIGTERM) and killed (SIGKILL)
-then started again. Faults land at named points through LAB_FAULTS (lab/store.py), so the waits are
+then started again. Faults land at named points through LAB_FAULTS (lab/storage/store.py), so the waits are
 seconds, not the minutes a real run would take."""
 import os
 import signal
@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from lab import checkpoints, jobs, runs
-from lab import store as lab_store
+from lab.storage import checkpoints
+from lab.worker import jobs
+from lab.training import runs
+from lab.storage import store as lab_store
 from lab.config import ConfigError
 from lab.presets import get
 from tests.conftest import start_app, wait_job
@@ -61,8 +63,9 @@ KILLS = {
 
 SAVE_TWICE = """
 import torch
-from lab import checkpoints, tokenizers
-from lab.model import build
+from lab.storage import checkpoints
+from lab.inputs import tokenizers
+from lab.modeling.model import build
 from tests.conftest import tiny_config
 torch.manual_seed(0)
 model = build(tiny_config(vocab_size=50257))
@@ -134,9 +137,9 @@ def test_a_stopped_process_stays_running_and_no_second_writer_starts(store, monk
             jobs.resume(job_id)
         with pytest.raises(ConfigError, match="'paused' is being written by another process"):
             jobs.submit("paused", MODEL, TRAIN)
-        from lab.model import build
+        from lab.modeling.model import build
         from lab.config import ModelConfig
-        from lab.tokenizers import gpt2
+        from lab.inputs.tokenizers import gpt2
         tiny = build(ModelConfig.from_dict({**MODEL, "vocab_size": 50257}))
         with pytest.raises(lab_store.Busy, match="checkpoint 'paused' is in use by another process"):
             checkpoints.save(tiny, gpt2(), "paused", overwrite=True)
@@ -276,8 +279,8 @@ def test_app_sigterm_then_sigkill_then_restart(store):
 
 def _tiny_checkpoint(name, store=None):
     from lab.config import ModelConfig
-    from lab.model import build
-    from lab.tokenizers import gpt2
+    from lab.modeling.model import build
+    from lab.inputs.tokenizers import gpt2
     return checkpoints.save(build(ModelConfig.from_dict({**MODEL, "vocab_size": 50257})), gpt2(), name,
                             store)
 

@@ -1,12 +1,12 @@
-"""Training FLOPs, the peak table and MFU, and how the trainer reports them (lab/flops.py); the
+"""Training FLOPs, the peak table and MFU, and how the trainer reports them (lab/modeling/flops.py); the
 precision setting and the attention path that training takes. CPU only."""
 import pytest
 import torch
 
-from lab import flops
+from lab.modeling import flops
 from lab.config import ConfigError, ModelConfig, TrainConfig
-from lab.model import build
-from lab.train import autocast, format_event, make_optimizer, resolve_precision
+from lab.modeling.model import build
+from lab.training.train import autocast, format_event, make_optimizer, resolve_precision
 
 
 def _model(**overrides):

@@ -5,10 +5,11 @@ import math
 import pytest
 import torch
 
-from lab import checkpoints, runs
+from lab.storage import checkpoints
+from lab.training import runs
 from lab.config import ModelConfig, TrainConfig
-from lab.model import build
-from lab.train import autocast, make_optimizer
+from lab.modeling.model import build
+from lab.training.train import autocast, make_optimizer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -63,8 +64,8 @@ def test_the_optimizer_is_fused_on_cuda():
 def test_packed_rows_give_the_padded_loss_on_cuda_in_float32_and_bf16():
     """Packing's masks and per-row positions on the GPU: equal to the padded batch in float32,
     within bf16 rounding under autocast (SDPA takes another kernel with a mask)."""
-    from lab.data import collate, pack
-    from lab.train import shard_loss
+    from lab.inputs.data import collate, pack
+    from lab.training.train import shard_loss
     torch.manual_seed(0)
     model = build(MODEL.replace(vocab_size=97, dropout=0.0)).cuda().eval()
     g = torch.Generator().manual_seed(0)

@@ -3,10 +3,10 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from lab import checkpoints, interop
-from lab.checkpoints import CheckpointError
+from lab.storage import checkpoints, interop
+from lab.storage.checkpoints import CheckpointError
 from lab.config import ConfigError, DecodeConfig
-from lab.generate import generate
+from lab.modeling.generate import generate
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +47,8 @@ def test_export_loads_in_transformers(hf_dir, tmp_path):
 
 
 def test_untied_scratch_model_exports(tmp_path):
-    from lab import tokenizers
-    from lab.model import build
+    from lab.inputs import tokenizers
+    from lab.modeling.model import build
     from tests.conftest import tiny_config
     model = build(tiny_config(vocab_size=50257)).eval()     # the assignment's untied output layer
     checkpoints.save(model, tokenizers.gpt2(), "scratch")
@@ -86,8 +86,8 @@ def test_not_a_gpt2_directory(tmp_path):
 
 
 def test_export_refuses_non_standard_parts(tmp_path):
-    from lab import tokenizers
-    from lab.model import build
+    from lab.inputs import tokenizers
+    from lab.modeling.model import build
     from tests.conftest import tiny_config
     checkpoints.save(build(tiny_config(vocab_size=50257, norm="rmsnorm")), tokenizers.gpt2(), "odd")
     with pytest.raises(CheckpointError, match="cannot be exported as HF GPT-2.*rmsnorm"):
@@ -142,12 +142,12 @@ def test_a_hostile_or_wrong_upload_gets_one_message_and_writes_nothing_outside(h
         with pytest.raises(CheckpointError, match=expected):
             interop.import_hf_gpt2_upload(files, "bad")
     assert "bad" not in checkpoints.names()
-    import lab.interop
-    lab.interop.MAX_UPLOAD_BYTES = 1000                                   # a bomb: refused unread
+    import lab.storage.interop
+    lab.storage.interop.MAX_UPLOAD_BYTES = 1000                                   # a bomb: refused unread
     try:
         with pytest.raises(CheckpointError, match="unpacks to more than"):
             interop.import_hf_gpt2_upload([evil], "bomb")
     finally:
-        lab.interop.MAX_UPLOAD_BYTES = 8 * 2 ** 30
+        lab.storage.interop.MAX_UPLOAD_BYTES = 8 * 2 ** 30
     with pytest.raises(CheckpointError, match="'evil' already exists"):     # refused before unpacking
         interop.import_hf_gpt2_upload([not_zip], "evil")

@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from lab import checkpoints, jobs
-from lab import store as lab_store
+from lab.storage import checkpoints
+from lab.worker import jobs
+from lab.storage import store as lab_store
 from lab.config import ConfigError
 from lab.presets import get
 from tests.conftest import wait_job

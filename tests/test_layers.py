@@ -39,7 +39,7 @@ def _imports(path: Path, known: set[str]) -> set[str]:
             if node.level:
                 base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
                                 + ([base] if base else []))
-            # `from lab import jobs` imports lab.jobs; `from lab.jobs import x` imports lab.jobs
+            # `from lab import jobs` imports lab.worker.jobs; `from lab.worker.jobs import x` imports lab.worker.jobs
             names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
         else:
             continue
@@ -111,6 +111,34 @@ def test_lab_imports_form_no_circle():
     graph = import_graph()
     found = cycles(graph)
     assert not found, "import circles in lab/: " + "; ".join(_path_through(graph, c) for c in found)
+
+
+# lab/'s floors, lowest first: a module imports only from its own package or from a floor below
+# (training and evaluation share a floor and import neither each other)
+FLOORS = {"errors": 0, "registry": 0, "settings": 0, "config": 0, "presets": 0,
+          "modeling": 1, "inputs": 2, "storage": 3, "training": 4, "evaluation": 4, "worker": 5,
+          "sweeps": 6, "cli": 7, "ui": 7, "__main__": 8}
+
+
+def _floor_of(module: str) -> str:
+    return module.split(".")[1]
+
+
+def test_every_import_points_down_the_floors():
+    graph = {a: {b for b in bs if b != "lab"} for a, bs in import_graph().items() if a != "lab"}
+    assert {_floor_of(m) for m in graph} <= set(FLOORS), \
+        f"a package without a floor: {sorted({_floor_of(m) for m in graph} - set(FLOORS))}"
+    upward = [f"{a} -> {b}" for a, bs in graph.items() for b in bs
+              if _floor_of(a) != _floor_of(b) and FLOORS[_floor_of(b)] >= FLOORS[_floor_of(a)]
+              and not (FLOORS[_floor_of(a)] == 0 and FLOORS[_floor_of(b)] == 0)]
+    assert not upward, f"imports that point up or across a floor: {upward}"
+
+
+def test_each_package_says_what_it_owns():
+    for init in sorted(LAB.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and "import" in doc, f"{init.relative_to(ROOT)} needs a paragraph saying what it " \
+                                        f"owns and what it may import"
 
 
 def test_the_cycle_finder_names_a_circle():

@@ -9,9 +9,10 @@ import pytest
 import torch
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
-from lab import metrics, tokenizers
-from lab.data import encode_captions, load_split
-from lab.model import build
+from lab.evaluation import metrics
+from lab.inputs import tokenizers
+from lab.inputs.data import encode_captions, load_split
+from lab.modeling.model import build
 from tests.conftest import tiny_config
 
 
@@ -91,9 +92,9 @@ def test_distinct_n():
 
 def test_live_evaluation_labels_perplexity_by_tokenizers_not_bleu_tokens(corpus_dir):
     """Word BLEU for one GPT-2 model still shows the assignment's perplexity; intervals hold it."""
-    from lab import checkpoints
+    from lab.storage import checkpoints
     from lab.config import DecodeConfig
-    from lab.evaluate import evaluate_live
+    from lab.evaluation.evaluate import evaluate_live
     torch.manual_seed(0)
     checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)), tokenizers.gpt2(), "m")
     snaps = list(evaluate_live({"m": checkpoints.load("m")}, 40, DecodeConfig(max_new_tokens=8),
@@ -124,10 +125,10 @@ def test_live_evaluation_labels_perplexity_by_tokenizers_not_bleu_tokens(corpus_
 
 def test_evaluate_can_skip_either_half(corpus_dir):
     """Perplexity alone needs no BLEU token choice; BLEU alone skips the split's forward pass."""
-    from lab import checkpoints
+    from lab.storage import checkpoints
     from lab.config import DecodeConfig
-    from lab.evaluate import evaluate
-    from lab.data import load_split
+    from lab.evaluation.evaluate import evaluate
+    from lab.inputs.data import load_split
     torch.manual_seed(0)        # characters: every dev caption scored at a fraction of GPT-2's cost
     chars = tokenizers.CharTokenizer.from_text("".join(load_split("dev") + load_split("test")))
     checkpoints.save(build(tiny_config(vocab_size=chars.vocab_size, n_positions=512)), chars, "m")
@@ -142,9 +143,10 @@ def test_evaluate_can_skip_either_half(corpus_dir):
 def test_live_evaluation_pairs_per_word_perplexity_across_tokenizers(corpus_dir):
     """A GPT-2 model beside a character model: perplexity is shown per word, with an interval for
     each model and a paired interval for the difference (same captions, so pairing is fair)."""
-    from lab import checkpoints, data
+    from lab.storage import checkpoints
+    from lab.inputs import data
     from lab.config import DecodeConfig
-    from lab.evaluate import evaluate_live
+    from lab.evaluation.evaluate import evaluate_live
     torch.manual_seed(0)
     caps = data.load_split("test", corpus_dir)
     chars = tokenizers.CharTokenizer.from_text("".join(caps))
@@ -163,7 +165,7 @@ def test_live_evaluation_pairs_per_word_perplexity_across_tokenizers(corpus_dir)
 
 
 def test_verdicts_say_which_model_is_better_by_how_much_and_whether_it_is_significant():
-    from lab.evaluate import verdict
+    from lab.evaluation.evaluate import verdict
     base = {"model": "smol-ft", "baseline": "scratch"}
     assert verdict(base | {"word_perplexity_diff": -12.3, "word_perplexity_diff_ci": [-14.9, -9.8]},
                    "word_perplexity") == ("smol-ft is better than scratch on per-word perplexity (lower "
@@ -179,9 +181,9 @@ def test_verdicts_say_which_model_is_better_by_how_much_and_whether_it_is_signif
 
 
 def test_live_evaluation_gives_bleu_intervals_and_verdicts(store, corpus_dir):
-    from lab import checkpoints
+    from lab.storage import checkpoints
     from lab.config import DecodeConfig
-    from lab.evaluate import evaluate_live, verdicts
+    from lab.evaluation.evaluate import evaluate_live, verdicts
     tok = tokenizers.gpt2()
     for seed, name in ((0, "a"), (1, "b")):
         torch.manual_seed(seed)

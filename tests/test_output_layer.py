@@ -1,11 +1,11 @@
-"""lab.model.OutputLayer: logits computed in tiles of rows by vocabulary entries (faster on the
+"""lab.modeling.model.OutputLayer: logits computed in tiles of rows by vocabulary entries (faster on the
 CPU, benchmarks/output_layer.py) are the logits of one product over the whole matrix."""
 import threading
 
 import torch
 import torch.nn.functional as F
 
-from lab.model import OutputLayer, build, recycled_logits
+from lab.modeling.model import OutputLayer, build, recycled_logits
 from tests.conftest import tiny_config
 
 

@@ -6,8 +6,8 @@ import dataclasses
 import pytest
 import torch
 
-from lab.data import assignment_loss, collate, pack, packable, sentence_nll
-from lab.model import Positional, build
+from lab.inputs.data import assignment_loss, collate, pack, packable, sentence_nll
+from lab.modeling.model import Positional, build
 from lab.registry import ATTENTION, MODELS, POSITIONAL, load_plugins
 from tests.conftest import tiny_config
 
@@ -143,7 +143,7 @@ def test_scoring_without_gradients_equals_cross_entropy():
     """token_nll's cached-rows path (no gradients, CPU) against cross_entropy: more rows than one
     block of ROWS, ignored targets, a -inf logit elsewhere and at a target, and bf16 logits; a
     target outside the vocabulary is refused; with gradients, cross_entropy's own."""
-    from lab.data import ROWS, token_nll
+    from lab.inputs.data import ROWS, token_nll
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(2 * ROWS + 5, 1000, generator=g) * 4
     targets = torch.randint(0, 1000, (len(logits),), generator=g)

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from lab.config import DecodeConfig
-from lab.generate import generate, make_decoder
-from lab.model import Positional, build, offered, part
+from lab.modeling.generate import generate, make_decoder
+from lab.modeling.model import Positional, build, offered, part
 from lab.registry import ATTENTION, DECODERS, MLP, MODELS, NORMS, POSITIONAL, load_plugins
 from tests.conftest import tiny_config
 
@@ -184,7 +184,7 @@ class _Spy(Positional):
 
 @pytest.mark.parametrize("name", ATTENTION.names())
 def test_attention_hidden_contract(name):
-    """What the model and lab/attention_maps.py rely on: n_head and n_kv_head, the (y, (k, v), weights)
+    """What the model and lab/evaluation/attention_maps.py rely on: n_head and n_kv_head, the (y, (k, v), weights)
     triple with k and v (B, n_kv_head, S, head_dim), and the positional hooks called."""
     cfg = tiny_config(attention=name)
     attn = part(cfg, "attention", **offered(cfg)["attention"]).eval()
@@ -308,7 +308,7 @@ def test_finished_rows_leave_the_batch():
 def test_a_cache_grows_in_place_and_a_branch_from_it_is_safe(attention):
     """Continuing a cache writes the new keys in place (no copy of the cache per step); a second
     continuation of the same cache (a branch) must not overwrite the first one's keys."""
-    from lab.model import KVSlot
+    from lab.modeling.model import KVSlot
     model = _model({"attention": attention})
     with torch.no_grad():
         ids = torch.tensor([[96, 5, 6, 7, 8]])
@@ -333,9 +333,9 @@ def test_a_cache_grows_in_place_and_a_branch_from_it_is_safe(attention):
 
 
 def test_a_drawn_token_follows_the_distribution_and_never_has_probability_zero():
-    """lab.sampling.draw (every sampling decoder's): frequencies within 5 standard errors of
+    """lab.modeling.sampling.draw (every sampling decoder's): frequencies within 5 standard errors of
     the probabilities over 200,000 draws, across block edges; zeros never drawn; seeded."""
-    from lab.sampling import BLOCK, draw
+    from lab.modeling.sampling import BLOCK, draw
     V = 3 * BLOCK + 7
     p = torch.zeros(V)
     at = [0, 1, BLOCK - 1, BLOCK, 2 * BLOCK + 5, V - 1]
@@ -353,10 +353,10 @@ def test_a_drawn_token_follows_the_distribution_and_never_has_probability_zero()
 
 
 def test_sampling_weights_are_softmax_up_to_a_number_per_row_and_recycled():
-    """lab.sampling.weights: softmax(logits / T) times a number per row, -inf logits weigh 0,
+    """lab.modeling.sampling.weights: softmax(logits / T) times a number per row, -inf logits weigh 0,
     bf16 logits in float32; inside recycled_logits a call writes over the last call's weights."""
-    from lab.model import recycled_logits
-    from lab.sampling import draw, weights
+    from lab.modeling.model import recycled_logits
+    from lab.modeling.sampling import draw, weights
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(5, 3000, generator=g) * 5
     logits[1, :10] = float("-inf")
@@ -379,7 +379,7 @@ def test_sampling_weights_are_softmax_up_to_a_number_per_row_and_recycled():
 
 
 def test_a_row_with_nothing_to_draw_is_refused():
-    from lab.sampling import draw
+    from lab.modeling.sampling import draw
     for bad in (torch.zeros(2, 2058), torch.full((2, 2058), float("nan"))):
         with pytest.raises(ValueError, match="invalid distribution"):
             draw(bad)

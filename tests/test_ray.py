@@ -4,8 +4,9 @@ import json
 import subprocess
 import sys
 
-from lab import jobs, sweeps
-from lab import store as lab_store
+from lab.worker import jobs
+from lab import sweeps
+from lab.storage import store as lab_store
 from tests.conftest import ROOT
 
 

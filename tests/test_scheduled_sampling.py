@@ -5,11 +5,12 @@ import math
 import pytest
 import torch
 
-from lab import data, runs, tokenizers
+from lab.inputs import data, tokenizers
+from lab.training import runs
 from lab.config import ConfigError, ModelConfig, TrainConfig
-from lab.data import assignment_loss
-from lab.model import build
-from lab.train import scheduled_inputs, teacher_forcing
+from lab.inputs.data import assignment_loss
+from lab.modeling.model import build
+from lab.training.train import scheduled_inputs, teacher_forcing
 
 
 @pytest.mark.parametrize("kind", ["linear", "exponential", "inverse_sigmoid"])
@@ -55,7 +56,7 @@ def test_all_gold_is_plain_teacher_forcing_and_none_gold_swaps_every_caption_tok
 
 
 def test_a_run_with_scheduled_sampling_logs_its_probability_and_learns_otherwise(corpus_dir, store):
-    from lab import checkpoints
+    from lab.storage import checkpoints
     base = dict(epochs=1, lr=1e-3, max_train_captions=96, max_dev_captions=20, log_every=1,
                 batch_size=16)
     model_cfg = ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48)
@@ -82,7 +83,9 @@ def test_exposure_bias_is_the_loss_gap_after_the_models_own_prefix(corpus_dir, s
     m sampled tokens the gold continuation is scored at the same positions, paired by caption.
     A model that ignores its input (a zero attention and MLP output: only the position and the
     bias decide) has no gap at all, whatever the prefix."""
-    from lab import checkpoints, cli, exposure
+    from lab.storage import checkpoints
+    from lab import cli
+    from lab.evaluation import exposure
     torch.manual_seed(0)
     model = build(ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48,
                               vocab_size=50257)).eval()

@@ -124,7 +124,7 @@ def test_the_api_example_runs_with_a_third_party_plugin_installed(tmp_path):
     /start_job call, with named settings, queues the job it says, and an unknown name is refused
     by name."""
     from gradio_client import Client
-    from lab import jobs
+    from lab.worker import jobs
     from tests.test_config_registry import THIRD_PARTY_NORM
     site = tmp_path / "site"
     site.mkdir()

@@ -3,10 +3,10 @@ equal logits to transformers' LlamaForCausalLM on real captions."""
 import pytest
 import torch
 
-from lab import checkpoints, smollm2
-from lab.checkpoints import CheckpointError
+from lab.storage import checkpoints, smollm2
+from lab.storage.checkpoints import CheckpointError
 from lab.config import ConfigError
-from lab.data import load_split
+from lab.inputs.data import load_split
 
 
 @pytest.fixture(scope="module")

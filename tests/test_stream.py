@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from lab import tokenizers
+from lab.inputs import tokenizers
 from lab.config import DecodeConfig
-from lab.generate import CaptionStream, _probs_of, sample_captions
-from lab.model import KVCache, build
+from lab.modeling.generate import CaptionStream, _probs_of, sample_captions
+from lab.modeling.model import KVCache, build
 from tests.conftest import tiny_config
 
 TOK = tokenizers.gpt2()

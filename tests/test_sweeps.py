@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from lab import jobs, sweeps
+from lab.worker import jobs
+from lab import sweeps
 from lab.config import ConfigError
 from lab.errors import LabError
-from lab.jobs import Worker
+from lab.worker.jobs import Worker
 from tests.conftest import ROOT
 
 # a word vocabulary keeps the tiny runs cheap (GPT-2's output layer would be most of their work)
@@ -256,8 +257,9 @@ def test_a_fine_tunes_form_shows_its_parents_tokenizer_locked_and_starts_without
     the parent keeps (GPT-2 BPE ticked for SmolLM2 contradicted it); such a form starts the job
     and a sweep; clearing the parent gives the field back; a reload shows the job the same way."""
     import torch
-    from lab import checkpoints, tokenizers
-    from lab.model import build
+    from lab.storage import checkpoints
+    from lab.inputs import tokenizers
+    from lab.modeling.model import build
     from lab.presets import get
     from lab.ui import train
     from tests.conftest import tiny_config

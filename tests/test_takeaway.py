@@ -8,9 +8,13 @@ import math
 import pytest
 import torch
 
-from lab import checkpoints, exports, jobs, report, runs, tokenizers
+from lab.storage import checkpoints, exports
+from lab.evaluation import report
+from lab.worker import jobs
+from lab.training import runs
+from lab.inputs import tokenizers
 from lab.config import ModelConfig, TrainConfig
-from lab.model import build
+from lab.modeling.model import build
 from tests.conftest import tiny_config
 
 
@@ -48,7 +52,7 @@ def test_downloads_never_pile_up(store, tmp_path):
 
 
 def test_the_report_is_one_file_with_no_address_outside_it(store):
-    from lab import attention_maps
+    from lab.evaluation import attention_maps
     _save("a", store=store)
     ck = checkpoints.load("a", store)
     cap = attention_maps.capture(ck.model, ck.tokenizer, "A dog on a couch .")

@@ -5,9 +5,11 @@ import json
 import pytest
 import torch
 
-from lab import checkpoints, data, runs, tokenizers
+from lab.storage import checkpoints
+from lab.inputs import data, tokenizers
+from lab.training import runs
 from lab.config import ConfigError, ModelConfig, TrainConfig
-from lab.generate import sample_captions
+from lab.modeling.generate import sample_captions
 from lab.config import DecodeConfig
 
 
@@ -76,7 +78,7 @@ def test_a_fine_tune_keeps_its_parents_tokenizer():
 
 
 def _four_blocks():
-    from lab.model import build
+    from lab.modeling.model import build
     torch.manual_seed(0)
     m = build(ModelConfig(model="gpt2", n_layer=4, n_head=2, n_embd=32, n_positions=48,
                           vocab_size=50257)).eval()
@@ -109,7 +111,7 @@ def test_a_fine_tune_starts_from_the_blocks_it_names(corpus_dir):
 
 def test_a_fine_tune_of_some_packaged_smollm2_blocks_needs_no_import(corpus_dir, smollm2_hf,
                                                                      monkeypatch):
-    from lab import smollm2
+    from lab.storage import smollm2
     monkeypatch.setattr(smollm2, "load_hf", lambda path=None: smollm2_hf)   # read once a session
     assert runs.check_parent("smollm2:1,15,30") == 3
     cfg = TrainConfig(epochs=1, lr=2e-4, max_train_captions=16, max_dev_captions=8, max_steps=1,

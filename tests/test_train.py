@@ -4,9 +4,11 @@ import math
 
 import pytest
 
-from lab import checkpoints, data, runs, tokenizers
+from lab.storage import checkpoints
+from lab.inputs import data, tokenizers
+from lab.training import runs
 from lab.config import ConfigError, ModelConfig, TrainConfig
-from lab.train import format_event
+from lab.training.train import format_event
 
 
 def test_mid_epoch_evaluations_draw_the_curve_but_only_epoch_ends_save(corpus_dir):
@@ -126,7 +128,7 @@ def test_resume_without_dropout_control(corpus_dir, straight):
 
 
 def test_a_new_run_never_replaces_a_checkpoint(corpus_dir):
-    from lab.model import build
+    from lab.modeling.model import build
     checkpoints.save(build(ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48,
                                        vocab_size=50257)), tokenizers.gpt2(), "taken")
     with pytest.raises(checkpoints.CheckpointError, match="'taken' already exists"):
@@ -134,7 +136,7 @@ def test_a_new_run_never_replaces_a_checkpoint(corpus_dir):
 
 
 def test_resume_needs_a_training_state(corpus_dir):
-    from lab.model import build
+    from lab.modeling.model import build
     checkpoints.save(build(ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48,
                                        vocab_size=50257)), tokenizers.gpt2(), "imported")
     with pytest.raises(ConfigError, match="kept no training state"):
@@ -178,7 +180,7 @@ def test_two_processes_under_torchrun_train_like_one(corpus_dir, tmp_path):
 def test_progress_says_what_the_run_does_and_the_eta_counts_evaluation(corpus_dir, monkeypatch):
     """A line at least every few seconds (here: every step), the evaluation announced with its
     caption count before it starts, the save before it happens; the ETA includes evaluations."""
-    from lab import train
+    from lab.training import train
     monkeypatch.setattr(train, "PROGRESS_EVERY_S", 0.0)
     events = _tiny_run("talkative", 2)
     phases = [(e["phase"], e["step"]) for e in events if e["event"] == "progress"]
@@ -207,7 +209,7 @@ def test_a_cpu_run_is_float32_and_reports_tokens_per_second_with_mfu_unknown(cor
     assert (start["precision"], start["device_name"], start["peak_flops"]) == ("fp32", "cpu", None)
     steps = [e for e in events if e["event"] == "step"]
     assert steps and all(e["tokens_per_s"] > 0 and e["mfu"] is None for e in steps)
-    from lab.train import format_event
+    from lab.training.train import format_event
     assert "tok/s packed, MFU unknown" in format_event(steps[0])
     assert "(cpu, fp32, captions packed into rows)" in format_event(start)
 

@@ -4,8 +4,8 @@ import torch
 from torch.nn import functional as F
 
 from lab.config import DecodeConfig
-from lab.generate import generate
-from lab.model import build
+from lab.modeling.generate import generate
+from lab.modeling.model import build
 from tests.conftest import tiny_config
 
 
@@ -143,8 +143,8 @@ def test_universal_transformer_shares_one_block_and_halts_per_token():
 def test_ponder_cost_trains_tokens_to_take_fewer_steps():
     """The ponder cost is in the training loss: after the same 10 steps from the same start, the
     model trained with it takes fewer steps per token than the one trained without."""
-    from lab.data import Batch
-    from lab.train import shard_loss
+    from lab.inputs.data import Batch
+    from lab.training.train import shard_loss
     ids = torch.randint(0, 97, (8, 12), generator=torch.Generator().manual_seed(0))
     batch = Batch(ids, torch.ones(8, 11))
     after = {}
@@ -164,7 +164,8 @@ def test_ponder_cost_trains_tokens_to_take_fewer_steps():
 
 
 def test_the_attention_tab_shows_the_steps_each_token_took():
-    from lab import attention_maps, tokenizers
+    from lab.evaluation import attention_maps
+    from lab.inputs import tokenizers
     from lab.ui.attention import groups_markdown
     torch.manual_seed(0)
     tok = tokenizers.gpt2()

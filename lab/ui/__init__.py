@@ -1,4 +1,5 @@
-"""The web lab: one file per tab; `build_app()` assembles them. The only Gradio code in lab/."""
+"""The web lab: one file per tab; `build_app()` assembles them. The browser's face, on the top floor:
+it may import anything in lab/ and is the only Gradio code there; nothing imports it but app.py."""
 from __future__ import annotations
 
 import ipaddress
@@ -7,10 +8,10 @@ import sys
 
 import gradio as gr
 
-from lab import store as lab_store
-from lab.attention_maps import VENDOR_DIR
+from lab.storage import store as lab_store
+from lab.evaluation.attention_maps import VENDOR_DIR
 from lab.errors import LabError
-from lab.report import CAPTIONS_CSS
+from lab.evaluation.report import CAPTIONS_CSS
 from lab.ui import attention, checkpoints, compare, evaluate, experiments, start, train
 from lab.ui.common import Context, friendly, read_metas
 
@@ -30,7 +31,7 @@ def warm_up() -> None:
     """Load what the first requests would otherwise load at once from several threads: the
     plugins, and the transformers classes a checkpoint's tokenizer needs."""
     from lab.registry import load_plugins
-    from lab.tokenizers import gpt2
+    from lab.inputs.tokenizers import gpt2
     load_plugins()
     from transformers import AutoTokenizer, PreTrainedTokenizerFast  # noqa: F401  (loads them)
     gpt2()

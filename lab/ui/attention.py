@@ -8,11 +8,11 @@ from contextlib import contextmanager
 import gradio as gr
 
 from lab.ui.fields import Checkbox, Dropdown, Number, Textbox
-from lab import attention_maps
+from lab.evaluation import attention_maps
 from plugins.tasks.birthplace import core as birthplace   # the birth-place task's answers (its view)
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.errors import LabError
-from lab.generate import MAX_PROMPT_CHARS, sample_captions
+from lab.modeling.generate import MAX_PROMPT_CHARS, sample_captions
 from lab.ui.common import (LOADED, Context, asset_url, checkpoint_dropdown, friendly,
                            need, need_checkpoint, table_files, whole)
 from lab.ui.common import text as bounded_text

@@ -7,12 +7,12 @@ import shutil
 
 import gradio as gr
 
-from lab import smollm2
+from lab.storage import smollm2
 from lab.ui.fields import Dropdown, Textbox
-from lab import checkpoints, exports, interop
-from lab import store as lab_store
+from lab.storage import checkpoints, exports, interop
+from lab.storage import store as lab_store
 from lab.config import ConfigError, ModelConfig
-from lab.model import kv_heads
+from lab.modeling.model import kv_heads
 from lab.ui.common import Context, friendly, need, text
 
 COLUMNS = ["name", "model", "layers x width", "heads (kv)", "norm", "attention", "positional", "mlp",

@@ -14,8 +14,9 @@ from pathlib import Path
 import gradio as gr
 
 from lab.ui.fields import Dropdown, Number
-from lab import checkpoints, exports, tasks
-from lab.attention_maps import VENDOR_DIR
+from lab.storage import checkpoints, exports
+from lab.inputs import tasks
+from lab.evaluation.attention_maps import VENDOR_DIR
 from lab.config import ConfigError, DecodeConfig
 from lab.errors import LabError
 from lab.registry import DECODERS
@@ -114,7 +115,7 @@ def read_metas(names: list[str], store=None) -> dict:
 
 def _offers(meta: dict | None, view: str) -> bool:
     """Whether a tab's view ("generate", "answers": its task's plugin lists the view in its
-    `tabs`, lab/tasks.py) or a task's name takes a checkpoint; False for one that cannot be read."""
+    `tabs`, lab/inputs/tasks.py) or a task's name takes a checkpoint; False for one that cannot be read."""
     if meta is None:
         return False
     task = tasks.task_of(meta)

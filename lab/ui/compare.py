@@ -11,10 +11,12 @@ import gradio as gr
 from lab.ui.evaluate import COLUMNS as EVAL_COLUMNS
 from lab.ui.evaluate import WIDTHS as EVAL_WIDTHS
 from lab.ui.evaluate import wire as wire_scores
-from lab import attention_maps, checkpoints, exports, report
+from lab.evaluation import attention_maps
+from lab.storage import checkpoints, exports
+from lab.evaluation import report
 from lab.ui.fields import Checkbox, Dataframe, Number, Radio, Textbox
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
-from lab.generate import MAX_PROMPT_CHARS, GenerationError, sample_captions
+from lab.modeling.generate import MAX_PROMPT_CHARS, GenerationError, sample_captions
 from lab.ui.attention import MAX_TOKENS as MAX_ATTENTION_TOKENS
 from lab.registry import DECODERS
 from lab.ui.common import (LOADED, Context, checkpoint_dropdown, decoder_inputs,

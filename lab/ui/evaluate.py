@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import gradio as gr
 
-from lab import checkpoints
-from lab import exposure as eb
-from lab import exports
+from lab.storage import checkpoints
+from lab.evaluation import exposure as eb
+from lab.storage import exports
 from lab.ui.fields import Number, Radio
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
-from lab.evaluate import evaluate_live, verdicts
+from lab.evaluation.evaluate import evaluate_live, verdicts
 from lab.ui.common import (LOADED, Context, checkpoint_dropdown, decode_config, decoder_inputs, friendly,
                            names_list, whole)
 

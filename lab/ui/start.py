@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import gradio as gr
 
-from lab import checkpoints, jobs
+from lab.storage import checkpoints
+from lab.worker import jobs
 from lab.config import ConfigError
 from lab.presets import configs
-from lab.runs import last_dir
+from lab.training.runs import last_dir
 from lab.ui.common import Context, friendly
 from lab.ui.train import progress_html
 
@@ -68,7 +69,7 @@ def compare_status(store=None) -> str:
 
 def import_smollm2(store=None) -> str:
     """Step 1 (about 15 s); nothing to do when it is already in the store."""
-    from lab import smollm2
+    from lab.storage import smollm2
     if SMOLLM2 not in checkpoints.names(store):
         smollm2.import_smollm2(SMOLLM2, None, store)
     return f"SmolLM2-135M is in the store as **{SMOLLM2}**."

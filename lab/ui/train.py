@@ -14,15 +14,17 @@ from pathlib import Path
 import gradio as gr
 
 from lab.ui.fields import Checkbox, Dropdown, Number, Radio, Textbox
-from lab import checkpoints, jobs, tokenizers
-from lab import store as lab_store
+from lab.storage import checkpoints
+from lab.worker import jobs
+from lab.inputs import tokenizers
+from lab.storage import store as lab_store
 from lab.config import FAMILY_KEYS, ConfigError, ModelConfig, TrainConfig, describe_settings
 from lab.settings import base_type, choices_of
 from lab.errors import LabError
 from lab.presets import PRESETS, configs, get as get_preset
 from lab.registry import REGISTRIES, TASKS, load_plugins
-from lab.runs import run_dir_for
-from lab.train import format_duration, phase_text
+from lab.training.runs import run_dir_for
+from lab.training.train import format_duration, phase_text
 from lab.ui.common import Context, friendly, outputs, whole
 from lab.ui.common import text as bounded_text
 

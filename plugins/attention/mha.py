@@ -13,12 +13,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lab.model import KVSlot
+from lab.modeling.model import KVSlot
 from lab.registry import ATTENTION
 
 
 class CausalSelfAttention(nn.Module):
-    packable = True     # takes packed rows: pos (B, T) and segments (lab/model.py's docstring)
+    packable = True     # takes packed rows: pos (B, T) and segments (lab/modeling/model.py's docstring)
 
     def __init__(self, n_embd: int, n_head: int, n_kv_head: int, bias: bool, dropout: float):
         super().__init__()

@@ -1,9 +1,9 @@
 """Random (ancestral) sampling from softmax(logits / temperature); the weights and the draw are
-lab.sampling's."""
+lab.modeling.sampling's."""
 from dataclasses import dataclass, field
 
 from lab.registry import DECODERS
-from lab.sampling import draw, weights
+from lab.modeling.sampling import draw, weights
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The assignment's Tfmr: a GPT-2-style decoder (Radford et al. 2019), weight-compatible with
-HF GPT-2 (same module and parameter names; `lab.interop` imports and exports)."""
-from lab.model import assemble
+HF GPT-2 (same module and parameter names; `lab.storage.interop` imports and exports)."""
+from lab.modeling.model import assemble
 from lab.registry import MODELS
 
 DEFAULTS = dict(norm="layernorm", norm_position="pre", attention="mha", positional="learned",

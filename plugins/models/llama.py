@@ -1,6 +1,6 @@
 """A Llama-style decoder (Touvron et al. 2023) with the parts SmolLM2 uses: RMSNorm, grouped-query
 attention, rotary positions, SwiGLU, no biases, tied embeddings, no dropout."""
-from lab.model import assemble
+from lab.modeling.model import assemble
 from lab.registry import MODELS
 
 DEFAULTS = dict(norm="rmsnorm", norm_position="pre", attention="gqa", positional="rotary",

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from lab.model import Block, OutputLayer, PrefixLM, _init_weights, offered, part
+from lab.modeling.model import Block, OutputLayer, PrefixLM, _init_weights, offered, part
 from lab.registry import MODELS
 from plugins.models.gpt2 import DEFAULTS as GPT2_PARTS
 

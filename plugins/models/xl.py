@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from lab.config import ConfigError
-from lab.model import OutputLayer, Positional, PrefixLM, _init_weights, offered, part
+from lab.modeling.model import OutputLayer, Positional, PrefixLM, _init_weights, offered, part
 from lab.registry import MODELS
 from plugins.models.gpt2 import DEFAULTS as GPT2_PARTS
 

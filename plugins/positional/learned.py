@@ -2,7 +2,7 @@
 import torch
 from torch import nn
 
-from lab.model import Positional
+from lab.modeling.model import Positional
 from lab.registry import POSITIONAL
 
 

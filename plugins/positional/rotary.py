@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lab.config import ConfigError
-from lab.model import Positional
+from lab.modeling.model import Positional
 from lab.registry import POSITIONAL
 
 

@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from lab.model import Positional
+from lab.modeling.model import Positional
 from lab.registry import POSITIONAL
 
 

@@ -4,14 +4,17 @@ after the run, the kept checkpoint on every dev caption (final_dev)."""
 import functools
 import time
 
-from lab import checkpoints, data, exposure, sweeps, tokenizers
+from lab.storage import checkpoints
+from lab.inputs import data, tokenizers
+from lab.evaluation import exposure
+from lab import sweeps
 from lab.config import DecodeConfig
-from lab.data import assignment_loss, batches
-from lab.evaluate import bleu_tokens_of, choose_bleu_tokens
-from lab.generate import sample_captions
-from lab.metrics import Aborted, References, bleu, perplexity, sentence_nlls
+from lab.inputs.data import assignment_loss, batches
+from lab.evaluation.evaluate import bleu_tokens_of, choose_bleu_tokens
+from lab.modeling.generate import sample_captions
+from lab.evaluation.metrics import Aborted, References, bleu, perplexity, sentence_nlls
 from lab.registry import TASKS
-from lab.tasks import Prepared
+from lab.inputs.tasks import Prepared
 
 
 class CaptionsTask:
@@ -145,6 +148,6 @@ def _final_dev(name: str, trainer, store=None, *, tok, root):
                            "bleu": {"score": "dev_harmonic_bleu", "higher": True,
                                     "label": "dev harmonic BLEU"}},
                 scheduled_sampling=True, tabs=("generate",), sweep_figures="text",
-                score_split="test")
+                score_split="test", tokenizers=tokenizers.SCRATCH_KINDS)
 def captions():
     return CaptionsTask()

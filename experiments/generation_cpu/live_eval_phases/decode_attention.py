@@ -27,10 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 import torch  # noqa: E402
 
 import plugins.attention.mha as mha  # noqa: E402
-from lab import checkpoints, smollm2, tokenizers  # noqa: E402
+from lab.storage import checkpoints, smollm2  # noqa: E402
+from lab.inputs import tokenizers
 from lab.config import DecodeConfig  # noqa: E402
-from lab.generate import CaptionStream  # noqa: E402
-from lab.model import build, recycled_logits  # noqa: E402
+from lab.modeling.generate import CaptionStream  # noqa: E402
+from lab.modeling.model import build, recycled_logits  # noqa: E402
 from lab.presets import get  # noqa: E402
 
 

@@ -14,10 +14,11 @@ import torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from benchmarks.live_eval import sgemm_rate  # noqa: E402
-from lab import checkpoints, smollm2, tokenizers  # noqa: E402
+from lab.storage import checkpoints, smollm2  # noqa: E402
+from lab.inputs import tokenizers
 from lab.config import DecodeConfig  # noqa: E402
-from lab.generate import CaptionStream  # noqa: E402
-from lab.model import build  # noqa: E402
+from lab.modeling.generate import CaptionStream  # noqa: E402
+from lab.modeling.model import build  # noqa: E402
 from lab.presets import get  # noqa: E402
 
 

@@ -14,9 +14,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 import torch  # noqa: E402
 
-import lab.metrics as metrics  # noqa: E402
-from lab import checkpoints, data, smollm2, tokenizers  # noqa: E402
-from lab.model import build  # noqa: E402
+import lab.evaluation.metrics as metrics  # noqa: E402
+from lab.storage import checkpoints, smollm2  # noqa: E402
+from lab.inputs import data, tokenizers
+from lab.modeling.model import build  # noqa: E402
 from lab.presets import get  # noqa: E402
 
 tmp = tempfile.mkdtemp()

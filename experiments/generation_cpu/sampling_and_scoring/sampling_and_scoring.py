@@ -3,10 +3,10 @@ machine drifts 10-20% between runs, so only side-by-side figures are compared):
 
 1. A decoding step of the live evaluation's stream (166 rows, random sampling at t=1): the old
    sampler (softmax of the logits divided by the temperature, in fresh memory) against
-   lab.sampling.weights (softmax's numerators, written over the last step's). 30 steps, 6 rounds,
+   lab.modeling.sampling.weights (softmax's numerators, written over the last step's). 30 steps, 6 rounds,
    for the Tfmr-scratch-sized model (random weights) and SmolLM2.
 2. Scoring's cross-entropy over one batch of packed rows: F.cross_entropy (log-softmax of the
-   whole batch) against lab.data.token_nll (32 rows at a time), 1,848 rows of SmolLM2's and
+   whole batch) against lab.inputs.data.token_nll (32 rows at a time), 1,848 rows of SmolLM2's and
    GPT-2's vocabularies, 5 rounds.
 
 Run: .venv/bin/python experiments/generation_cpu/sampling_and_scoring/sampling_and_scoring.py"""
@@ -21,20 +21,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 import torch  # noqa: E402
 
 import plugins.decoders.random as random_decoder  # noqa: E402
-from lab import checkpoints, smollm2, tokenizers  # noqa: E402
+from lab.storage import checkpoints, smollm2  # noqa: E402
+from lab.inputs import tokenizers
 from lab.config import DecodeConfig  # noqa: E402
-from lab.data import token_nll  # noqa: E402
-from lab.generate import CaptionStream  # noqa: E402
-from lab.model import build, recycled_logits  # noqa: E402
+from lab.inputs.data import token_nll  # noqa: E402
+from lab.modeling.generate import CaptionStream  # noqa: E402
+from lab.modeling.model import build, recycled_logits  # noqa: E402
 from lab.presets import get  # noqa: E402
-from lab.sampling import draw  # noqa: E402
+from lab.modeling.sampling import draw  # noqa: E402
 
 NEW = random_decoder.sample
 ROUNDS = 6
 
 
 def old_sample(logits, temperature, generator):
-    """The sampler lab.sampling.weights replaced: a softmax of freshly divided logits."""
+    """The sampler lab.modeling.sampling.weights replaced: a softmax of freshly divided logits."""
     return draw(torch.softmax(logits.float() / temperature, dim=-1), generator)
 
 

@@ -50,10 +50,10 @@ def sgemm():
 def step_profile():
     from torch.profiler import ProfilerActivity, profile
 
-    from lab import checkpoints, smollm2
+    from lab.storage import checkpoints, smollm2
     from lab.config import DecodeConfig
-    from lab.generate import CaptionStream
-    from lab.model import recycled_logits
+    from lab.modeling.generate import CaptionStream
+    from lab.modeling.model import recycled_logits
     with tempfile.TemporaryDirectory() as tmp:
         smollm2.import_smollm2("smollm2", store=tmp)
         ck = checkpoints.load("smollm2", tmp)

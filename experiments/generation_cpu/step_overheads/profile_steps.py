@@ -4,7 +4,7 @@ products" (run from the project root):
 2. the trained checkpoint's prompt step (256 prompts of 3 tokens) with every position's logits
    vs the last position's only (needs `tfmr-scratch` in the store);
 3. SmolLM2's caption stream over 500 captions at each chunk's size (the earlier widths:
-   10, 20, 40, 80, 160, 166, 24) and at lab.evaluate.stream_width's: steps, time,
+   10, 20, 40, 80, 160, 166, 24) and at lab.evaluation.evaluate.stream_width's: steps, time,
    a least-squares fit of step time = fixed + per row x rows, and the KV cache's size a step.
 
 Run: .venv/bin/python experiments/generation_cpu/step_overheads/profile_steps.py"""
@@ -17,10 +17,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 import torch  # noqa: E402
 
-from lab import checkpoints, data, smollm2, tokenizers  # noqa: E402
+from lab.storage import checkpoints, smollm2  # noqa: E402
+from lab.inputs import data, tokenizers
 from lab.config import DecodeConfig  # noqa: E402
-from lab.evaluate import chunk_bounds, stream_width  # noqa: E402
-from lab.generate import CaptionStream  # noqa: E402
+from lab.evaluation.evaluate import chunk_bounds, stream_width  # noqa: E402
+from lab.modeling.generate import CaptionStream  # noqa: E402
 from lab.ui.evaluate import chunks  # noqa: E402
 
 

@@ -1,5 +1,5 @@
 """SmolLM2's matrix products for one decoding step (30 blocks of q+kv, o, gate, up, down with
-distinct random weights, then the output layer in tiles of 1,024 entries, as lab.model's
+distinct random weights, then the output layer in tiles of 1,024 entries, as lab.modeling.model's
 OutputLayer takes them) at 166 rows (live evaluation's stream now) and 490 (every remaining
 caption at once), alternating which runs first: GFLOP/s of each and the median of the per-round
 ratios. The weights (about 540 MB) stream from memory as in a real step.

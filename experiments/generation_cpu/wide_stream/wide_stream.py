@@ -15,7 +15,7 @@ sys.path.insert(0, str(HERE.parent / "live_eval_phases"))
 
 import phases  # noqa: E402
 from benchmarks.live_eval import sgemm_rate  # noqa: E402
-from lab import evaluate  # noqa: E402
+from lab.evaluation import evaluate  # noqa: E402
 
 NOW = evaluate.stream_width
 

@@ -6,12 +6,13 @@ import time
 
 import torch
 
-from lab import data, sweeps
+from lab.inputs import data
+from lab import sweeps
 from lab.config import ConfigError
-from lab.data import pack
-from lab.metrics import Aborted
+from lab.inputs.data import pack
+from lab.evaluation.metrics import Aborted
 from lab.registry import TASKS
-from lab.tasks import Prepared
+from lab.inputs.tasks import Prepared
 from plugins.tasks.birthplace import core as bp
 
 ANSWER_CHUNK = 100            # questions answered between two looks at a stop request

@@ -25,12 +25,12 @@ from pathlib import Path
 
 import torch
 
-from lab import checkpoints
+from lab.storage import checkpoints
 from lab.config import ConfigError, DecodeConfig
-from lab.data import PROJECT_ROOT, Batch, DataError, read_text
-from lab.generate import generate
-from lab.metrics import bootstrap_indices, paired_difference, wilson
-from lab.tokenizers import CharTokenizer
+from lab.inputs.data import PROJECT_ROOT, Batch, DataError, read_text
+from lab.modeling.generate import generate
+from lab.evaluation.metrics import bootstrap_indices, paired_difference, wilson
+from lab.inputs.tokenizers import CharTokenizer
 
 DEFAULT_DIR = PROJECT_ROOT.parent / "shared" / "data" / "cs224n-birthplaces"
 PAD, MASK = "\u25a1", "\u2047"

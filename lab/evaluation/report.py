@@ -8,7 +8,7 @@ import html
 import json
 import time
 
-from lab.attention_maps import CDN, VENDOR_DIR
+from lab.evaluation.attention_maps import CDN, VENDOR_DIR
 
 # the captions table (Compare's, and the report's copy of it): one style for both
 CAPTIONS_CSS = """

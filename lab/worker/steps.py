@@ -4,7 +4,7 @@ spec with `"after_only": true`). The module that owns a step registers it on imp
 registers `score`), so the job runner knows no step by name; a job's process imports the modules
 of MODULES, then those of the entry-point group `tfmr_lab.steps`, before it looks a step up.
 
-May import lab.errors and lab.registry only: lab/jobs.py sits above it, the step modules above jobs.
+May import lab.errors and lab.registry only: lab/worker/jobs.py sits above it, the step modules above jobs.
 """
 from __future__ import annotations
 

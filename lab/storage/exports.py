@@ -14,7 +14,7 @@ import time
 import uuid
 from pathlib import Path
 
-from lab import store as lab_store
+from lab.storage import store as lab_store
 
 KEEP_FILES = 200                 # downloads kept in .lab/exports; older ones go
 KEEP_BYTES = 4 * 2 ** 30         # and at most this much of them (export .zip files are large)

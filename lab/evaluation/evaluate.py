@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 
-from lab import checkpoints, data
+from lab.storage import checkpoints
+from lab.inputs import data
 from lab.config import ConfigError, DecodeConfig
-from lab.generate import CaptionStream, sample_captions
-from lab.metrics import (bleu, bootstrap_indices, distinct_n, percentile_interval, perplexity,
+from lab.modeling.generate import CaptionStream, sample_captions
+from lab.modeling.device import pick_device
+from lab.evaluation.metrics import (bleu, bootstrap_indices, distinct_n, percentile_interval, perplexity,
                          sentence_nlls)
 
 
@@ -37,7 +39,6 @@ def evaluate(checkpoint: str, split: str = "test", n: int = 5000, decode: Decode
              ck=None, skip_perplexity: bool = False, device: str = "cpu") -> dict:
     """device: where the model runs ('cpu', 'cuda' or 'auto'); always float32. Sampling on CUDA
     draws from CUDA's generator, so its captions differ from the CPU's for the same seed."""
-    from lab.train import pick_device
     decode = decode or DecodeConfig()
     if not 1 <= n <= 100_000:
         raise ConfigError(f"n must be between 1 and 100000, got {n}")
@@ -106,7 +107,7 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     models: {name: Checkpoint}. Forward BLEU scores each generated caption against the *full*
     reference set (an unbiased estimate of the full figure); backward BLEU uses the n references
     of the subset against the n captions generated so far, and carries that n."""
-    from lab.metrics import References
+    from lab.evaluation.metrics import References
     if n < 1:
         raise ConfigError(f"subset size must be at least 1, got {n}")
     if chunk < 1 or first is not None and first < 1:
@@ -239,7 +240,7 @@ def paired_intervals(per_caption: dict, n_boot: int, seed: int, per_word: bool =
 
 
 def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: int) -> dict:
-    from lab.metrics import References
+    from lab.evaluation.metrics import References
     per_caption = {}
     for name, s in state.items():
         # per reference, its BLEU against the captions generated so far: computed once, then

@@ -30,10 +30,10 @@ from pathlib import Path
 
 from lab.errors import LabError
 
-log = logging.getLogger("lab.store")
+log = logging.getLogger("lab.storage.store")
 STATE = ".lab"
 RUNS = "_runs"
-_PROJECT_ROOT = Path(__file__).resolve().parent.parent
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 class StoreError(LabError):

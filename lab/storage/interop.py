@@ -14,10 +14,11 @@ from pathlib import Path
 
 import torch
 
-from lab import checkpoints, tokenizers
-from lab.checkpoints import CheckpointError
+from lab.storage import checkpoints
+from lab.inputs import tokenizers
+from lab.storage.checkpoints import CheckpointError
 from lab.config import ConfigError, ModelConfig, family_defaults, parse_blocks
-from lab.model import build
+from lab.modeling.model import build
 
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
@@ -165,7 +166,7 @@ def import_hf_gpt2_upload(files: list[str | Path], name: str, layers: list[int] 
 
 
 def uploads_dir(store=None) -> Path:
-    from lab import store as lab_store
+    from lab.storage import store as lab_store
     return lab_store.state_dir(store, "uploads")
 
 

@@ -1,4 +1,4 @@
-"""Where a claimed job runs. The local worker runs each in a child process (lab/jobs.py); with
+"""Where a claimed job runs. The local worker runs each in a child process (lab/worker/jobs.py); with
 `--executor ray` (or LAB_EXECUTOR=ray, RAY_ADDRESS naming the cluster) each job is a Ray task that
 runs the same `python -m lab run-job ID` on whichever node Ray places it, asking for a GPU of its
 own when the cluster has one. The ledger stays the record: the worker claims jobs from it, the
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lab.config import ConfigError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXECUTORS = ("local", "ray")
 
 

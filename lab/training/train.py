@@ -11,7 +11,6 @@ any other true value) after the current epoch's evaluation and checkpoint.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
@@ -21,33 +20,15 @@ from typing import Callable, Iterator
 
 import torch
 
-from lab import distributed, flops, store, tasks
+from lab.training import distributed
+from lab.modeling import flops
+from lab.storage import store
+from lab.inputs import tasks
 from lab.config import ConfigError, TrainConfig, parse_blocks
-from lab.data import Batch, assignment_loss, pack, packable
-from lab.metrics import Aborted
-from lab.sampling import draw
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device 'cuda' was asked for but no CUDA GPU is available; use 'auto' or 'cpu'")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def resolve_precision(name: str, device: torch.device) -> str:
-    """'bf16' or 'fp32': auto is bf16 on a CUDA GPU that has it, fp32 elsewhere."""
-    if name == "auto":
-        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
-    return name
-
-
-def autocast(device: torch.device, precision: str):
-    """bf16 autocast (matrix products in bf16, weights and reductions in float32), or nothing."""
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+from lab.inputs.data import Batch, assignment_loss, pack, packable
+from lab.errors import Aborted
+from lab.modeling.device import autocast, pick_device, resolve_precision
+from lab.modeling.sampling import draw
 
 
 def make_optimizer(params, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
@@ -198,11 +179,11 @@ class Trainer:
                  on_stop: Callable[[dict], None] | None = None,
                  best_by=None, also_by=None, on_also_best: Callable[[dict, dict], None] | None = None):
         self.model = model
-        self.task = task    # the task's batches, loss and dev scores (lab.tasks.Prepared)
+        self.task = task    # the task's batches, loss and dev scores (lab.inputs.tasks.Prepared)
         self.resume = resume            # a checkpoint's train state: go on where it stood
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.on_best, self.on_stop = on_best, on_stop
-        # the dev scores best is judged by (lab.tasks.Metric: score key, direction), as the task
+        # the dev scores best is judged by (lab.inputs.tasks.Metric: score key, direction), as the task
         # declares them; also_by (with on_also_best) keeps a second best by another one
         self.best_by = best_by or tasks.kept_by(cfg)
         self.also_by, self.on_also_best = also_by, on_also_best

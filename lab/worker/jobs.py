@@ -28,18 +28,20 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from lab import checkpoints, distributed, runs, steps
-from lab import store as lab_store
+from lab.storage import checkpoints
+from lab.training import distributed, runs
+from lab.worker import steps
+from lab.storage import store as lab_store
 from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.errors import LabError
-from lab.executors import RayTasks, executor_name
-from lab.train import format_event, parse_train_layers
+from lab.worker.executors import RayTasks, executor_name
+from lab.training.train import format_event, parse_train_layers
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     name TEXT NOT NULL,            -- the checkpoint it writes
-    spec TEXT NOT NULL,            -- JSON: model, train, parent, preset, after (lab/steps.py)
+    spec TEXT NOT NULL,            -- JSON: model, train, parent, preset, after (lab/worker/steps.py)
     status TEXT NOT NULL,          -- queued, running, done, failed, stopped, interrupted
     stop TEXT,                     -- NULL, 'now', 'after_checkpoint' or 'shutdown' (the worker's)
     pid INTEGER,                   -- the process running it (its liveness is its lock, not this)
@@ -120,7 +122,7 @@ def upgrade_spec(spec: dict) -> dict:
 def validate_spec(name: str, model: dict | None, train: dict, parent: str | None, store=None,
                   resume: bool = False, after: list | None = None, after_only: bool = False) -> dict:
     """Check everything before a job is queued: a bad value never reaches the worker. after: the
-    steps after training (lab/steps.py), each checked by its step; after_only: the run `name`
+    steps after training (lab/worker/steps.py), each checked by its step; after_only: the run `name`
     trained already, only the steps are left."""
     checkpoints.check_name(name)
     after = steps.check(after) if after else []
@@ -420,7 +422,7 @@ class Worker:
             with open(lab_store.log_path(job["id"], self.store), "ab") as log:
                 proc = subprocess.Popen([sys.executable, *launcher, "-m", "lab", "run-job", str(job["id"])],
                                         stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(fd,),
-                                        cwd=str(Path(__file__).resolve().parent.parent),
+                                        cwd=str(Path(__file__).resolve().parents[2]),
                                         start_new_session=True)
         finally:
             os.close(fd)           # the child holds the lock now (or, if it failed to start, nobody)

@@ -11,7 +11,7 @@ torch.multinomial would.
 distribution, and inside model.recycled_logits they are written over the last step's."""
 import torch
 
-from lab.model import recycled
+from lab.modeling.model import recycled
 
 BLOCK = 1024
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from lab import data
+from lab.inputs import data
 from lab.config import ConfigError
-from lab.metrics import bootstrap_indices, percentile_interval
-from lab.sampling import draw
+from lab.evaluation.metrics import bootstrap_indices, percentile_interval
+from lab.modeling.sampling import draw
 
 PREFIXES = (0, 1, 2, 4, 8)
 

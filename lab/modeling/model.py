@@ -285,7 +285,7 @@ def recycled(owner, n: int, dtype: torch.dtype, device: torch.device) -> torch.T
 @contextmanager
 def recycled_logits():
     """Within it, each call of an OutputLayer from this thread (its CPU path without gradients)
-    writes its logits over the same layer's last logits, and each call of lab.sampling.weights
+    writes its logits over the same layer's last logits, and each call of lab.modeling.sampling.weights
     its weights over the last call's (any owner of a `recycled` buffer): for a decoding loop that
     is done with a step's logits before it asks for the next (the logits of an earlier call must
     not be read after a later one). So a decoder plugin reads the logits it is given during its

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import torch
 
-from lab import store as store_mod
-from lab import tokenizers
+from lab.storage import store as store_mod
+from lab.inputs import tokenizers
 from lab.config import ModelConfig
 from lab.errors import LabError
 
-log = logging.getLogger("lab.checkpoints")
+log = logging.getLogger("lab.storage.checkpoints")
 
 CONFIG_FILE, WEIGHTS_FILE, METRICS_FILE = "config.json", "model.safetensors", "metrics.json"
 TRAIN_STATE_FILE = "train_state.safetensors"
@@ -42,7 +42,7 @@ class CheckpointError(LabError):
 
 
 def store_dir(store: str | Path | None = None) -> Path:
-    """The store folder (see lab/store.py for its layout)."""
+    """The store folder (see lab/storage/store.py for its layout)."""
     return store_mod.root(store)
 
 
@@ -255,7 +255,7 @@ def load_dir(path: Path, device: str = "cpu") -> Checkpoint:
     """A checkpoint-format folder the lab itself wrote (a store entry, or a run's resume state)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
-    from lab.model import build
+    from lab.modeling.model import build
     config, meta = read_config(path)
     weights = path / WEIGHTS_FILE
     if not weights.is_file():
@@ -274,7 +274,7 @@ def load_dir(path: Path, device: str = "cpu") -> Checkpoint:
 def keep_blocks(model, blocks: list[int]):
     """A copy of `model` with only the given 1-based blocks, in that order (the rest of the
     weights as they are): the lab's own models, built from its config with fewer layers."""
-    from lab.model import build
+    from lab.modeling.model import build
     cfg = model.config.replace(n_layer=len(blocks))
     state = {}
     for k, v in model.state_dict().items():
@@ -293,7 +293,7 @@ def check_loadable(name: str, store=None) -> ModelConfig:
     """Cheaply make sure checkpoint `name` would load (config, tokenizer, weight names and shapes
     from the file header), without reading the weights. Returns its model config."""
     from safetensors import SafetensorError, safe_open
-    from lab.model import build
+    from lab.modeling.model import build
     found = info(name, store)
     path, config = Path(found["directory"]), ModelConfig.from_dict(found["model"])
     tokenizers.load(path)

@@ -17,7 +17,7 @@ import torch
 
 from lab.errors import LabError
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA_DIR = PROJECT_ROOT.parent / "shared" / "data" / "coco-captions-hw3"
 SPLITS = ("train", "dev", "test")
 

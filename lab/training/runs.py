@@ -10,11 +10,13 @@ from typing import Iterator
 
 import torch
 
-from lab import checkpoints, distributed, smollm2, tasks, tokenizers
-from lab import store as lab_store
+from lab.storage import checkpoints, smollm2
+from lab.training import distributed
+from lab.inputs import tasks, tokenizers
+from lab.storage import store as lab_store
 from lab.config import ConfigError, ModelConfig, TrainConfig, parse_blocks
-from lab.model import build
-from lab.train import Trainer
+from lab.modeling.model import build
+from lab.training.train import Trainer
 
 
 def run_dir_for(name: str, store=None) -> Path:

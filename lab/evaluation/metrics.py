@@ -17,12 +17,9 @@ import math
 import numpy as np
 import torch
 
-from lab.data import batches, pack, sentence_nll
-from lab.model import recycled_logits
-
-
-class Aborted(Exception):
-    """A long computation gave up because its caller asked it to (a training job told to stop)."""
+from lab.errors import Aborted  # noqa: F401  (long computations raise it; callers catch metrics.Aborted)
+from lab.inputs.data import batches, pack, sentence_nll
+from lab.modeling.model import recycled_logits
 
 
 @torch.no_grad()

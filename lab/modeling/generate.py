@@ -15,8 +15,8 @@ import torch
 
 from lab.config import DecodeConfig
 from lab.errors import LabError
-from lab.metrics import Aborted
-from lab.model import KVCache, recycled_logits
+from lab.errors import Aborted
+from lab.modeling.model import KVCache, recycled_logits
 from lab.registry import DECODERS, load_plugins
 
 
