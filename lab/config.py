@@ -555,7 +555,8 @@ class DecodeConfig(_Config):
             value = d.pop(key)
             if key in own_names:
                 settings[key] = value
-            elif not lenient:
+            elif not lenient and d.get("decoder", "random") in REGISTRIES["decoder"]:
+                # (an unknown decoder is named by validation instead)
                 raise ConfigError(f"{key} is not a setting of the {d.get('decoder', 'random')} "
                                   f"decoder; its settings are: {', '.join(sorted(own_names)) or 'none'}")
         return super().from_dict({**d, "settings": settings})

@@ -219,12 +219,12 @@ def test_on_an_empty_store_a_missing_choice_says_where_checkpoints_come_from(sto
     from lab.config import ConfigError
     from lab.ui import attention, compare
     with pytest.raises(ConfigError, match="no checkpoints yet: import SmolLM2 in the Checkpoints tab"):
-        compare.compare([], "top_p", 1.0, 40, 0.9, 4, 0, "", 8, False, None, store=store)
+        compare.compare([], {"decoder": "top_p"}, store=store)
     with pytest.raises(ConfigError, match="no checkpoints yet"):
         attention.show(None, "A dog", False, 0, store=store)
     checkpoints.save(build(tiny_config(vocab_size=50257)), tokenizers.gpt2(), "m", store)
     with pytest.raises(ConfigError, match="choose checkpoints to compare first"):
-        compare.compare([], "top_p", 1.0, 40, 0.9, 4, 0, "", 8, False, None, store=store)
+        compare.compare([], {"decoder": "top_p"}, store=store)
 
 
 def test_the_decoder_per_checkpoint_table_follows_the_chosen_checkpoints():

@@ -56,17 +56,18 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     def call(api, *args, **kwargs):
         called.add(api)
         return c.predict(*args, **kwargs, api_name=api)
-    no_rows = {"headers": ["checkpoint"], "data": []}
-    dec = ["greedy", 1.0, 40, 0.9, 4]
+    greedy = {"decoder": "greedy"}
     assert "made-later" in str(call("/checkpoints")["data"])
     assert call("/checkpoint_info", "made-later")["source"] == "scratch"
-    assert "lab-compare" in call("/compare", ["made-later"], *dec, 0, "A man", 2, False, no_rows)
+    assert "lab-compare" in call("/compare", ["made-later"], greedy, 0, "A man", 2)
     assert "lab-matrix" in call("/decoder_matrix", ["made-later"], "1.0", 1, 0, "")
     note = call("/attention", "made-later", "A dog on a couch .", False, 0)[0]
     assert "tokens" in note
     assert call("/head_differences", "made-later", "made-later", "A dog .")["data"]
-    scores = call("/evaluate", ["made-later"], *dec, 100, 0, "auto")
-    assert "100 / 100" in scores[1]
+    scores = call("/evaluate", ["made-later"], greedy, 100, 0, "auto")
+    assert "100 / 100" in scores["summary"] and scores["rows"][0][0] == "made-later"
+    per_checkpoint = {"made-later": {"decoder": "top_k", "top_k": 5}}    # its own over the shared
+    assert "top_k, top_k=5" in call("/compare", ["made-later"], greedy, 0, "", 1, per_checkpoint)
     def data(table):            # a table shown by an update (it also becomes visible)
         return (table.get("value") or table)["data"] if "__type__" in table else table["data"]
     table, said = call("/exposure_bias", "made-later", 100)
@@ -76,7 +77,7 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     files = files["value"] if isinstance(files, dict) and "__type__" in files else files
     assert [r[0] for r in data(table)] == ["bp-later", "London (baseline)"] and len(files) == 2
     assert len(data(answers)) == 500
-    assert "100 / 100" in call("/compare_scores", ["made-later"], *dec, 100, 0)[1]
+    assert "100 / 100" in call("/compare_scores", ["made-later"], greedy, 100, 0)["summary"]
     assert "done" in call("/job_status", job)[0]
     _refused(lambda: call("/stop_job", job), "only queued or running jobs stop")
     _refused(lambda: call("/stop_job_after_checkpoint", job), "only queued or running jobs stop")
@@ -106,9 +107,10 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
         wait_job(j["id"], ("stopped",), store=store, timeout=120)
     assert call("/start_all").count("Queued job") == 2           # both start anew (or go on)
     # a sweep scoring what was made after start (no training): checked, started, stopped, resumed
-    form = ["live", "(build your own)", "cpu", "", "", "", "", "0", 5, "test", "greedy", "made-later"]
-    assert "1 runs would be queued" in call("/check_sweep", *form)
-    assert "Queued 1 runs of sweep" in call("/start_sweep", *form)[1]
+    definition = {"name": "live", "checkpoints": ["made-later"],
+                  "score": {"n": 5, "split": "test", "decoders": ["greedy"]}}
+    assert [r["name"] for r in call("/check_sweep", definition)] == ["live-made-later"]
+    assert call("/start_sweep", definition) == ["live-made-later"]
     assert "made-later" in call("/stop_sweep", "live")
     from lab import sweeps
     live_job = sweeps.get("live", store)[1][0]["job"]["id"]

@@ -323,21 +323,18 @@ def api(tmp_path_factory):
 
 
 def _api_cases():
-    C = dict(checkpoints=["good"], decoder="top_p", temperature=1.0, top_k=40, top_p=0.9, num_beams=4,
-             seed=0, prefix="", n=2, per_model=False, rows=None)
+    C = dict(checkpoints=["good"], decoder="top_p", temperature=1.0, seed=0, prefix="", n=2)
+    DECODER_KEYS = ("decoder", "temperature", "top_k", "top_p", "num_beams")
 
-    def compare(expected, **over):
+    def compare(expected, per=None, **over):
         a = {**C, **over}
-        return ("/compare", [a["checkpoints"], a["decoder"], a["temperature"], a["top_k"], a["top_p"],
-                             a["num_beams"], a["seed"], a["prefix"], a["n"], a["per_model"],
-                             a["rows"]], expected)
+        if a["decoder"] in ("beam", "greedy") and "temperature" not in over:
+            del a["temperature"]                   # not a setting of those decoders
+        decode = {k: v for k, v in a.items() if k in DECODER_KEYS}
+        return ("/compare", [a["checkpoints"], decode, a["seed"], a["prefix"], a["n"], per], expected)
 
     def per_model(cells, expected):
-        row = dict(zip(["decoder", "temperature", "top_k", "top_p", "num_beams"], [None] * 5), **cells)
-        table = {"headers": ["checkpoint", "decoder", "temperature", "top_k", "top_p", "num_beams"],
-                 "data": [["good", row["decoder"], row["temperature"], row["top_k"], row["top_p"],
-                           row["num_beams"]]]}
-        return compare(expected, per_model=True, rows=table)
+        return compare(expected, per={"good": cells})
 
     def matrix(expected, checkpoints=("good",), temps="0.7,1.0", n=1, seed=0, prefix=""):
         return ("/decoder_matrix", [list(checkpoints), temps, n, seed, prefix], expected)
@@ -346,9 +343,9 @@ def _api_cases():
         return ("/attention", [name, text, generate, seed], expected)
 
     def evaluate(expected, names=("good",), decoder="random", temperature=1.0, n=100, seed=0,
-                 bleu_tokens="auto"):
-        return ("/evaluate", [list(names), decoder, temperature, 40, 0.9, 4, n, seed, bleu_tokens],
-                expected)
+                 bleu_tokens="auto", decode=None):
+        decode = decode if decode is not None else {"decoder": decoder, "temperature": temperature}
+        return ("/evaluate", [list(names), decode, n, seed, bleu_tokens], expected)
 
     cases = [
         compare("choose checkpoints to compare", checkpoints=[]),
@@ -421,13 +418,18 @@ def _api_cases():
         evaluate("choose checkpoints to evaluate", names=()),
         evaluate("no checkpoint 'missing'", names=("missing",)),
         evaluate("dev_perplexity is 'abc'", names=("badmetrics",)),
-        evaluate("not in the list of choices", n=7),
-        evaluate("not in the list of choices", n=10 ** 9),
+        evaluate("subset size must be a whole number from 1 to 5000", n=0),
+        evaluate("subset size must be a whole number from 1 to 5000", n=10 ** 9),
         evaluate("seed must be a whole number", seed=-1),
         evaluate("temperature must be between 0.01 and 100.0, got 0", temperature=0),
         evaluate("temperature must be between", temperature=1e300),
         evaluate("unknown plugin 'nope'", decoder="nope"),
-        evaluate("not in the list of choices", bleu_tokens="nope"),
+        evaluate("bleu_tokens must be 'auto', 'gpt2' or 'words'", bleu_tokens="nope"),
+        evaluate("decode: expected a JSON object", decode=[1, 2]),
+        evaluate("top_k is not a setting of the random decoder", decode={"decoder": "random", "top_k": 5}),
+        evaluate("unknown key(s) nope", decode={"decoder": "random", "nope": 1}),
+        compare("per_checkpoint names other, not among the chosen", per={"other": {}}),
+        compare("per_checkpoint: expected a JSON object", per={"good": 3}),
         evaluate("at most 8 at once", names=("good",) * 9),
     ]
     job = ["/job_status", "/stop_job", "/stop_job_after_checkpoint", "/resume_job"]
@@ -490,7 +492,7 @@ def _sweep_form_cases():
            ({"n": 0}, "captions scored must be a whole number from 1 to 5000"),
            ({"n": 10 ** 9}, "captions scored must be a whole number from 1 to 5000"),
            ({"decoders": "top_k,top_p=0.9"}, "top_p is not a setting of the top_k decoder"),
-           ({"recipe": "nope"}, "recipe: value: nope is not in the list of choices"),
+           ({"recipe": "nope"}, "unknown recipe 'nope'"),
            ({"checkpoints": "missing", "grid": ""}, "no checkpoint 'missing'"),
            ({"parent": "good", "grid": "n_layer=1,2"}, "keeps its parent's architecture")]
     return [({**F, **over}, expected) for over, expected in bad]
@@ -501,17 +503,44 @@ SWEEP_FORM_CASES = _sweep_form_cases()
 
 @pytest.mark.parametrize("form, expected", SWEEP_FORM_CASES,
                          ids=[f"sweep_form{i}" for i in range(len(SWEEP_FORM_CASES))])
-def test_api_sweep_form_refuses_before_queueing(form, expected, api):
+def test_sweep_form_refuses_before_queueing(form, expected, api):
+    from lab.ui.experiments import check_form, start_form
+    _, _, store = api
+    before = snapshot(store)
+    for said in (check_form(list(form.values()), store), start_form(list(form.values()), store)[1]):
+        one_clear_line(said.replace("**Not valid:** ", "").replace("**Not started:** ", ""), expected)
+    assert snapshot(store) == before
+
+
+def _sweep_definition_cases():
+    """/check_sweep's and /start_sweep's definition: one JSON object keyed by name."""
+    D = {"name": "s", "preset": "tiny", "grid": {"n_head": [1, 4]}, "set": ["epochs=1"],
+         "seeds": [0], "score": {"n": 20}}
+    bad = [({"name": "../x"}, "sweep name '../x' is not allowed"),
+           ({"grid": {"n_head": [5]}}, "n_embd=64 is not divisible by n_head=5"),
+           ({"grid": "n_head=1,4"}, "grid"),
+           ({"grid": {"n_head": [1] * 300}}, "a sweep runs at most 200"),
+           ({"set": ["lr"]}, "--set expects key=value"),
+           ({"set": ["lr=nan"]}, "lr: expected a finite number"),
+           ({"seeds": ["a"]}, "seeds"),
+           ({"score": {"n": 0}}, "score.n must be a whole number from 1 to 5000"),
+           ({"score": {"n": 20, "decoders": ["top_k,top_p=0.9"]}}, "top_p is not a setting of the top_k decoder"),
+           ({"grid": {}, "checkpoints": ["missing"]}, "no checkpoint 'missing'"),
+           ({"parent": "good", "grid": {"n_layer": [1, 2]}}, "keeps its parent's architecture"),
+           ({"nope": 1}, "unknown key(s) nope")]
+    return [({**D, **over}, expected) for over, expected in bad]
+
+
+SWEEP_DEFINITION_CASES = _sweep_definition_cases()
+
+
+@pytest.mark.parametrize("definition, expected", SWEEP_DEFINITION_CASES,
+                         ids=[f"sweep_definition{i}" for i in range(len(SWEEP_DEFINITION_CASES))])
+def test_api_sweep_definition_refuses_before_queueing(definition, expected, api):
     client, _, store = api
     before = snapshot(store)
     for endpoint in ("/check_sweep", "/start_sweep"):
-        message = _message(lambda: client.predict(*form.values(), api_name=endpoint))
-        if message.startswith("["):              # the form's own answer, said under the button
-            message = json.loads(message)[1]
-        elif message.startswith('"'):
-            message = json.loads(message)
-        message = message.replace("**Not valid:** ", "").replace("**Not started:** ", "")
-        one_clear_line(message, expected)
+        one_clear_line(_message(lambda: client.predict(definition, api_name=endpoint)), expected)
     assert snapshot(store) == before
 
 
@@ -604,8 +633,7 @@ def test_api_lists_every_checkpoint_and_sees_new_ones(api):
     checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)).eval(), tokenizers.gpt2(),
                      "made-later", store, provenance={"source": "scratch"})
     assert client.predict("made-later", api_name="/checkpoint_info")["name"] == "made-later"
-    out = client.predict(["made-later"], "greedy", 1.0, 40, 0.9, 4, 0, "", 2, False, None,
-                         api_name="/compare")
+    out = client.predict(["made-later"], {"decoder": "greedy"}, 0, "", 2, api_name="/compare")
     assert "lab-compare" in out
     checkpoints.delete("made-later", store)
 

@@ -306,22 +306,19 @@ def test_named_endpoints_through_gradio_client(server):
     """What the page does, a script can do: the named endpoints answer gradio_client, and a bad
     value comes back as the same one-line message, without a traceback."""
     from gradio_client import Client
-    from lab.ui.compare import PER_MODEL_COLUMNS
     url, _ = server
     client = Client(url, verbose=False)
     named = set(client.view_api(return_format="dict", print_info=False)["named_endpoints"])
     assert {"/compare", "/decoder_matrix", "/attention", "/head_differences", "/evaluate",
             "/start_job", "/job_status", "/stop_job", "/resume_job", "/checkpoints",
             "/checkpoint_info", "/import_gpt2", "/export_hf", "/delete_checkpoint"} <= named
-    no_rows = {"headers": PER_MODEL_COLUMNS, "data": []}     # the per-checkpoint decoder table
-    html = client.predict(["scratch-a", "scratch-b"], "greedy", 1.0, 40, 0.9, 4, 0, "A man", 3, False,
-                          no_rows, api_name="/compare")
+    html = client.predict(["scratch-a", "scratch-b"], {"decoder": "greedy"}, 0, "A man", 3,
+                          api_name="/compare")
     assert "scratch-a" in html and "scratch-b" in html and html.count("A man") >= 6
     info = client.predict("scratch-a", api_name="/checkpoint_info")
     assert info["source"] == "scratch" and info["model"]["n_layer"] == 2
     with pytest.raises(Exception) as refused:
-        client.predict(["scratch-a"], "greedy", 1.0, 40, 0.9, 4, 0, "", 500, False, no_rows,
-                       api_name="/compare")
+        client.predict(["scratch-a"], {"decoder": "greedy"}, 0, "", 500, api_name="/compare")
     assert "from 1 to 200, got 500" in str(refused.value)
     assert "Traceback" not in str(refused.value)
 

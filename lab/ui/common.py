@@ -303,12 +303,25 @@ def decoder_inputs(default: str = "top_p", label_prefix: str = "", elem_id: str 
     return DecoderInputs(decoder, fields)
 
 
-def decode_config(decoder, *values, seed=0, max_new_tokens: int = 35) -> DecodeConfig:
-    """The decoder settings of a form: its values in DecodeConfig.setting_names() order, of which
-    only the chosen decoder's count (bounded and checked by DecodeConfig)."""
-    names = DecodeConfig.setting_names()
-    return DecodeConfig.from_dict({"decoder": decoder, "seed": seed, "max_new_tokens": max_new_tokens,
-                                   **dict(zip(names, values))}, lenient=True)
+def form_decode(decoder, values) -> dict:
+    """A form's decoder fields (DecodeConfig.setting_names() order) as the named object an API
+    caller gives: the decoder and its own settings only (the form shows every decoder's)."""
+    own = {f.name for f in dataclasses.fields(DecodeConfig.settings_class(decoder) or _NoSettings)}
+    return {"decoder": decoder, **{k: v for k, v in zip(DecodeConfig.setting_names(), values)
+                                   if k in own}}
+
+
+@dataclass
+class _NoSettings:
+    """A decoder without settings (or an unknown one, which DecodeConfig names)."""
+
+
+def decode_of(decode, seed, what: str = "decode", lenient: bool = False) -> DecodeConfig:
+    """An API caller's named decoder settings, e.g. {"decoder": "top_p", "temperature": 0.7}."""
+    if not isinstance(decode, dict):
+        raise ConfigError(f'{what}: expected a JSON object such as {{"decoder": "top_p", '
+                          f'"temperature": 0.7}}, got {type(decode).__name__}')
+    return DecodeConfig.from_dict({**decode, "seed": seed}, lenient=lenient)
 
 
 def checkpoint_dropdown(ctx: Context, label: str, multiselect: bool = False, task: str | None = None,

@@ -19,8 +19,8 @@ from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.modeling.generate import MAX_PROMPT_CHARS, GenerationError, sample_captions
 from lab.ui.attention import MAX_TOKENS as MAX_ATTENTION_TOKENS
 from lab.registry import DECODERS
-from lab.ui.common import (LOADED, Context, checkpoint_dropdown, decoder_inputs,
-                           friendly, names_list, text, whole)
+from lab.ui.common import (LOADED, Context, checkpoint_dropdown, decode_of, decoder_inputs,
+                           form_decode, friendly, names_list, text, whole)
 
 PER_MODEL_COLUMNS = ["checkpoint", "decoder", *DecodeConfig.setting_names()]
 
@@ -55,28 +55,16 @@ def captions_table(columns: list[tuple[str, str, list[str]]]) -> str:
             f"<tbody>{rows}</tbody></table>")
 
 
-def compare(checkpoints_chosen, decoder, *rest, store=None):
-    """rest: the decoder settings' fields (DecodeConfig.setting_names()), then seed, prefix, n,
-    per_model and per_model_rows."""
-    names = DecodeConfig.setting_names()
-    if len(rest) != len(names) + 5:
-        raise ConfigError(f"compare takes the checkpoints, the decoder, its {len(names)} settings "
-                          f"({', '.join(names)}), seed, prefix, n, per_model and per_model_rows")
-    values, (seed, prefix, n, per_model, per_model_rows) = rest[:len(names)], rest[len(names):]
+def compare(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
+            per_checkpoint: dict | None = None, store=None):
+    """Captions of each chosen checkpoint side by side: `decode` the shared decoder by name
+    ({"decoder": "top_p", "temperature": 0.7}), `per_checkpoint` a checkpoint's own settings over
+    it ({"scratch": {"decoder": "greedy"}})."""
     chosen = names_list(checkpoints_chosen, "checkpoints to compare", store=store)
     n = whole(n, "number of captions", 1, 200)
     seed = whole(seed, "seed", 0, SEED_MAX)
     prefix = text(prefix, "prefix", MAX_PROMPT_CHARS).strip()
-    overrides = {}
-    if per_model and per_model_rows is not None:
-        for row in _rows(per_model_rows):
-            overrides[row["checkpoint"]] = row
-    shared = {"decoder": decoder, **dict(zip(names, values))}
-    settings = []
-    for name in chosen:       # every setting checked before any model runs
-        o = overrides.get(name, {})
-        own = {k: _cell(o.get(k), v) for k, v in shared.items()}
-        settings.append(DecodeConfig.from_dict({**own, "seed": seed}, lenient=True))
+    settings = _decoders(chosen, decode, per_checkpoint or {}, seed)   # all checked before any runs
     columns, texts = [], {}
     for name, cfg in zip(chosen, settings):
         ck = LOADED.get(name, store)
@@ -87,6 +75,36 @@ def compare(checkpoints_chosen, decoder, *rest, store=None):
     record = {"html": table, "captions": texts, "seed": seed, "prefix": prefix, "n": n,
               "decoders": {name: cfg.to_dict() for name, cfg in zip(chosen, settings)}}
     return table, record
+
+
+def _decoders(chosen: list[str], decode, per_checkpoint, seed) -> list[DecodeConfig]:
+    """Each chosen checkpoint's decoder: the shared one, with its own settings over it (a setting
+    of the shared decoder that its own decoder lacks is dropped)."""
+    decode_of(decode, seed)                                         # the shared one is whole
+    if not isinstance(per_checkpoint, dict) or not all(isinstance(v, dict) for v in per_checkpoint.values()):
+        raise ConfigError("per_checkpoint: expected a JSON object of checkpoint name -> decoder "
+                          "settings, e.g. {\"scratch\": {\"decoder\": \"greedy\"}}")
+    stray = sorted(set(per_checkpoint) - set(chosen))
+    if stray:
+        raise ConfigError(f"per_checkpoint names {', '.join(stray)}, not among the chosen "
+                          f"checkpoints {', '.join(chosen)}"[:300])
+    return [decode_of({**decode, **per_checkpoint.get(name, {})}, seed, f"decoder of {name}",
+                      lenient=name in per_checkpoint) for name in chosen]
+
+
+def compare_form(checkpoints_chosen, decoder, *rest, store=None):
+    """The page's Compare: rest is the decoder settings' fields (DecodeConfig.setting_names()),
+    seed, prefix, n, the per-checkpoint checkbox and its table; read as compare() takes them."""
+    k = len(DecodeConfig.setting_names())
+    values, (seed, prefix, n, per_model, per_model_rows) = rest[:k], rest[k:]
+    own = {}
+    if per_model and per_model_rows is not None:
+        for row in _rows(per_model_rows):
+            own[row["checkpoint"]] = {c: row[c] for c in PER_MODEL_COLUMNS[1:]
+                                      if _cell(row.get(c), None) is not None}
+    chosen = names_list(checkpoints_chosen, "checkpoints to compare", store=store)
+    own = {name: settings for name, settings in own.items() if name in chosen}
+    return compare(chosen, form_decode(decoder, values), seed, prefix, n, own, store=store)
 
 
 def caption_files(record, store=None):
@@ -266,9 +284,17 @@ def build(ctx: Context) -> SideBySide:
     last = gr.State(None)            # the last comparison, for its downloads and the report
     files = gr.File(label="download the captions (CSV, JSON)", file_count="multiple",
                     interactive=False, elem_id="compare-files")
-    run = friendly(lambda *a: compare(*a, store=ctx.store))
+    run = friendly(lambda *a: compare_form(*a, store=ctx.store))
     save = friendly(lambda r: caption_files(r, ctx.store))
-    go.click(run, inputs, [out, last], api_name="compare").success(save, last, files, api_visibility="private")
+    go.click(run, inputs, [out, last], api_visibility="private").success(
+        save, last, files, api_visibility="private")
+
+    def compare_api(checkpoints: list[str], decode: dict, seed: int = 0, prefix: str = "",
+                    n: int = 8, per_checkpoint: dict | None = None) -> str:
+        """Captions side by side (HTML). decode: the shared decoder by name, e.g. {"decoder":
+        "top_p", "temperature": 0.7}; per_checkpoint: {checkpoint: its own decoder settings}."""
+        return compare(checkpoints, decode, seed, prefix, n, per_checkpoint, store=ctx.store)[0]
+    gr.api(friendly(compare_api), api_name="compare")
 
     def then(event):
         return event.success(run, inputs, [out, last], api_visibility="private").success(

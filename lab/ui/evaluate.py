@@ -10,8 +10,8 @@ from lab.storage import exports
 from lab.ui.fields import Number, Radio
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.evaluation.evaluate import evaluate_live, verdicts
-from lab.ui.common import (LOADED, Context, checkpoint_dropdown, decode_config, decoder_inputs, friendly,
-                           names_list, whole)
+from lab.ui.common import (LOADED, Context, checkpoint_dropdown, decode_of, decoder_inputs, form_decode,
+                           friendly, names_list, whole)
 
 COLUMNS = ["checkpoint", "n", "perplexity ↓", "per-word perplexity ↓", "forward BLEU ↑",
            "backward BLEU (N) ↑", "harmonic BLEU (N) ↑"]
@@ -62,17 +62,17 @@ def provenance_md(snap: dict) -> str:
     return "\n".join(lines)
 
 
-def run(names, decoder, *rest, store=None, data_dir=None):
-    """rest: the decoder settings' fields (DecodeConfig.setting_names()), then n, seed and
-    bleu_tokens."""
-    k = len(DecodeConfig.setting_names())
-    if len(rest) != k + 3:
-        raise ConfigError(f"evaluate takes the checkpoints, the decoder, its {k} settings "
-                          f"({', '.join(DecodeConfig.setting_names())}), n, seed and bleu_tokens")
-    values, (n, seed, bleu_tokens) = rest[:k], rest[k:]
+BLEU_TOKENS = ("auto", "gpt2", "words")
+
+
+def scores(names, decode: dict, n=500, seed=0, bleu_tokens="auto", store=None, data_dir=None):
+    """Live scores of the chosen checkpoints on one seeded test subset, `decode` the decoder by
+    name ({"decoder": "random", "temperature": 1.0}): yields (rows, summary, the scores' record)."""
     names = names_list(names, "checkpoints to evaluate", store=store)
     n = whole(n, "subset size", 1, 5000)
-    cfg = decode_config(decoder, *values, seed=whole(seed, "seed", 0, SEED_MAX))
+    cfg = decode_of(decode, whole(seed, "seed", 0, SEED_MAX))
+    if bleu_tokens not in BLEU_TOKENS:
+        raise ConfigError(f"bleu_tokens must be 'auto', 'gpt2' or 'words', got {bleu_tokens!r}"[:200])
     models = {name: LOADED.get(name, store) for name in names}
     first, chunk = chunks(n)
     for snap in evaluate_live(models, n, cfg, bleu_tokens=bleu_tokens, data_dir=data_dir, chunk=chunk,
@@ -81,6 +81,14 @@ def run(names, decoder, *rest, store=None, data_dir=None):
         yield rows, provenance_md(snap), {"headers": COLUMNS, "rows": rows, "verdicts": verdicts(snap),
                                           "provenance": snap["provenance"], "done": snap["done"],
                                           "snapshot": snap}
+
+
+def run(names, decoder, *rest, store=None, data_dir=None):
+    """The page's form: rest is the decoder settings' fields (DecodeConfig.setting_names()), then
+    n, seed and bleu_tokens; scored as scores() scores them."""
+    k = len(DecodeConfig.setting_names())
+    values, (n, seed, bleu_tokens) = rest[:k], rest[k:]
+    yield from scores(names, form_decode(decoder, values), n, seed, bleu_tokens, store, data_dir)
 
 
 def score_files(scores, store=None):
@@ -106,8 +114,19 @@ def wire(button, inputs, shown: list, ctx: Context, api_name: str) -> gr.State:
     # a new evaluation hides the last one's downloads until its own scores are in
     button.click(lambda: gr.update(visible=False), None, files, queue=False, api_visibility="private")
     button.click(friendly(lambda *a: (yield from run(*a, store=ctx.store, data_dir=ctx.data_dir))),
-                 inputs, shown + [last], api_name=api_name).success(
+                 inputs, shown + [last], api_visibility="private").success(
         friendly(downloads), last, files, api_visibility="private")
+
+    def scores_api(checkpoints: list[str], decode: dict, n: int = 500, seed: int = 0,
+                   bleu_tokens: str = "auto") -> dict:
+        """Perplexity and BLEU with 95% intervals on a seeded test subset, streamed as samples
+        accumulate. decode: the decoder by name, e.g. {"decoder": "random", "temperature": 1.0}.
+        Each update: {"headers", "rows", "summary", "verdicts", "provenance", "done"}."""
+        for rows, summary, record in scores(checkpoints, decode, n, seed, bleu_tokens,
+                                            ctx.store, ctx.data_dir):
+            yield {"headers": COLUMNS, "rows": rows, "summary": summary, "verdicts": record["verdicts"],
+                   "provenance": record["provenance"], "done": record["done"]}
+    gr.api(friendly(scores_api), api_name=api_name)
     return last
 
 

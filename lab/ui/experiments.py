@@ -10,6 +10,7 @@ import gradio as gr
 
 from lab import sweeps
 from lab.config import ConfigError
+from lab.errors import LabError
 from lab.presets import PRESETS
 from lab.ui.common import Context, friendly, whole
 from lab.ui.common import text as bounded_text
@@ -140,6 +141,28 @@ def signature(name, store=None) -> str:
                       + [((r["job"] or {}).get("progress") or {}).get("event") for r in runs])
 
 
+def check_form(values, store=None) -> str:
+    """The form's Check: the runs it would queue, or why not, said under the button."""
+    try:
+        spec, runs = sweeps.check(definition(*values), store)
+    except LabError as e:
+        return f"**Not valid:** {e}"
+    return (f"{len(runs)} runs would be queued ({sweeps.budget_text(spec.to_dict())}):\n\n"
+            + "\n".join(f"- `{r.name}`: {sweeps._describe(r.values, r.seed)}" for r in runs))
+
+
+def start_form(values, store=None):
+    """The form's Start: the sweep chosen below once queued, and what was done, or why not."""
+    try:
+        doc = definition(*values)
+        runs = sweeps.start(doc, store)
+    except LabError as e:
+        return gr.skip(), f"**Not started:** {e}"
+    return (gr.update(choices=sweep_choices(store), value=doc["name"]),
+            f"Queued {len(runs)} runs of sweep **{doc['name']}**; they run one after another in "
+            f"the background worker. Their progress is below.")
+
+
 def build(ctx: Context):
     gr.Markdown("Run a set of training runs over a grid of settings and seeds, each scored the same "
                 "way when it ends, and read them as one table with 95% intervals. Each run is a job "
@@ -149,25 +172,23 @@ def build(ctx: Context):
     gr.Markdown("### Sweeps")
     chosen = _watch(ctx)
 
-    def check(*values):
-        try:
-            spec, runs = sweeps.check(definition(*values), ctx.store)
-        except ConfigError as e:
-            return f"**Not valid:** {e}"
-        return (f"{len(runs)} runs would be queued ({sweeps.budget_text(spec.to_dict())}):\n\n"
-                + "\n".join(f"- `{r.name}`: {sweeps._describe(r.values, r.seed)}" for r in runs))
+    check_btn.click(friendly(lambda *v: check_form(v, ctx.store)), form, message,
+                    api_visibility="private")
+    go.click(friendly(lambda *v: start_form(v, ctx.store)), form, [chosen, message],
+             api_visibility="private")
 
-    def start(*values):
-        try:
-            doc = definition(*values)
-            runs = sweeps.start(doc, ctx.store)
-        except ConfigError as e:
-            return gr.skip(), f"**Not started:** {e}"
-        return (gr.update(choices=sweep_choices(ctx.store), value=doc["name"]),
-                f"Queued {len(runs)} runs of sweep **{doc['name']}**; they run one after another in "
-                f"the background worker. Their progress is below.")
-    check_btn.click(friendly(check), form, message, api_name="check_sweep")
-    go.click(friendly(start), form, [chosen, message], api_name="start_sweep")
+    def check_api(definition: dict) -> list[dict]:
+        """The runs a sweep definition would queue, queueing nothing. definition: one JSON object
+        keyed as `sweep` definitions are (name, preset, parent, grid {key: [values]}, set
+        ["KEY=VALUE"], seeds, score {...}, checkpoints, ...)."""
+        return [{"name": r.name, "values": r.values, "seed": r.seed}
+                for r in sweeps.check(definition, ctx.store)[1]]
+
+    def start_api(definition: dict) -> list[str]:
+        """Queue a sweep from its definition (as check_sweep takes it): the names of its runs."""
+        return [r.name for r in sweeps.start(definition, ctx.store)]
+    gr.api(friendly(check_api), api_name="check_sweep")
+    gr.api(friendly(start_api), api_name="start_sweep")
     return chosen, form, note
 
 
