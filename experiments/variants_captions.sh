@@ -27,7 +27,7 @@ for run in "${runs[@]}"; do
 done
 python - <<'PY'
 import os
-from lab import checkpoints
+from lab.storage import checkpoints
 from lab.modeling.model import build
 times = dict(line.split() for line in open(os.path.join(os.environ["LAB_STORE"], "times.txt")))
 print("| run | settings | parameters | dev perplexity (500 captions) | train time |")

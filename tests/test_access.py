@@ -98,7 +98,7 @@ def test_concurrent_first_loads_in_a_fresh_process(store):
     checkpoints.save(build(tiny_config(vocab_size=50257)), tokenizers.gpt2(), "m", store)
     code = (
         "import threading, sys\n"
-        "from lab import checkpoints\n"
+        "from lab.storage import checkpoints\n"
         "errors = []\n"
         "def go():\n"
         "    try:\n"

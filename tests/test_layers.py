@@ -39,7 +39,7 @@ def _imports(path: Path, known: set[str]) -> set[str]:
             if node.level:
                 base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
                                 + ([base] if base else []))
-            # `from lab import jobs` imports lab.worker.jobs; `from lab.worker.jobs import x` imports lab.worker.jobs
+            # `from lab.worker import jobs` imports lab.worker.jobs; `from lab.worker.jobs import x` imports lab.worker.jobs
             names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
         else:
             continue

@@ -112,7 +112,8 @@ def test_live_evaluation_labels_perplexity_by_tokenizers_not_bleu_tokens(corpus_
     from lab.config import ConfigError
     bp = birthplace.tokenizer()
     checkpoints.save(build(tiny_config(vocab_size=bp.vocab_size, n_positions=128)), bp, "bp")
-    with pytest.raises(ConfigError, match="bp is a birth-place model.*Birth places section"):
+    with pytest.raises(ConfigError, match=r"perplexity and BLEU of generated text: not for bp, a birthplace model \(its task's "
+                                         r"checkpoints go to the answers view\)"):
         next(evaluate_live({"m": checkpoints.load("m"), "bp": checkpoints.load("bp")}, 40,
                            DecodeConfig(max_new_tokens=8)))
     last = snaps[-1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from lab.storage import checkpoints
-from lab.inputs import data
+from lab.inputs import data, tasks
 from lab.config import ConfigError, DecodeConfig
 from lab.modeling.generate import CaptionStream, sample_captions
 from lab.modeling.device import pick_device
@@ -25,13 +25,9 @@ def bleu_tokens_of(texts_or_ids, tokenizer, kind: str):
 
 
 def check_captions_model(ck) -> None:
-    """Caption perplexity and BLEU are for caption models: a birth-place model (it reads a
-    question from its first character) is scored by its answers instead."""
-    from plugins.tasks.birthplace import core as birthplace
-    if birthplace.is_task_tokenizer(ck.tokenizer):
-        raise ConfigError(f"{ck.name} is a birth-place model: caption perplexity and BLEU do not "
-                          f"apply to it; score its answers in the Evaluate tab's Birth places "
-                          f"section or with `python -m lab birthplace evaluate --checkpoint {ck.name}`")
+    """Perplexity and BLEU of generated text are for models whose task generates text (its
+    `tabs` offer "generate"); a birth-place model, say, is scored by its answers instead."""
+    tasks.check_view(ck, "generate", "perplexity and BLEU of generated text")
 
 
 def evaluate(checkpoint: str, split: str = "test", n: int = 5000, decode: DecodeConfig | None = None,

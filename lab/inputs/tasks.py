@@ -49,6 +49,29 @@ def meta(name: str) -> dict:
     return TASKS.get(name).meta
 
 
+def of_checkpoint(ck) -> str:
+    """The task a loaded checkpoint serves: the one its provenance names, else one whose plugin
+    `recognizes` its tokenizer (a checkpoint saved without provenance), else the default."""
+    if (ck.meta or {}).get("task"):
+        return task_of(ck.meta)
+    load_plugins()
+    for name in TASKS.names():
+        plugin = TASKS.build(name)
+        if getattr(plugin, "recognizes", None) and plugin.recognizes(ck.tokenizer):
+            return name
+    return task_of(None)
+
+
+def check_view(ck, view: str, what: str) -> None:
+    """Refuse a loaded checkpoint whose task does not offer `view` ("generate", "answers"; its
+    `tabs`) for `what` the person asked, saying which task it is and what it offers instead."""
+    task = of_checkpoint(ck)
+    tabs = meta(task).get("tabs", ())
+    if view not in tabs:
+        raise ConfigError(f"{what}: not for {ck.name}, a {task} model (its task's checkpoints go "
+                          f"to the {' and '.join(tabs) or 'no'} view)"[:300])
+
+
 @dataclass(frozen=True)
 class Metric:
     """A dev score a run keeps its best checkpoint by."""

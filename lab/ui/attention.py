@@ -9,7 +9,7 @@ import gradio as gr
 
 from lab.ui.fields import Checkbox, Dropdown, Number, Textbox
 from lab.evaluation import attention_maps
-from plugins.tasks.birthplace import core as birthplace   # the birth-place task's answers (its view)
+from lab.inputs import tasks
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.errors import LabError
 from lab.modeling.generate import MAX_PROMPT_CHARS, sample_captions
@@ -45,12 +45,18 @@ def reading(ck):
 
 
 def _capture(name, text, generate, seed, store):
-    """The checkpoint, its capture, and the text shown (a generated caption, if asked)."""
+    """The checkpoint, its capture, and the text shown (a generated caption, if asked; a task
+    that continues text its own way, such as answering a question, does so)."""
     text = bounded_text(text, "text", MAX_PROMPT_CHARS).strip()
     cfg = DecodeConfig(decoder="top_p", settings={"temperature": 0.7}, seed=whole(seed, "seed", 0, SEED_MAX))
     ck = LOADED.get(need_checkpoint(name, "a checkpoint", store), store)
-    if generate and birthplace.is_task_tokenizer(ck.tokenizer):
-        return (ck, *_answered(ck, need(text, "a question, e.g. 'Where was Ada Lovelace born?'")))
+    own = getattr(tasks.get(tasks.of_checkpoint(ck)), "continue_text", None)
+    if generate and own:
+        limit = min(MAX_TOKENS * 2, ck.config.n_positions)
+        with reading(ck):
+            shown, n_prompt = own(ck.model, ck.tokenizer, text, limit)
+            return ck, attention_maps.capture(ck.model, ck.tokenizer, shown, n_prompt=n_prompt,
+                                              max_tokens=limit), shown
     if generate:      # a caption just generated: attention over the generated tokens too
         cap = sample_captions(ck.model, ck.tokenizer, 1, cfg, prompt=text)[0]
         n_prompt = 1 + cap.n_prompt
@@ -59,23 +65,6 @@ def _capture(name, text, generate, seed, store):
     if not text:
         raise ConfigError("type a text, or tick 'generate a caption' to continue from the prefix")
     return ck, attention_maps.capture(ck.model, ck.tokenizer, text, max_tokens=MAX_TOKENS), text
-
-
-def _answered(ck, question: str):
-    """A birth-place model's capture of question + ⁇ + its greedy answer (as it evaluates: no BOS,
-    the answer read up to its closing ⁇), and that text."""
-    mask = birthplace.MASK
-    prompt = question if question.endswith(mask) else question + mask
-    with reading(ck):
-        ids = ck.tokenizer.encode(prompt)
-        limit = min(MAX_TOKENS * 2, ck.config.n_positions)
-        if len(ids) >= limit:
-            raise ConfigError(f"the question is {len(ids)} characters with its {mask}; a question "
-                              f"of at most {limit - 1} leaves room for the answer")
-        said = birthplace.answer(ck.model, ck.tokenizer, [prompt[:-1]])[0]
-        text = (prompt + said)[:limit]
-        cap = attention_maps.capture(ck.model, ck.tokenizer, text, n_prompt=len(ids), max_tokens=limit)
-    return cap, text
 
 
 def per_token_markdown(cap) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from lab.inputs import tasks
 from lab.storage import checkpoints
 from lab.evaluation import exposure as eb
 from lab.storage import exports
@@ -194,13 +195,10 @@ EXPOSURE_COLUMNS = ["own tokens m", "captions", "loss after the gold prefix",
 
 def exposure(name, n, store=None, data_dir=None):
     """A captions checkpoint's exposure bias on a seeded subset of dev captions."""
-    from plugins.tasks.birthplace import core as birthplace
     name = names_list(name, "a captions checkpoint", limit=1, store=store)[0]
     n = whole(n, "captions", 1, 5000)
     ck = LOADED.get(name, store)
-    if birthplace.is_task_tokenizer(ck.tokenizer):
-        raise ConfigError(f"{name} is a birth-place model; exposure bias is measured on captions: "
-                          f"choose a captions checkpoint")
+    tasks.check_view(ck, "generate", "exposure bias of generated captions")
     rows, used = eb.on_split(ck.model, ck.tokenizer, "dev", n, 0, data_dir)
     shown = [[r["prefix"], r["captions"], f"{r['teacher_forced']:.4f}", f"{r['own_prefix']:.4f}",
               f"{r['gap']:+.4f} [{r['gap_ci'][0]:+.4f}, {r['gap_ci'][1]:+.4f}]"] for r in rows]

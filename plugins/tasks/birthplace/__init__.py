@@ -23,6 +23,26 @@ DEV_DOCS = 256            # span objective: documents corrupted once (a fixed se
 class BirthplaceTask:
     name = "birthplace"
 
+    @staticmethod
+    def recognizes(tokenizer) -> bool:
+        """A checkpoint of this task, known by its tokenizer (one saved without provenance)."""
+        return bp.is_task_tokenizer(tokenizer)
+
+    @staticmethod
+    def continue_text(model, tokenizer, text: str, limit: int) -> tuple[str, int]:
+        """What a view shows when the model is asked to go on from `text`: the question, its ⁇
+        and the greedy answer (read as the task evaluates: no BOS, up to the closing ⁇), cut at
+        `limit` characters; and how many of them are the question's."""
+        if not text:
+            raise ConfigError("type a question, e.g. 'Where was Ada Lovelace born?'")
+        prompt = text if text.endswith(bp.MASK) else text + bp.MASK
+        n_prompt = len(tokenizer.encode(prompt))
+        if n_prompt >= limit:
+            raise ConfigError(f"the question is {n_prompt} characters with its {bp.MASK}; a "
+                              f"question of at most {limit - 1} leaves room for the answer")
+        said = bp.answer(model, tokenizer, [prompt[:-1]])[0]
+        return (prompt + said)[:limit], n_prompt
+
     def data_dir(self, caption_dir=None):
         """The task's own folder (LAB_BIRTHPLACE_DIR, which its CLI's --data-dir sets, or the
         default): a run's data_dir names the caption corpus (the worker's, the app's)."""
