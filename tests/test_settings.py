@@ -152,3 +152,46 @@ def test_the_api_example_runs_with_a_third_party_plugin_installed(tmp_path):
                            api_name="/start_job")
         described = client.predict(api_name="/settings")
         assert any(r["name"] == "norm.scale" for r in described["plugins"]["norm"]["scaled"])
+
+
+def _shown(value):
+    """A form value as job_form gives it: a plain value, or an update carrying one."""
+    return value.get("value") if isinstance(value, dict) and value.get("__type__") == "update" else value
+
+
+def test_the_form_restored_from_a_job_starts_the_same_job(store):
+    """After a reload, the Train form shows a job's own settings (preset, parent, tokenizer, every
+    plugin setting) read from its named spec: pressing Start again would queue the very same
+    configs, never a form that Start refuses."""
+    import torch
+    from lab.modeling.model import build
+    from lab.inputs import tokenizers
+    from lab.storage import checkpoints
+    from lab.worker import jobs
+    from lab.presets import configs
+    from lab.ui import train
+    from tests.conftest import tiny_config
+    torch.manual_seed(0)
+    checkpoints.save(build(tiny_config(vocab_size=50257)), tokenizers.gpt2(), "parent-a", store,
+                     provenance={"source": "scratch", "task": "captions"})
+    submitted = [
+        ("own-gqa", "tiny", "", {"epochs": 1, "attention": "gqa", "attention.kv_groups": 2,
+                                 "positional": "rotary", "positional.theta": 5000.0,
+                                 "max_steps": 3, "lr_schedule": "warmup_cosine", "warmup_steps": 1}),
+        ("a-fine-tune", "smollm2-quick", "parent-a", {"epochs": 2, "train_layers": "2",
+                                                       "max_dev_captions": 40}),
+        ("birth", "birthplace-finetune", "", {"epochs": 3})]
+    for name, preset, parent, named in submitted:
+        m, t, _ = configs(preset, named=named)
+        job_id = jobs.submit(name, None if parent else m.to_dict(), t.to_dict(), parent=parent or None,
+                             preset=preset, store=store)
+        job = jobs.get(job_id, store)
+        shown = [_shown(v) for v in train.job_form(job, store)]
+        assert shown[0] == name and shown[1] == preset and shown[2] == parent
+        assert f"settings of job {job_id}" in shown[-1]
+        values = shown[3:-1]
+        assert len(values) == len(train.form_fields())
+        again_m, again_t, _ = configs(preset, named=train.form_settings(values, parent))
+        assert again_t.to_dict() == job["spec"]["train"], name
+        if not parent:
+            assert again_m.to_dict() == job["spec"]["model"], name
