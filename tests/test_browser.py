@@ -4,6 +4,7 @@ Every request that would leave the machine is blocked and recorded; the attentio
 without any. Set LAB_SCREENSHOTS=DIR to save a screenshot of each tab (the pictures in README.md
 and docs/)."""
 import os
+import re
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -221,6 +222,9 @@ def test_finetune_job_from_the_form_survives_a_reload_and_stops(page, server):
     _tokenizer_kept(page, "scratch-a")
     page.locator("#train-stop-now").click()
     page.locator("#train-progress .lab-progress[data-status='stopped']").wait_for(timeout=60_000)
+    # the status line itself says where the run stopped and how to go on
+    expect(page.locator("#train-progress .lab-progress-text")).to_contain_text(
+        re.compile(r"stopped (before its first step|at epoch \d+, step \d+ .*Resume)"), timeout=30_000)
 
 
 def test_import_smollm2_from_the_checkpoints_tab(page, server):

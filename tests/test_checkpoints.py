@@ -104,3 +104,15 @@ def test_deleting_a_parent_names_its_fine_tunes(store):
                     "provenance still names base.")
     assert [r[0] for r in rows] == ["child"] and details == {}     # its details are cleared
     assert choice["value"] is None and confirm == ""                # and so are the choice and the box
+
+
+def test_a_taken_name_offers_a_resume_only_where_there_is_a_run(store):
+    """An imported checkpoint has no run to resume: its refusal does not offer one."""
+    from lab.storage import store as lab_store
+    checkpoints.save(build(tiny_config()), tokenizers.CharTokenizer("abc"), "imported", store)
+    with pytest.raises(checkpoints.CheckpointError) as e:
+        checkpoints.refuse_existing("imported", store)
+    assert str(e.value) == "checkpoint 'imported' already exists; choose another name or delete it first"
+    (store / lab_store.RUNS / "imported").mkdir(parents=True)
+    with pytest.raises(checkpoints.CheckpointError, match="delete it first, or resume its run"):
+        checkpoints.refuse_existing("imported", store)

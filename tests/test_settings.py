@@ -195,3 +195,16 @@ def test_the_form_restored_from_a_job_starts_the_same_job(store):
         assert again_t.to_dict() == job["spec"]["train"], name
         if not parent:
             assert again_m.to_dict() == job["spec"]["model"], name
+
+
+def test_a_stopped_job_says_where_it_stands_and_how_to_go_on():
+    from lab.ui.train import progress_html
+    job = {"status": "stopped", "error": None,
+           "progress": {"event": "stopped", "epoch": 2, "step": 40, "saved": True,
+                        "reason": "stopped during the epoch"}}
+    assert "stopped at epoch 2, step 40 (stopped during the epoch); its state is saved: Resume goes " \
+           "on from there" in progress_html(job)
+    job["progress"]["saved"] = False
+    assert "nothing was saved: Resume starts it again" in progress_html(job)
+    assert "stopped before its first step" in progress_html({"status": "stopped", "error": None,
+                                                            "progress": None})

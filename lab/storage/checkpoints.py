@@ -61,8 +61,9 @@ def refuse_existing(name: str, store=None) -> None:
     root = store_dir(store)
     recover(store, only=check_name(name))
     if (root / name).exists():
-        raise CheckpointError(f"checkpoint {name!r} already exists; choose another name, delete it "
-                              f"first, or resume its run")
+        run = (root / store_mod.RUNS / name).is_dir()     # only a trained checkpoint has a run
+        raise CheckpointError(f"checkpoint {name!r} already exists; choose another name"
+                              + (", delete it first, or resume its run" if run else " or delete it first"))
     if (root / store_mod.RUNS / name / "last").exists():
         raise CheckpointError(f"a stopped run named {name!r} kept its state to resume from; resume "
                               f"it, delete it first, or choose another name")

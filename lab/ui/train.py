@@ -276,6 +276,8 @@ def progress_html(job: dict) -> str:
         text = "running: loading the data and the model"
     elif event == "start" and status == "running":
         text = f"running: training on {p['device']}, the first step under way"
+    elif status in ("stopped", "interrupted"):
+        text = stopped_text(status, p)
     if status == "running" and p.get("time"):
         text += f" (updated {format_duration(max(0, time.time() - p['time']))} ago)"
     if status == "done":
@@ -284,6 +286,18 @@ def progress_html(job: dict) -> str:
         text += f" — {html.escape(job['error'])}"
     return (f"<div class='lab-progress' data-status='{status}'><div class='bar' style='width:{100 * frac:.1f}%'>"
             f"</div></div><div class='lab-progress-text'>{text}</div>")
+
+
+def stopped_text(status: str, p: dict) -> str:
+    """Where a stopped (or interrupted) run stands and how to go on, said in the status line."""
+    if p.get("event") == "stopped":
+        where = f"at epoch {p['epoch']}, step {p['step']} ({p.get('reason') or 'stopped'})"
+        after = ("its state is saved: Resume goes on from there" if p.get("saved")
+                 else "nothing was saved: Resume starts it again")
+        return f"{status} {where}; {after}"
+    if not p or p.get("event") in ("data", None):
+        return f"{status} before its first step"
+    return f"{status} at step {p.get('step', '?')}: Resume goes on from its last save"
 
 
 class _Curve:
