@@ -54,7 +54,7 @@ def run_one(run: str, args) -> None:
     from lab.training import runs
     from lab.presets import configs
     from lab.storage.smollm2 import import_smollm2
-    from lab.training.train import format_event
+    from lab.training.progress import format_event
 
     layers = RUNS[run]
     name = "scratch-1ep" if layers is None else f"smol-{run}-ft"

@@ -3,7 +3,8 @@
 The library in layers; each imports only those below it (tests/test_layers.py checks there is no
 circle):
 - the ground: errors, registry (the plugin registries), settings (a setting described once),
-  config (model, training and decoding configs), presets;
+  plugin_settings (a plugin's own settings), overrides (`key=value` text), config (model,
+  training and decoding configs), presets;
 - modeling: a model and how it decodes;
 - inputs: corpora, tokenizers, the task contract;
 - storage: the store, checkpoints, HF interop, SmolLM2, exports and reports;

@@ -13,7 +13,7 @@ import time
 
 from lab.config import ConfigError, DecodeConfig
 from lab.errors import LabError
-from lab.training.train import format_event
+from lab.training.progress import format_event
 
 def _print_json(obj) -> None:
     print(json.dumps(obj, indent=2, default=str))

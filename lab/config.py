@@ -8,6 +8,9 @@ the config-JSON field, the CLI `--set` key and the UI form label. A plugin's set
 
 A model family (the `model` plugin) fills the parts a config leaves unset: `model=llama` alone is
 RMSNorm, grouped-query attention, rotary positions and SwiGLU; any part may still be named.
+
+A plugin's own settings are filled and checked by lab.plugin_settings, `key=value` overrides split by
+lab.overrides; both are read from here too.
 """
 from __future__ import annotations
 
@@ -19,7 +22,11 @@ from pathlib import Path
 from typing import ClassVar
 
 from lab.errors import ConfigError
-from lab.registry import REGISTRIES, TASKS, load_plugins
+from lab.overrides import owner, split_overrides  # noqa: F401  (read from here by the CLI and presets)
+from lab.plugin_settings import (FAMILY_KEYS, check_settings, family_defaults, fill_settings,
+                                 keep_best_choices, legacy_keys, plugin_choices, plugin_field,
+                                 scratch_tokenizer_choices, task_meta)
+from lab.registry import REGISTRIES, load_plugins
 from lab.settings import check_value, coerce, describe, setting
 
 
@@ -82,62 +89,6 @@ class _Config:
         """The config's own rules that cross fields (its values are bounded by then)."""
 
 
-def owner(key: str, *classes) -> int:
-    """Which of the config classes has setting `key` (`KIND.SETTING` for a plugin's); an unknown
-    or moved key is refused by name."""
-    for i, cls in enumerate(classes):
-        moved = cls.moved_keys() if hasattr(cls, "moved_keys") else {}
-        if key in moved:
-            raise ConfigError(f"{key} {moved[key]}")
-        if key in {f.name for f in dataclasses.fields(cls)} or (
-                "." in key and key.split(".", 1)[0] in getattr(cls, "PLUGIN_KINDS", ())):
-            return i
-    valid = sorted({f.name for c in classes for f in dataclasses.fields(c)} - {"settings"})
-    raise ConfigError(f"unknown key {key!r}; valid keys are: {', '.join(valid)}, and a "
-                      f"plugin's own settings as KIND.SETTING (python -m lab settings lists "
-                      f"them)"[:1200])
-
-
-def split_overrides(pairs: list[str], *classes) -> list[dict]:
-    """Split `key=value` strings among config classes by which one has the key."""
-    out = [{} for _ in classes]
-    for pair in pairs:
-        if "=" not in pair:
-            raise ConfigError(f"--set expects key=value, got {pair!r}")
-        key, value = pair.split("=", 1)
-        try:
-            out[owner(key.strip(), *classes)][key.strip()] = value
-        except ConfigError as e:
-            raise ConfigError(f"--set: {e}") from None
-    return out
-
-
-def fill_settings(cls, given: dict, prefix: str) -> dict:
-    """A plugin's settings: the given values converted to their declared types, the rest at their
-    defaults; names the plugin does not declare stay, for check_settings to refuse."""
-    hints = typing.get_type_hints(cls)
-    values = {f.name: coerce(prefix + f.name, given[f.name], hints[f.name])
-              if f.name in given else f.default for f in dataclasses.fields(cls)}
-    return {**given, **values}
-
-
-def check_settings(cls, given: dict, prefix: str, plugin: str, config) -> None:
-    """One plugin's settings: only declared names, within their bounds and choices, and the
-    settings class's own `check(config)`."""
-    names = [f.name for f in dataclasses.fields(cls)] if cls else []
-    for key in given:
-        if key not in names:
-            has = f"its settings are: {', '.join(names)}" if names else "it has no settings"
-            raise ConfigError(f"{prefix}{key}: the {plugin} has no setting {key!r}; {has}"[:300])
-    if cls is None:
-        return
-    for f in dataclasses.fields(cls):
-        check_value(prefix + f.name, given[f.name], f)
-    instance = cls(**given)
-    if hasattr(instance, "check"):
-        instance.check(config)
-
-
 def parse_blocks(value, n_layer: int | None = None, key: str = "layers") -> list[int]:
     """'1,6,12' (or [1, 6, 12]) -> [1, 6, 12]: 1-based blocks, in the order given, each once,
     within 1..n_layer when it is known. The one parser of block lists: the layers picked from a
@@ -162,42 +113,10 @@ def parse_blocks(value, n_layer: int | None = None, key: str = "layers") -> list
     return layers
 
 
-def _names(kind: str):
-    """A registry's names, read when asked (the choices of a plugin field)."""
-    def names():
-        load_plugins()
-        return REGISTRIES[kind].names()
-    names.plugin_kind = kind            # a wrong name is "an unknown plugin" (lab.settings)
-    return names
-
-
-def _plugin_field(kind: str, help: str):
-    return setting(None, help, choices=_names(kind), blank="the family's")
-
-
-# the parts a model family fills when a config leaves them blank (its plugin's `defaults`)
-FAMILY_KEYS = ("norm", "norm_position", "attention", "positional", "mlp", "bias", "norm_eps",
-               "tie_embeddings", "dropout")
-
-
-def family_defaults(model: str) -> dict:
-    """The parts model family `model` chooses, as its plugin declares them."""
-    load_plugins()
-    models = REGISTRIES["model"]
-    if model not in models:
-        return {}
-    defaults = models.get(model).meta.get("defaults", {})
-    missing = [k for k in FAMILY_KEYS if k not in defaults]
-    if missing:
-        raise ConfigError(f"model plugin {model!r} declares no default for {', '.join(missing)}; "
-                          f"its registration's `defaults` must name every part")
-    return dict(defaults)
-
-
 @dataclass
 class ModelConfig(_Config):
     model: str = setting("gpt2", "the family: it builds the model and fills the parts left blank",
-                         choices=_names("model"))
+                         choices=plugin_choices("model"))
     vocab_size: int = setting(50257, "tokens in the vocabulary (a new model's is its tokenizer's)",
                               min=1, max=1_000_000)
     n_positions: int = setting(1024, "the longest context the model reads", min=1, max=32768,
@@ -207,12 +126,12 @@ class ModelConfig(_Config):
     n_head: int = setting(12, "query heads per attention layer; divides n_embd", min=1, max=4096)
     n_inner: int | None = setting(None, "the MLP's hidden width", min=1, max=131072,
                                   blank="4 x n_embd")
-    norm: str | None = _plugin_field("norm", "the norm plugin")
+    norm: str | None = plugin_field("norm", "the norm plugin")
     norm_position: str | None = setting(None, "pre (GPT-2) or post (the original Transformer)",
                                         choices=("pre", "post"), blank="the family's")
-    attention: str | None = _plugin_field("attention", "the attention plugin")
-    positional: str | None = _plugin_field("positional", "the positional plugin")
-    mlp: str | None = _plugin_field("mlp", "the MLP plugin")
+    attention: str | None = plugin_field("attention", "the attention plugin")
+    positional: str | None = plugin_field("positional", "the positional plugin")
+    mlp: str | None = plugin_field("mlp", "the MLP plugin")
     bias: bool | None = setting(None, "biases in the linear layers (GPT-2 yes, Llama no)",
                                 blank="the family's")
     norm_eps: float | None = setting(None, "epsilon of every norm", min=1e-12, max=1.0,
@@ -257,7 +176,7 @@ class ModelConfig(_Config):
     def moved_keys(cls) -> dict[str, str]:
         """Top-level keys of older configs that are a plugin's setting now, and where they went."""
         out = {}
-        for kind, plugin, old, new in _legacy_keys():
+        for kind, plugin, old, new in legacy_keys(cls.PLUGIN_KINDS):
             new = new if isinstance(new, str) else new[0]
             out[old] = (f"is the {plugin} {kind} plugin's own setting now: "
                         f"--set {kind}={plugin} --set {kind}.{new}=VALUE")
@@ -291,7 +210,7 @@ class ModelConfig(_Config):
         its registration) when that plugin is the chosen one; otherwise it meant nothing."""
         model = d.get("model", "gpt2")
         family = family_defaults(model) if isinstance(model, str) else {}
-        for kind, plugin, old, new in _legacy_keys():
+        for kind, plugin, old, new in legacy_keys(ModelConfig.PLUGIN_KINDS):
             if old not in d:
                 continue
             value = d.pop(old)
@@ -361,34 +280,6 @@ class ModelConfig(_Config):
         return self.n_embd // self.n_head
 
 
-def _legacy_keys() -> list[tuple[str, str, str, str]]:
-    """(kind, plugin, old top-level key, its setting) for every plugin that declares
-    `legacy_keys`: the keys older configs kept at the top before plugins had settings. The
-    setting is its name, or (name, convert(old value, the config's dict))."""
-    load_plugins()
-    return [(kind, name, old, new) for kind in ModelConfig.PLUGIN_KINDS
-            for name in REGISTRIES[kind].names()
-            for old, new in REGISTRIES[kind].get(name).meta.get("legacy_keys", {}).items()]
-
-
-def _task_meta(task: str) -> dict:
-    load_plugins()
-    return TASKS.get(task).meta
-
-
-def _keep_best_names() -> list[str]:
-    """What the trainer may keep the best checkpoint by: any task's declared metrics, or none."""
-    load_plugins()
-    names = [m for t in TASKS.names() for m in _task_meta(t).get("keep_best", {})]
-    return list(dict.fromkeys(names)) + ["none"]
-
-
-def _scratch_tokenizers() -> list[str]:
-    """The tokenizers a model trained from scratch may have: any task's declared `tokenizers`."""
-    load_plugins()
-    return list(dict.fromkeys(k for t in TASKS.names() for k in _task_meta(t).get("tokenizers", ())))
-
-
 @dataclass
 class TrainConfig(_Config):
     epochs: int = setting(20, "passes over the training split (an upper bound with early "
@@ -404,7 +295,7 @@ class TrainConfig(_Config):
     shuffle: bool = setting(True, "reshuffle the training examples every epoch")
     early_stop: str = setting("perplexity", "the dev score the run keeps its best checkpoint by "
                               "and stops on (the task's metrics), or none: keep the last",
-                              choices=_keep_best_names)
+                              choices=keep_best_choices)
     patience: int = setting(1, "evaluations without improvement before stopping", min=1,
                             max=10_000)
     bleu_samples: int = setting(500, "dev examples sampled at each evaluation for dev BLEU "
@@ -428,7 +319,7 @@ class TrainConfig(_Config):
                               "(when max_dev_captions scored only some)")
     train_layers: str = setting("all", "'all', or the 1-based blocks that train, e.g. 1,3")
     task: str = setting("captions", "the task plugin: the data, objectives and scores of the run",
-                        choices=_names("task"))
+                        choices=plugin_choices("task"))
     objective: str = setting("", "the task's objective (python -m lab plugins lists each "
                              "task's)", blank="the task's first")
     lr_schedule: str = setting("constant", "warmup_cosine: linear warm-up over warmup_steps, then "
@@ -445,7 +336,7 @@ class TrainConfig(_Config):
                               blank="0: 1% at the end")
     tokenizer: str = setting("gpt2", "a new model's vocabulary: GPT-2 BPE, the training texts' "
                              "words, or characters (a fine-tune keeps its parent's)",
-                             choices=_scratch_tokenizers)
+                             choices=scratch_tokenizer_choices)
     log_every: int = setting(20, "steps between progress lines (and curve points)", min=1,
                              max=10 ** 9, unit="steps")
     eval_every: int = setting(0, "steps between extra dev evaluations inside an epoch (they draw "
@@ -460,7 +351,7 @@ class TrainConfig(_Config):
                          "padding, the same loss")
 
     def check(self) -> None:
-        task = _task_meta(self.task)
+        task = task_meta(self.task)
         objectives = task["objectives"]
         if self.objective and self.objective not in objectives:
             raise ConfigError(f"the {self.task} task's objectives are {', '.join(objectives)}; "
@@ -492,7 +383,7 @@ class TrainConfig(_Config):
 
 @dataclass
 class DecodeConfig(_Config):
-    decoder: str = setting("random", "the decoder plugin", choices=_names("decoder"))
+    decoder: str = setting("random", "the decoder plugin", choices=plugin_choices("decoder"))
     max_new_tokens: int = setting(35, "stop a text after this many tokens", min=1, max=1024,
                                   unit="tokens")
     seed: int = setting(0, "the sampling seed", min=0, max=SEED_MAX)

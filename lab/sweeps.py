@@ -37,7 +37,7 @@ from lab.presets import configs
 from lab.evaluation.report import sweep_report
 from lab.training.runs import read_events
 from lab.inputs.tokenizers import gpt2
-from lab.training.train import format_duration, format_event
+from lab.training.progress import format_duration, format_event
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sweeps (   -- lab/sweeps.py: a named set of runs, each a job above

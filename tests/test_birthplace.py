@@ -12,7 +12,8 @@ from lab import cli
 from lab.training import runs
 from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.presets import configs
-from lab.training.train import format_event, scheduled_lr
+from lab.training.progress import format_event
+from lab.training.train import scheduled_lr
 from lab.ui import attention
 
 TINY = ["n_layer=2", "n_head=2", "n_embd=32", "max_train_captions=64", "max_dev_captions=24",

@@ -6,7 +6,8 @@ import torch
 from lab.modeling import flops
 from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.modeling.model import build
-from lab.training.train import autocast, format_event, make_optimizer, resolve_precision
+from lab.training.progress import format_event
+from lab.training.train import autocast, make_optimizer, resolve_precision
 
 
 def _model(**overrides):

@@ -8,7 +8,7 @@ from lab.storage import checkpoints
 from lab.inputs import data, tokenizers
 from lab.training import runs
 from lab.config import ConfigError, ModelConfig, TrainConfig
-from lab.training.train import format_event
+from lab.training.progress import format_event
 
 
 def test_mid_epoch_evaluations_draw_the_curve_but_only_epoch_ends_save(corpus_dir):
@@ -180,7 +180,7 @@ def test_two_processes_under_torchrun_train_like_one(corpus_dir, tmp_path):
 def test_progress_says_what_the_run_does_and_the_eta_counts_evaluation(corpus_dir, monkeypatch):
     """A line at least every few seconds (here: every step), the evaluation announced with its
     caption count before it starts, the save before it happens; the ETA includes evaluations."""
-    from lab.training import train
+    from lab.training import progress, train
     monkeypatch.setattr(train, "PROGRESS_EVERY_S", 0.0)
     events = _tiny_run("talkative", 2)
     phases = [(e["phase"], e["step"]) for e in events if e["event"] == "progress"]
@@ -197,8 +197,8 @@ def test_progress_says_what_the_run_does_and_the_eta_counts_evaluation(corpus_di
     last_eval = next(e for e in events if e["event"] == "progress" and e["phase"] == "evaluating"
                      and e["step"] == 20)
     assert last_eval["eta_s"] > 0          # the last evaluation is still to come, so still counted
-    assert train.format_event(evaluating[0]).endswith("evaluating 60 dev captions, ETA " +
-                                                      train.format_duration(evaluating[0]["eta_s"]))
+    assert progress.format_event(evaluating[0]).endswith("evaluating 60 dev captions, ETA " +
+                                                         progress.format_duration(evaluating[0]["eta_s"]))
 
 
 def test_a_cpu_run_is_float32_and_reports_tokens_per_second_with_mfu_unknown(corpus_dir):
@@ -209,7 +209,7 @@ def test_a_cpu_run_is_float32_and_reports_tokens_per_second_with_mfu_unknown(cor
     assert (start["precision"], start["device_name"], start["peak_flops"]) == ("fp32", "cpu", None)
     steps = [e for e in events if e["event"] == "step"]
     assert steps and all(e["tokens_per_s"] > 0 and e["mfu"] is None for e in steps)
-    from lab.training.train import format_event
+    from lab.training.progress import format_event
     assert "tok/s packed, MFU unknown" in format_event(steps[0])
     assert "(cpu, fp32, captions packed into rows)" in format_event(start)
 

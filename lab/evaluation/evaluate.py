@@ -49,32 +49,45 @@ def evaluate(checkpoint: str, split: str = "test", n: int = 5000, decode: Decode
                   "data_dir": str(data.resolve_data_dir(data_dir)),
                   "device": str(next(model.parameters()).device)}
     if not skip_perplexity:
-        t0 = time.time()
-        seqs = data.encode_captions(caps, tok, ck.config.n_positions)
-        result["perplexity"] = perplexity(model, seqs, tok.eos_id, n_words=[len(c.split()) for c in caps],
-                                          device=next(model.parameters()).device)
-        result["perplexity_s"] = round(time.time() - t0, 2)
+        result.update(_perplexity_figures(ck, caps))
         provenance["perplexity_sentences"] = len(caps)
     if not skip_bleu:
-        t0 = time.time()
-        idx = data.subset_indices(len(caps), n, decode.seed)
-        refs_text = [caps[i] for i in idx]
-        gen = sample_captions(model, tok, len(refs_text), decode)
-        gen_s = time.time() - t0
-        hyps = [g.tokens for g in gen] if bleu_tokens == "gpt2" else [g.text.split() for g in gen]
-        refs = bleu_tokens_of(refs_text, tok, bleu_tokens)
-        t1 = time.time()
-        result["bleu"] = bleu(hyps, refs)
-        result["timing"] = {"generate_s": round(gen_s, 2), "bleu_s": round(time.time() - t1, 2)}
-        words = [g.text.split() for g in gen]
-        result["diversity"] = {"distinct_1": distinct_n(words, 1), "distinct_2": distinct_n(words, 2),
-                               "mean_words": sum(map(len, words)) / len(words),
-                               "unfinished": sum(not g.finished for g in gen)}
-        result["samples"] = [g.text for g in gen[:10]]
-        provenance.update({"decode": decode.to_dict(), "seed": decode.seed, "n": len(refs_text),
-                           "subset_hash": data.subset_hash(refs_text), "bleu_tokens": bleu_tokens})
+        figures, drawn = _bleu_figures(ck, caps, n, decode, bleu_tokens)
+        result.update(figures)
+        provenance.update(drawn)
     result["provenance"] = provenance
     return result
+
+
+def _perplexity_figures(ck, caps: list[str]) -> dict:
+    """The split's perplexity (three ways) and how long it took."""
+    model, tok, t0 = ck.model, ck.tokenizer, time.time()
+    seqs = data.encode_captions(caps, tok, ck.config.n_positions)
+    ppl = perplexity(model, seqs, tok.eos_id, n_words=[len(c.split()) for c in caps],
+                     device=next(model.parameters()).device)
+    return {"perplexity": ppl, "perplexity_s": round(time.time() - t0, 2)}
+
+
+def _bleu_figures(ck, caps: list[str], n: int, decode: DecodeConfig, bleu_tokens: str) -> tuple[dict, dict]:
+    """BLEU of captions sampled for a seeded subset of n references, their diversity and a few
+    samples; and how they were drawn (for the provenance)."""
+    model, tok, t0 = ck.model, ck.tokenizer, time.time()
+    idx = data.subset_indices(len(caps), n, decode.seed)
+    refs_text = [caps[i] for i in idx]
+    gen = sample_captions(model, tok, len(refs_text), decode)
+    gen_s = time.time() - t0
+    hyps = [g.tokens for g in gen] if bleu_tokens == "gpt2" else [g.text.split() for g in gen]
+    refs = bleu_tokens_of(refs_text, tok, bleu_tokens)
+    t1 = time.time()
+    figures = {"bleu": bleu(hyps, refs)}
+    figures["timing"] = {"generate_s": round(gen_s, 2), "bleu_s": round(time.time() - t1, 2)}
+    words = [g.text.split() for g in gen]
+    figures["diversity"] = {"distinct_1": distinct_n(words, 1), "distinct_2": distinct_n(words, 2),
+                            "mean_words": sum(map(len, words)) / len(words),
+                            "unfinished": sum(not g.finished for g in gen)}
+    figures["samples"] = [g.text for g in gen[:10]]
+    return figures, {"decode": decode.to_dict(), "seed": decode.seed, "n": len(refs_text),
+                     "subset_hash": data.subset_hash(refs_text), "bleu_tokens": bleu_tokens}
 
 
 # ---------------------------------------------------------------- live evaluation on a subset
@@ -103,7 +116,6 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     models: {name: Checkpoint}. Forward BLEU scores each generated caption against the *full*
     reference set (an unbiased estimate of the full figure); backward BLEU uses the n references
     of the subset against the n captions generated so far, and carries that n."""
-    from lab.evaluation.metrics import References
     if n < 1:
         raise ConfigError(f"subset size must be at least 1, got {n}")
     if chunk < 1 or first is not None and first < 1:
@@ -111,48 +123,65 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     for ck in models.values():
         check_captions_model(ck)
     caps = data.load_split(split, data_dir)
-    idx = data.subset_indices(len(caps), n, decode.seed)
-    subset = [caps[i] for i in idx]
+    subset = [caps[i] for i in data.subset_indices(len(caps), n, decode.seed)]
     kinds = [ck.tokenizer.kind for ck in models.values()]
     tokens = choose_bleu_tokens(kinds, bleu_tokens)
     per_word = len(set(kinds)) > 1          # per-sentence perplexities of different tokenizers differ in kind
-    prepared = {}
-    for name, ck in models.items():
-        key = ck.tokenizer.kind if tokens == "gpt2" else "words"
-        if key not in prepared:
-            prepared[key] = References(bleu_tokens_of(caps, ck.tokenizer, tokens))
+    references = _full_references(models, caps, tokens)
     # per caption: nll = mean token NLL (the assignment's), cap_nll = summed NLL, cap_words = words + 1
     state = {name: {"nll": [], "cap_nll": [], "cap_words": [], "fwd": [], "gen": [], "refs": []}
              for name in models}
-    provenance = {"split": split, "n": len(subset), "seed": decode.seed,
-                  "subset_hash": data.subset_hash(subset), "bleu_tokens": tokens,
-                  "decode": decode.to_dict(), "checkpoints": list(models),
-                  "perplexity_shown": "per word" if per_word else "per sentence (assignment)"}
     # each model's captions decode as one stream: a caption that ends gives its place to the next
     # one, so the batch stays full while captions end at different lengths
     streams = {name: CaptionStream(ck.model, ck.tokenizer, len(subset), decode)
                for name, ck in models.items()}
-    # how the captions were drawn (a stream draws other captions for a seed than one batch per
-    # chunk would: the same distribution, another draw)
-    provenance["generated"] = {name: "one stream, places reused" if s.streams else "one batch per chunk"
-                               for name, s in streams.items()}
+    provenance = _live_provenance(split, subset, decode, tokens, per_word, streams)
     for start, end in chunk_bounds(len(subset), chunk, first):
         part = subset[start:end]
         width = stream_width(start, end, chunk)
         for name, ck in models.items():
-            s, tok = state[name], ck.tokenizer
-            seqs = data.encode_captions(part, tok, ck.config.n_positions)
-            nll, cnt = sentence_nlls(ck.model, seqs, tok.eos_id, device=next(ck.model.parameters()).device)
-            s["nll"] += (nll / cnt).tolist()
-            s["cap_nll"] += nll.tolist()
-            s["cap_words"] += [len(c.split()) + 1 for c in part]
-            gen = streams[name].take(len(part), width)
-            hyps = [g.tokens for g in gen] if tokens == "gpt2" else [g.text.split() for g in gen]
-            key = tok.kind if tokens == "gpt2" else "words"
-            s["fwd"] += prepared[key].sentence_bleus(hyps)
-            s["gen"] += hyps
-            s["refs"] += bleu_tokens_of(part, tok, tokens)
+            _score_chunk(state[name], ck, part, streams[name].take(len(part), width), references, tokens)
         yield _snapshot(state, provenance, per_word, n_boot, done=end)
+
+
+def _live_provenance(split: str, subset: list[str], decode: DecodeConfig, tokens: str, per_word: bool,
+                     streams: dict) -> dict:
+    """What a live evaluation scored, and how: the subset, the decoding, the figures shown."""
+    return {"split": split, "n": len(subset), "seed": decode.seed,
+            "subset_hash": data.subset_hash(subset), "bleu_tokens": tokens,
+            "decode": decode.to_dict(), "checkpoints": list(streams),
+            "perplexity_shown": "per word" if per_word else "per sentence (assignment)",
+            # how the captions were drawn (a stream draws other captions for a seed than one batch
+            # per chunk would: the same distribution, another draw)
+            "generated": {name: "one stream, places reused" if s.streams else "one batch per chunk"
+                          for name, s in streams.items()}}
+
+
+def _full_references(models: dict, caps: list[str], tokens: str) -> dict:
+    """The whole split as forward BLEU's references, once per kind of BLEU token the models need."""
+    from lab.evaluation.metrics import References
+    references = {}
+    for ck in models.values():
+        key = ck.tokenizer.kind if tokens == "gpt2" else "words"
+        if key not in references:
+            references[key] = References(bleu_tokens_of(caps, ck.tokenizer, tokens))
+    return references
+
+
+def _score_chunk(s: dict, ck, part: list[str], gen: list, references: dict, tokens: str) -> None:
+    """Add a model's per-caption figures on a chunk of references to its state `s`: the NLLs of
+    the references, forward BLEU of the captions it generated, both kept for backward BLEU."""
+    tok = ck.tokenizer
+    seqs = data.encode_captions(part, tok, ck.config.n_positions)
+    nll, cnt = sentence_nlls(ck.model, seqs, tok.eos_id, device=next(ck.model.parameters()).device)
+    s["nll"] += (nll / cnt).tolist()
+    s["cap_nll"] += nll.tolist()
+    s["cap_words"] += [len(c.split()) + 1 for c in part]
+    hyps = [g.tokens for g in gen] if tokens == "gpt2" else [g.text.split() for g in gen]
+    key = tok.kind if tokens == "gpt2" else "words"
+    s["fwd"] += references[key].sentence_bleus(hyps)
+    s["gen"] += hyps
+    s["refs"] += bleu_tokens_of(part, tok, tokens)
 
 
 def stream_width(start: int, end: int, chunk: int) -> int:
@@ -189,50 +218,60 @@ def paired_intervals(per_caption: dict, n_boot: int, seed: int, per_word: bool =
     token NLL per caption, "cap_nll": summed NLL, "cap_words": words + 1, "fwd": forward BLEU per
     generated caption, "bwd": backward BLEU per reference}}, all on the same captions in the same
     order (the generated set held fixed for backward BLEU). Returns ({name: row}, [difference])."""
-    import math
-
     import torch
     s = {name: {k: torch.as_tensor(v, dtype=torch.float64) for k, v in figs.items()}
          for name, figs in per_caption.items()}
     m = len(next(iter(s.values()))["nll"])
     idx = bootstrap_indices(m, n_boot, seed)
-    rows, harmonic_boot, ppl_boot = {}, {}, {}
+    rows, boots = {}, {}
     for name, x in s.items():
-        forward, backward = x["fwd"].mean().item(), x["bwd"].mean().item()
-        fb, bb = x["fwd"][idx].mean(1), x["bwd"][idx].mean(1)
-        harmonic_boot[name] = 2 * fb * bb / (fb + bb).clamp_min(1e-300)
-        ppl_boot[name] = x["nll"][idx].mean(1)
-        rows[name] = {
-            "n": m,
-            "perplexity": math.exp(x["nll"].mean().item()),
-            "perplexity_ci": [math.exp(v) for v in percentile_interval(ppl_boot[name])],
-            "word_perplexity": _word_perplexity(x),
-            "word_perplexity_ci": percentile_interval(_word_perplexity(x, idx)),
-            "forward_bleu": forward, "forward_bleu_ci": percentile_interval(fb),
-            "backward_bleu": backward, "backward_n": len(x["bwd"]),
-            "backward_bleu_ci": percentile_interval(bb),
-            "harmonic_bleu": 2 * forward * backward / (forward + backward) if forward + backward else 0.0,
-            "harmonic_bleu_ci": percentile_interval(harmonic_boot[name]),
-        }
+        rows[name], boots[name] = _interval_row(x, idx)
     names = list(s)
-    diffs = []
-    for other in names[1:]:     # paired by caption: same references, same seeds and positions
-        a, b, base = s[names[0]], s[other], names[0]
-        d_fwd = b["fwd"] - a["fwd"]
-        diffs.append({"model": other, "baseline": base,
-                      "forward_bleu_diff": d_fwd.mean().item(),
-                      "forward_bleu_diff_ci": percentile_interval(d_fwd[idx].mean(1)),
-                      "perplexity_diff": rows[other]["perplexity"] - rows[base]["perplexity"],
-                      "perplexity_diff_ci": percentile_interval(ppl_boot[other].exp() - ppl_boot[base].exp()),
-                      "perplexity_comparable": not per_word,
-                      # the same captions, so per word pairs across tokenizers too
-                      "word_perplexity_diff": rows[other]["word_perplexity"] - rows[base]["word_perplexity"],
-                      "word_perplexity_diff_ci": percentile_interval(_word_perplexity(b, idx)
-                                                                     - _word_perplexity(a, idx)),
-                      "harmonic_bleu_diff": rows[other]["harmonic_bleu"] - rows[base]["harmonic_bleu"],
-                      "harmonic_bleu_diff_ci": percentile_interval(harmonic_boot[other]
-                                                                   - harmonic_boot[base])})
+    # paired by caption: same references, same seeds and positions
+    diffs = [_paired_difference(names[0], other, s, rows, boots, idx, per_word) for other in names[1:]]
     return rows, diffs
+
+
+def _interval_row(x: dict, idx) -> tuple[dict, dict]:
+    """One model's figures with their intervals, and its bootstrap rows of harmonic BLEU and mean
+    token NLL (for the paired differences)."""
+    import math
+    forward, backward = x["fwd"].mean().item(), x["bwd"].mean().item()
+    fb, bb = x["fwd"][idx].mean(1), x["bwd"][idx].mean(1)
+    boot = {"harmonic": 2 * fb * bb / (fb + bb).clamp_min(1e-300), "ppl": x["nll"][idx].mean(1)}
+    row = {
+        "n": len(x["nll"]),
+        "perplexity": math.exp(x["nll"].mean().item()),
+        "perplexity_ci": [math.exp(v) for v in percentile_interval(boot["ppl"])],
+        "word_perplexity": _word_perplexity(x),
+        "word_perplexity_ci": percentile_interval(_word_perplexity(x, idx)),
+        "forward_bleu": forward, "forward_bleu_ci": percentile_interval(fb),
+        "backward_bleu": backward, "backward_n": len(x["bwd"]),
+        "backward_bleu_ci": percentile_interval(bb),
+        "harmonic_bleu": 2 * forward * backward / (forward + backward) if forward + backward else 0.0,
+        "harmonic_bleu_ci": percentile_interval(boot["harmonic"]),
+    }
+    return row, boot
+
+
+def _paired_difference(base: str, other: str, s: dict, rows: dict, boots: dict, idx,
+                       per_word: bool) -> dict:
+    """Model `other` against `base`, each difference with its paired interval."""
+    a, b = s[base], s[other]
+    d_fwd = b["fwd"] - a["fwd"]
+    return {"model": other, "baseline": base,
+            "forward_bleu_diff": d_fwd.mean().item(),
+            "forward_bleu_diff_ci": percentile_interval(d_fwd[idx].mean(1)),
+            "perplexity_diff": rows[other]["perplexity"] - rows[base]["perplexity"],
+            "perplexity_diff_ci": percentile_interval(boots[other]["ppl"].exp() - boots[base]["ppl"].exp()),
+            "perplexity_comparable": not per_word,
+            # the same captions, so per word pairs across tokenizers too
+            "word_perplexity_diff": rows[other]["word_perplexity"] - rows[base]["word_perplexity"],
+            "word_perplexity_diff_ci": percentile_interval(_word_perplexity(b, idx)
+                                                           - _word_perplexity(a, idx)),
+            "harmonic_bleu_diff": rows[other]["harmonic_bleu"] - rows[base]["harmonic_bleu"],
+            "harmonic_bleu_diff_ci": percentile_interval(boots[other]["harmonic"]
+                                                         - boots[base]["harmonic"])}
 
 
 def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: int) -> dict:

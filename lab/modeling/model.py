@@ -185,23 +185,7 @@ class TfmrLM(nn.Module):
         keys of its own, the cache's earlier columns are not its)."""
         B, T = idx.size()
         packed = segments is not None
-        t0 = 0
-        if packed:
-            pos = positions
-            self._check_packed(positions, past_key_values, labels)
-        else:
-            if past_key_values:
-                t0 = getattr(past_key_values, "seen", None)
-                if t0 is None:               # a plain list of (k, v): every key is still there
-                    t0 = past_key_values[0][0].size(2)
-            if positions is not None:       # rows at their own positions (generate.CaptionStream)
-                self._check_positions(positions)
-                pos = positions
-            elif t0 + T > self.config.n_positions:
-                raise ValueError(f"sequence of {t0 + T} tokens is longer than the model's context "
-                                 f"(n_positions={self.config.n_positions})")
-            else:
-                pos = torch.arange(t0, t0 + T, device=idx.device)            # (T,)
+        pos, t0 = self._positions(idx, past_key_values, positions, packed, labels)
         wpe = self.transformer.wpe
         x = self.transformer.drop(wpe.embed(self.transformer.wte(idx), pos))   # (B, T, C)
         presents, attentions = [], []
@@ -213,6 +197,26 @@ class TfmrLM(nn.Module):
         logits = self.lm_head(self.transformer.ln_f(_last(x, logits_to_keep, labels)))   # (B, T, V)
         return LMOutput(logits, None if packed else KVCache(presents, t0 + T),
                         attentions if output_attentions else None, lm_loss(logits, labels))
+
+    def _positions(self, idx, past_key_values, positions, packed: bool, labels):
+        """(the positions of idx's tokens, how many the cache has seen before them): a packed row's
+        or a row's own (B, T), or (T,) counted on from the cached keys."""
+        T = idx.size(1)
+        if packed:
+            self._check_packed(positions, past_key_values, labels)
+            return positions, 0
+        t0 = 0
+        if past_key_values:
+            t0 = getattr(past_key_values, "seen", None)
+            if t0 is None:               # a plain list of (k, v): every key is still there
+                t0 = past_key_values[0][0].size(2)
+        if positions is not None:       # rows at their own positions (generate.CaptionStream)
+            self._check_positions(positions)
+            return positions, t0
+        if t0 + T > self.config.n_positions:
+            raise ValueError(f"sequence of {t0 + T} tokens is longer than the model's context "
+                             f"(n_positions={self.config.n_positions})")
+        return torch.arange(t0, t0 + T, device=idx.device), t0          # (T,)
 
     def _check_packed(self, positions, past_key_values, labels) -> None:
         if past_key_values or labels is not None:

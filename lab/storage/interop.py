@@ -89,6 +89,20 @@ def import_hf_gpt2(path: str | Path, name: str, layers: list[int] | None = None,
     checkpoints.refuse_existing(name, store)
     path = _folder(path, "import gpt2")
     hf = _read_hf_config(path)
+    layers, cfg = _imported_config(path, hf, layers)
+    ours = _renamed_state(path, _read_hf_state(path), layers)
+    if cfg.tie_embeddings:
+        ours.pop("lm_head.weight", None)
+    model = build(cfg)
+    checkpoints.load_state(model, ours, where=str(path))
+    tok = _tokenizer_for(path, cfg.vocab_size)
+    return checkpoints.save(model, tok, name, store, provenance={
+        "source": "import", "pretrained": label or str(path.resolve()), "layers": layers,
+        "format": "hf-gpt2"})
+
+
+def _imported_config(path: Path, hf: dict, layers: list[int] | None) -> tuple[list[int], ModelConfig]:
+    """The blocks kept (all when None) and the `gpt2` config of the model they make."""
     try:
         n_layer = ModelConfig.from_dict({"n_layer": hf["n_layer"]}).n_layer
     except ConfigError as e:
@@ -105,7 +119,12 @@ def import_hf_gpt2(path: str | Path, name: str, layers: list[int] | None = None,
             dropout=hf.get("resid_pdrop", 0.1)))
     except ConfigError as e:
         raise CheckpointError(f"{path}/config.json: {e}") from None
-    state = _read_hf_state(path)
+    return layers, cfg
+
+
+def _renamed_state(path: Path, state: dict, layers: list[int]) -> dict:
+    """HF GPT-2's weights under our names: the kept blocks renumbered in the order given, Conv1D
+    weights transposed, the causal-mask buffers left out."""
     state = {k if k.startswith(("transformer.", "lm_head.")) else f"transformer.{k}": v
              for k, v in state.items()}
     ours = {}
@@ -122,14 +141,7 @@ def import_hf_gpt2(path: str | Path, name: str, layers: list[int] | None = None,
         if k.endswith(CONV1D):
             v = v.t()
         ours[k] = v.contiguous()
-    if cfg.tie_embeddings:
-        ours.pop("lm_head.weight", None)
-    model = build(cfg)
-    checkpoints.load_state(model, ours, where=str(path))
-    tok = _tokenizer_for(path, cfg.vocab_size)
-    return checkpoints.save(model, tok, name, store, provenance={
-        "source": "import", "pretrained": label or str(path.resolve()), "layers": layers,
-        "format": "hf-gpt2"})
+    return ours
 
 
 UPLOAD_FILES = ("config.json", "model.safetensors", "vocab.json", "merges.txt", "tokenizer.json",
@@ -229,33 +241,10 @@ def _gpt2_parts() -> dict:
 
 def export_hf_gpt2(checkpoint: str, outdir: str | Path, store=None) -> Path:
     """Write an HF GPT-2 directory (config, safetensors, tokenizer). Refuses a non-empty outdir."""
-    from transformers import GPT2Config, GPT2LMHeadModel
     ck = checkpoints.load(checkpoint, store)
-    c = ck.config
-    standard = _gpt2_parts()
-    odd = {k: getattr(c, k) for k, v in standard.items() if getattr(c, k) != v}
-    if odd:
-        raise CheckpointError(f"{checkpoint} cannot be exported as HF GPT-2: it uses {odd}; "
-                              f"only GPT-2's own parts ({standard}) export")
-    if "\0" in str(outdir):
-        raise CheckpointError("export: the output path contains a NUL character")
-    outdir = Path(outdir)
-    if outdir.exists() and not outdir.is_dir():
-        raise CheckpointError(f"export: {outdir} is a file; give a new or empty folder")
-    if outdir.exists() and any(outdir.iterdir()):
-        raise CheckpointError(f"{outdir} exists and is not empty; choose a new directory")
-    hf_cfg = GPT2Config(vocab_size=c.vocab_size, n_positions=c.n_positions, n_embd=c.n_embd,
-                        n_layer=c.n_layer, n_head=c.n_head, n_inner=c.n_inner,
-                        layer_norm_epsilon=c.norm_eps, activation_function="gelu_new",
-                        tie_word_embeddings=c.tie_embeddings, bos_token_id=ck.tokenizer.eos_id,
-                        eos_token_id=ck.tokenizer.eos_id)
-    hf = GPT2LMHeadModel(hf_cfg)
-    state = {k: (v.t() if k.endswith(CONV1D) else v) for k, v in ck.model.state_dict().items()}
-    missing, unexpected = hf.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not k.endswith(("attn.bias", "attn.masked_bias"))
-               and not (c.tie_embeddings and k == "lm_head.weight")]
-    if missing or unexpected:
-        raise CheckpointError(f"export mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    _check_exportable(checkpoint, ck.config)
+    outdir = _export_folder(outdir)
+    hf = _hf_model(ck)
     tmp = outdir.parent / f".tmp-export-{uuid.uuid4().hex[:8]}"
     try:
         outdir.parent.mkdir(parents=True, exist_ok=True)
@@ -272,3 +261,43 @@ def export_hf_gpt2(checkpoint: str, outdir: str | Path, store=None) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return outdir
+
+
+def _check_exportable(checkpoint: str, c: ModelConfig) -> None:
+    """Only a model made of GPT-2's own parts is an HF GPT-2."""
+    standard = _gpt2_parts()
+    odd = {k: getattr(c, k) for k, v in standard.items() if getattr(c, k) != v}
+    if odd:
+        raise CheckpointError(f"{checkpoint} cannot be exported as HF GPT-2: it uses {odd}; "
+                              f"only GPT-2's own parts ({standard}) export")
+
+
+def _export_folder(outdir) -> Path:
+    """The folder to export to, given by a person: new, or empty."""
+    if "\0" in str(outdir):
+        raise CheckpointError("export: the output path contains a NUL character")
+    outdir = Path(outdir)
+    if outdir.exists() and not outdir.is_dir():
+        raise CheckpointError(f"export: {outdir} is a file; give a new or empty folder")
+    if outdir.exists() and any(outdir.iterdir()):
+        raise CheckpointError(f"{outdir} exists and is not empty; choose a new directory")
+    return outdir
+
+
+def _hf_model(ck):
+    """The checkpoint as a transformers GPT2LMHeadModel, every weight in place."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    c = ck.config
+    hf_cfg = GPT2Config(vocab_size=c.vocab_size, n_positions=c.n_positions, n_embd=c.n_embd,
+                        n_layer=c.n_layer, n_head=c.n_head, n_inner=c.n_inner,
+                        layer_norm_epsilon=c.norm_eps, activation_function="gelu_new",
+                        tie_word_embeddings=c.tie_embeddings, bos_token_id=ck.tokenizer.eos_id,
+                        eos_token_id=ck.tokenizer.eos_id)
+    hf = GPT2LMHeadModel(hf_cfg)
+    state = {k: (v.t() if k.endswith(CONV1D) else v) for k, v in ck.model.state_dict().items()}
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.endswith(("attn.bias", "attn.masked_bias"))
+               and not (c.tie_embeddings and k == "lm_head.weight")]
+    if missing or unexpected:
+        raise CheckpointError(f"export mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    return hf

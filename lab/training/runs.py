@@ -57,52 +57,15 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
     task = tasks.get(train_cfg.task)
     root = task.data_dir(data_dir)
     torch.manual_seed(train_cfg.seed)
-    if resume:
-        ck = checkpoints.load_dir(source_dir)
-        model, tok, model_cfg = ck.model, ck.tokenizer, ck.config
-        # still the same run: keep where the model came from
-        source = {k: v for k, v in ck.meta.items() if k in ("source", "parent", "layers", "pretrained")}
-        source["resumed_at_step"] = state["step"]
-    elif parent:
-        check_finetune(train_cfg)
-        model, tok, meta = load_parent(parent, store)
-        model_cfg = model.config
-        source = {"source": "finetune", "parent": parent, **{k: v for k, v in meta.items()
-                                                             if k in ("layers", "pretrained")}}
-    else:
-        model_cfg.validate()
-        tok = task.scratch_tokenizer(root, train_cfg)
-        if model_cfg.vocab_size != tok.vocab_size:
-            model_cfg = model_cfg.replace(vocab_size=tok.vocab_size)
-        model = build(model_cfg)
-        source = {"source": "scratch"}
+    model, tok, model_cfg, source = _model_to_train(task, root, model_cfg, train_cfg, parent, store,
+                                                    source_dir, state)
     prepared = task.prepare(tasks.objective_of(train_cfg), train_cfg, tok, model_cfg, root)
     run_dir = run_dir_for(name, store)
     provenance = {**source, "preset": preset, "train": train_cfg.to_dict(), "task": train_cfg.task,
                   "objective": tasks.objective_of(train_cfg),
                   "data_dir": str(root), "run_dir": str(run_dir), "tokenizer": tok.kind}
-
-    def save_best(record: dict, train_state: dict):
-        checkpoints.save(model, tok, name, store, provenance={**provenance, "epoch": record["epoch"]},
-                         metrics={k: v for k, v in record.items() if k.startswith("dev_")}
-                         | {"epoch": record["epoch"]}, overwrite=True, train_state=train_state)
-
-    def save_last(train_state: dict):
-        checkpoints.write_dir(last_dir(name, store), model, tok,
-                              provenance={**provenance, "stopped_at_step": train_state["step"]},
-                              metrics={"step": train_state["step"]}, train_state=train_state)
-
     also = (tasks.also_kept(train_cfg) or [None])[0]
-
-    def save_also_best(record: dict, train_state: dict):
-        """The epoch with the best score by the second metric so far, as NAME-METRIC
-        (keep_bleu_best: NAME-bleu)."""
-        checkpoints.save(model, tok, kept_name(name, also), store,
-                         provenance={**provenance, "epoch": record["epoch"], "run": name,
-                                     "kept_by": also.label},
-                         metrics={k: v for k, v in record.items() if k.startswith("dev_")}
-                         | {"epoch": record["epoch"]}, overwrite=True)
-
+    save_best, save_last, save_also_best = _savers(name, model, tok, provenance, also, store)
     trainer = Trainer(model, prepared, train_cfg, run_dir, on_best=save_best, on_stop=save_last,
                       should_stop=should_stop, best_by=tasks.kept_by(train_cfg), also_by=also,
                       on_also_best=save_also_best if also else None, resume=state)
@@ -117,6 +80,53 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
     if prepared.final and distributed.rank() == 0 \
             and ended and ended["event"] == "done" and name in checkpoints.names(store):
         yield from prepared.final(name, trainer, store)
+
+
+def _model_to_train(task, root, model_cfg, train_cfg, parent, store, source_dir, state):
+    """(model, tokenizer, model config, where the model came from): the stopped run's last save
+    (source_dir), a stored parent to fine-tune, or a new model with the task's scratch tokenizer."""
+    if source_dir is not None:
+        ck = checkpoints.load_dir(source_dir)
+        # still the same run: keep where the model came from
+        source = {k: v for k, v in ck.meta.items() if k in ("source", "parent", "layers", "pretrained")}
+        source["resumed_at_step"] = state["step"]
+        return ck.model, ck.tokenizer, ck.config, source
+    if parent:
+        check_finetune(train_cfg)
+        model, tok, meta = load_parent(parent, store)
+        source = {"source": "finetune", "parent": parent, **{k: v for k, v in meta.items()
+                                                             if k in ("layers", "pretrained")}}
+        return model, tok, model.config, source
+    model_cfg.validate()
+    tok = task.scratch_tokenizer(root, train_cfg)
+    if model_cfg.vocab_size != tok.vocab_size:
+        model_cfg = model_cfg.replace(vocab_size=tok.vocab_size)
+    return build(model_cfg), tok, model_cfg, {"source": "scratch"}
+
+
+def _savers(name: str, model, tok, provenance: dict, also, store):
+    """The trainer's callbacks that write checkpoints: the best epoch (as `name`), where a stopped
+    run stands (its last save), and the best by the second metric `also` (as NAME-METRIC)."""
+    def save_best(record: dict, train_state: dict):
+        checkpoints.save(model, tok, name, store, provenance={**provenance, "epoch": record["epoch"]},
+                         metrics={k: v for k, v in record.items() if k.startswith("dev_")}
+                         | {"epoch": record["epoch"]}, overwrite=True, train_state=train_state)
+
+    def save_last(train_state: dict):
+        checkpoints.write_dir(last_dir(name, store), model, tok,
+                              provenance={**provenance, "stopped_at_step": train_state["step"]},
+                              metrics={"step": train_state["step"]}, train_state=train_state)
+
+    def save_also_best(record: dict, train_state: dict):
+        """The epoch with the best score by the second metric so far, as NAME-METRIC
+        (keep_bleu_best: NAME-bleu)."""
+        checkpoints.save(model, tok, kept_name(name, also), store,
+                         provenance={**provenance, "epoch": record["epoch"], "run": name,
+                                     "kept_by": also.label},
+                         metrics={k: v for k, v in record.items() if k.startswith("dev_")}
+                         | {"epoch": record["epoch"]}, overwrite=True)
+
+    return save_best, save_last, save_also_best
 
 
 def kept_name(name: str, metric: tasks.Metric) -> str:

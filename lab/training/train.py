@@ -28,7 +28,7 @@ from lab.config import ConfigError, TrainConfig, parse_blocks
 from lab.inputs.data import Batch, assignment_loss, pack, packable
 from lab.errors import Aborted
 from lab.modeling.device import autocast, pick_device, resolve_precision
-from lab.modeling.sampling import draw
+from lab.training.schedules import scheduled_inputs, scheduled_lr, teacher_forcing
 
 
 def make_optimizer(params, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
@@ -39,67 +39,6 @@ def make_optimizer(params, cfg: TrainConfig, device: torch.device) -> torch.opti
     if cfg.weight_decay:
         return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **fused)
     return torch.optim.Adam(params, lr=cfg.lr, **fused)
-
-
-def scheduled_lr(cfg: TrainConfig, step: int, total_steps: int) -> float:
-    """The learning rate of the step after `step` steps: constant, or (warmup_cosine, minGPT's)
-    a linear warm-up over warmup_steps, then a cosine decay to 10% of lr at the last step."""
-    if cfg.lr_schedule == "constant":
-        return cfg.lr
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    span = max(total_steps - cfg.warmup_steps, 1)
-    progress = min((step - cfg.warmup_steps) / span, 1.0)
-    return cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
-
-
-def teacher_forcing(cfg: TrainConfig, step: int, total_steps: int) -> float:
-    """Scheduled sampling's probability of feeding the gold token at a step (Bengio et al. 2015):
-    linear 1 - step/k, exponential k^step, inverse sigmoid k/(k + exp(step/k)), never below
-    ss_floor. ss_k=0 picks k so that the decay reaches the floor (or 1%) at the last step."""
-    kind, floor = cfg.scheduled_sampling, cfg.ss_floor
-    if kind == "none":
-        return 1.0
-    end, k = max(floor, 0.01), cfg.ss_k
-    if kind == "linear":
-        k = k or total_steps / (1 - end)
-        p = 1 - step / k
-    elif kind == "exponential":
-        k = k or end ** (1 / max(total_steps, 1))
-        p = k ** step
-    else:                   # inverse sigmoid: k/(k + exp(total/k)) = end, solved by bisection
-        k = k or _inverse_sigmoid_k(total_steps, end)
-        p = k / (k + math.exp(min(step / k, 700.0)))
-    return max(floor, p)
-
-
-def _inverse_sigmoid_k(total_steps: int, end: float) -> float:
-    lo, hi = 1.0, max(float(total_steps), 2.0)
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if mid / (mid + math.exp(min(total_steps / mid, 700.0))) > end:
-            hi = mid
-        else:
-            lo = mid
-    return lo
-
-
-@torch.no_grad()
-def scheduled_inputs(model, batch: Batch, p_gold: float) -> Batch:
-    """Scheduled sampling in one parallel pass: the model predicts every next token from the gold
-    prefix, one token is sampled at each position, and each caption token of the input is
-    replaced by that sample with probability 1 - p_gold. The targets stay the gold tokens."""
-    B, L = batch.input_ids.shape
-    logits = model(batch.input_ids).logits[:, :-1].float()
-    sampled = draw(torch.softmax(logits, -1).reshape(B * (L - 1), -1)).view(B, L - 1)
-    swap = (torch.rand(B, L - 1, device=sampled.device) >= p_gold) & (batch.loss_mask > 0)
-    mixed = batch.input_ids.clone()
-    mixed[:, 1:] = torch.where(swap, sampled, batch.input_ids[:, 1:])
-    targets = torch.full_like(batch.input_ids, -100)
-    targets[:, :-1] = batch.input_ids[:, 1:]
-    mask = torch.zeros(B, L, dtype=batch.loss_mask.dtype, device=batch.loss_mask.device)
-    mask[:, :-1] = batch.loss_mask
-    return Batch(mixed, mask, targets)
 
 
 GO, STOP_NOW, STOP_AFTER = 0, 1, 2       # what rank 0 tells every rank between steps
@@ -243,27 +182,36 @@ class Trainer:
         c = model.config        # training FLOPs per real token, given the batch's length
         self.flops_per_token = functools.partial(flops.per_token, flops.matmul_params(model),
                                                  c.n_layer, c.n_embd)
+        self._count_steps()
+        self.epoch_done, self.step, self.skip, self.best, self.bad_epochs = 0, 0, 0, None, 0
+        self.also_best, self.trained_before, self.budget_spent = None, 0.0, None
+        if self.resume:
+            self._resume_from(self.resume)
+
+    def _count_steps(self) -> None:
+        """Steps per epoch, steps in all (a step budget may end the run inside an epoch), epochs."""
+        cfg = self.cfg
         self.steps_per_epoch = math.ceil(len(self.task.train_items) / cfg.batch_size)
         self.total_steps = self.steps_per_epoch * cfg.epochs
         if cfg.max_steps is not None:            # a step budget ends the run inside an epoch
             self.total_steps = min(self.total_steps, cfg.max_steps)
         self.epochs = math.ceil(self.total_steps / self.steps_per_epoch)
-        self.epoch_done, self.step, self.skip, self.best, self.bad_epochs = 0, 0, 0, None, 0
-        self.also_best, self.trained_before, self.budget_spent = None, 0.0, None
-        if self.resume:
-            try:
-                self.opt.load_state_dict(self.resume["optimizer"])
-                for group in self.opt.param_groups:    # a state saved unfused keeps the kernel chosen now
-                    group["fused"] = self.opt.defaults.get("fused")
-            except (ValueError, KeyError) as e:
-                raise ConfigError(f"the saved optimizer state does not fit this run ({e}); resume "
-                                  f"with the training settings it was saved with") from None
-            r = self.resume
-            self.epoch_done, self.step, self.skip = r["epoch"], r["step"], r.get("batches_done", 0)
-            self.best, self.bad_epochs = r["best"], r.get("bad_epochs", 0)
-            self.also_best = r.get("also_best", r.get("best_bleu"))   # best_bleu: older states
-            self.trained_before = r.get("trained_s", 0.0)     # the time budget counts every segment
-            set_rng_state(r.get("rng") or {}, self.device)
+
+    def _resume_from(self, r: dict) -> None:
+        """Where a saved train state stood: the optimizer, epoch and step, the best so far, the
+        time already trained and the random states."""
+        try:
+            self.opt.load_state_dict(r["optimizer"])
+            for group in self.opt.param_groups:    # a state saved unfused keeps the kernel chosen now
+                group["fused"] = self.opt.defaults.get("fused")
+        except (ValueError, KeyError) as e:
+            raise ConfigError(f"the saved optimizer state does not fit this run ({e}); resume "
+                              f"with the training settings it was saved with") from None
+        self.epoch_done, self.step, self.skip = r["epoch"], r["step"], r.get("batches_done", 0)
+        self.best, self.bad_epochs = r["best"], r.get("bad_epochs", 0)
+        self.also_best = r.get("also_best", r.get("best_bleu"))   # best_bleu: older states
+        self.trained_before = r.get("trained_s", 0.0)     # the time budget counts every segment
+        set_rng_state(r.get("rng") or {}, self.device)
 
     def _packing(self, model) -> tuple[bool, str | None]:
         """Whether the batches are packed into rows, and why not when packing was asked for."""
@@ -397,11 +345,8 @@ class Trainer:
             run_loss += loss; run_n += 1; tokens += n_tokens
             flop += n_tokens * self.flops_per_token(batch.input_ids.size(1))
             if self.step % cfg.log_every == 0 or self.step % spe == 0:
-                yield self._log({
-                    "event": "step", "epoch": epoch, "step": self.step, "total_steps": self.total_steps,
-                    "train_loss": run_loss / run_n, **self._rates(tokens, flop, time.time() - t_log),
-                    **self._forcing(),
-                    "elapsed_s": time.time() - self.t_start, "eta_s": self._eta()}, writer)
+                rates = self._rates(tokens, flop, time.time() - t_log)
+                yield self._log(self._step_record(epoch, run_loss / run_n, rates, self._forcing()), writer)
                 run_loss, run_n, tokens, flop, t_log, t_said = 0.0, 0, 0, 0.0, time.time(), time.time()
             elif time.time() - t_said >= PROGRESS_EVERY_S:
                 yield self._log(self.progress(epoch, "training",
@@ -410,16 +355,21 @@ class Trainer:
             self.budget_spent = self._spent()
             if self.budget_spent:
                 if run_n:       # the loss since the last logged step, then the epoch's evaluation
-                    yield self._log({
-                        "event": "step", "epoch": epoch, "step": self.step,
-                        "total_steps": self.total_steps, "train_loss": run_loss / run_n,
-                        **self._rates(tokens, flop, time.time() - t_log),
-                        "elapsed_s": time.time() - self.t_start, "eta_s": 0.0}, writer)
+                    rates = self._rates(tokens, flop, time.time() - t_log)
+                    yield self._log(self._step_record(epoch, run_loss / run_n, rates, eta_s=0.0), writer)
                 break
             if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step % spe and self.main:
                 yield from self._mid_epoch_eval(epoch, writer)
                 t_said = time.time()
         return False
+
+    def _step_record(self, epoch: int, train_loss: float, rates: dict, forcing: dict | None = None,
+                     eta_s: float | None = None) -> dict:
+        """A step event: the mean loss since the last one, the rates over that stretch, where the
+        run stands (eta_s: the estimate, unless given)."""
+        return {"event": "step", "epoch": epoch, "step": self.step, "total_steps": self.total_steps,
+                "train_loss": train_loss, **rates, **(forcing or {}),
+                "elapsed_s": time.time() - self.t_start, "eta_s": self._eta() if eta_s is None else eta_s}
 
     def _train_step(self, batch) -> tuple[float, int]:
         """One optimizer step on a batch: (its loss, averaged over processes; its real tokens)."""
@@ -468,30 +418,12 @@ class Trainer:
                 evaluated, record = False, {"event": "eval_aborted", "epoch": epoch, "step": self.step}
             else:
                 record = scored | {"total_steps": self.total_steps}
-                if self.best is None or self._better(record, self.best):
-                    self.best, self.bad_epochs, record["best"] = record, 0, True
-                    yield self._log(self.progress(epoch, "saving"), writer)
-                    if self.on_best:
-                        self.on_best(record, self._train_state(epoch, 0))
-                else:
-                    self.bad_epochs += 1
-                also = self.also_by
-                if also is not None and also.score in record and (
-                        self.also_best is None or also.better(record, self.also_best)):
-                    self.also_best, record["also_best"] = dict(record), also.name
-                    if self.on_also_best:
-                        self.on_also_best(record, self._train_state(epoch, 0))
+                yield from self._keep_best(epoch, record, writer)
         early = int(self.main and evaluated and cfg.early_stop != "none" and self.bad_epochs >= cfg.patience)
         if self.main:
             yield self._log(record, writer)
         if self._stop_code(force=not evaluated) != GO:       # a cut evaluation means a stop
-            if record.get("best"):                           # the checkpoint just saved is where it stands
-                yield self._log({"event": "stopped", "epoch": epoch, "step": self.step, "saved": True,
-                                 "reason": "stopped after the epoch's checkpoint"}, writer)
-            else:
-                done_epochs, pending = (epoch, 0) if evaluated else (epoch - 1, self.steps_per_epoch)
-                yield self._stop(writer, done_epochs, pending, "stopped after the epoch"
-                                 if evaluated else "stopped during the epoch's evaluation")
+            yield self._stop_after_epoch(epoch, record, evaluated, writer)
             return "stopped"
         if distributed.broadcast(early, self.device):
             yield self._log({"event": "early_stop", "epoch": epoch, "step": self.step,
@@ -499,6 +431,33 @@ class Trainer:
                                        f"{self.bad_epochs} epoch(s)"}, writer)
             return "early"
         return None
+
+    def _keep_best(self, epoch: int, record: dict, writer):
+        """Save the checkpoint when dev improved (marking the record best), count the epochs
+        without improvement, and keep the best by the second metric when there is one."""
+        if self.best is None or self._better(record, self.best):
+            self.best, self.bad_epochs, record["best"] = record, 0, True
+            yield self._log(self.progress(epoch, "saving"), writer)
+            if self.on_best:
+                self.on_best(record, self._train_state(epoch, 0))
+        else:
+            self.bad_epochs += 1
+        also = self.also_by
+        if also is not None and also.score in record and (
+                self.also_best is None or also.better(record, self.also_best)):
+            self.also_best, record["also_best"] = dict(record), also.name
+            if self.on_also_best:
+                self.on_also_best(record, self._train_state(epoch, 0))
+
+    def _stop_after_epoch(self, epoch: int, record: dict, evaluated: bool, writer) -> dict:
+        """A stop asked for at the epoch's end: the checkpoint just saved is where the run stands,
+        or keep where it stands now (before the epoch's evaluation, when that was cut short)."""
+        if record.get("best"):
+            return self._log({"event": "stopped", "epoch": epoch, "step": self.step, "saved": True,
+                              "reason": "stopped after the epoch's checkpoint"}, writer)
+        done_epochs, pending = (epoch, 0) if evaluated else (epoch - 1, self.steps_per_epoch)
+        return self._stop(writer, done_epochs, pending, "stopped after the epoch"
+                          if evaluated else "stopped during the epoch's evaluation")
 
     def _evaluate(self, epoch: int, step: int) -> dict | None:
         """Dev scores, or None when a stop-now request cut the evaluation short."""
@@ -518,84 +477,3 @@ class Trainer:
         if self.best_by.score in record and self.best_by.score in best:
             return self.best_by.better(record, best)
         return record["dev_perplexity"] < best["dev_perplexity"]    # every task's dev scores have it
-
-
-def format_duration(seconds: float) -> str:
-    """1h02m, or 3m07s."""
-    seconds = int(seconds)
-    h, m, s = seconds // 3600, seconds // 60 % 60, seconds % 60
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
-
-
-def phase_text(ev: dict) -> str:
-    """What a progress event says the run is doing."""
-    if ev["phase"] == "evaluating":
-        return f"evaluating {ev['dev_items']:,} dev {ev.get('unit', 'examples')}"
-    return "saving the checkpoint" if ev["phase"] == "saving" else "training"
-
-
-def rate_text(ev: dict) -> str:
-    """'12,345 tok/s packed, MFU 3.1%' (MFU unknown on a device without a known peak; "packed"
-    when the batches are packed into rows)."""
-    return (f"{ev['tokens_per_s']:,.0f} tok/s{' packed' if ev.get('packed') else ''}, "
-            f"{flops.format_mfu(ev.get('mfu'))}")
-
-
-def format_event(ev: dict, name: str = "") -> str:
-    """One human line per trainer event: progress with ETA, dev scores, the end."""
-    e = ev["event"]
-    if e == "data":
-        return (f"{ev['train_items']:,} train / {ev['dev_items']:,} dev {ev['unit']}, "
-                f"{ev['params'] / 1e6:.1f}M parameters; run dir {ev['run_dir']}")
-    if e == "start":
-        procs = f" x {ev['processes']} processes (torchrun)" if ev.get("processes", 1) > 1 else ""
-        packing = f", {ev.get('unit', 'captions')} packed into rows" if ev.get("packed") else \
-            f", not packed: {ev['unpacked_why']}" if ev.get("unpacked_why") else ""
-        how = f" ({ev['device_name']}, {ev['precision']}{', compiled' if ev.get('compiled') else ''}" \
-              f"{packing})" if "precision" in ev else ""
-        return (f"training on {ev['device']}{how}{procs}: {ev['epochs']} epochs x "
-                f"{ev['steps_per_epoch']} steps")
-    if e == "step":
-        pct = 100 * ev["step"] / ev["total_steps"]
-        return (f"epoch {ev['epoch']} step {ev['step']}/{ev['total_steps']} ({pct:.1f}%) "
-                f"loss {ev['train_loss']:.4f} {rate_text(ev)} "
-                f"elapsed {format_duration(ev['elapsed_s'])} ETA {format_duration(ev['eta_s'])}")
-    if e == "progress":
-        rate = f", {rate_text(ev)}" if "tokens_per_s" in ev else ""
-        return (f"epoch {ev['epoch']} step {ev['step']}/{ev['total_steps']}: {phase_text(ev)}{rate}, "
-                f"ETA {format_duration(ev['eta_s'])}")
-    if e == "eval":
-        return (f"{'step ' + str(ev['step']) if ev.get('mid_epoch') else 'epoch ' + str(ev['epoch'])}: "
-                f"dev perplexity {ev['dev_perplexity']:.3f} "
-                f"(token-weighted {ev['dev_token_perplexity']:.3f}"
-                + (f", per word {ev['dev_word_perplexity']:.3f}" if "dev_word_perplexity" in ev else "") + ")"
-                + (f" dev harmonic BLEU {ev['dev_harmonic_bleu']:.4f}" if "dev_harmonic_bleu" in ev else "")
-                + (f" dev accuracy {100 * ev['dev_accuracy']:.1f}% ({ev['dev_correct']} right)"
-                   if "dev_accuracy" in ev else "")
-                + (" best, saved" if ev.get("best") else "")
-                + (" best dev BLEU, saved as the -bleu checkpoint" if ev.get("best_bleu") else "")
-                + (f" best dev {ev['also_best']}, saved as the -{ev['also_best']} checkpoint"
-                   if ev.get("also_best") else ""))
-    if e == "early_stop":
-        return f"early stop after epoch {ev['epoch']}: {ev['reason']}"
-    if e == "stopped":
-        return (f"{ev.get('reason') or 'stopped'}" + ("; saved where it stands (resume goes on from there)"
-                                                       if ev.get("saved") else ""))
-    if e == "eval_aborted":
-        return f"epoch {ev['epoch']}: evaluation cut short by a stop request"
-    if e == "final_dev_aborted":
-        return "the evaluation on all dev captions was cut short by a stop request"
-    if e == "final_dev":
-        return (f"the kept checkpoint on all {ev['final_dev_captions']:,} dev captions: perplexity "
-                f"{ev['final_dev_perplexity']:.3f} (token-weighted {ev['final_dev_token_perplexity']:.3f}, "
-                f"per word {ev['final_dev_word_perplexity']:.3f})")
-    if e == "scoring":
-        return f"scoring: {ev['what']} ({format_duration(ev['elapsed_s'])} in)"
-    if e == "scored":
-        return f"scored for sweep {ev['sweep']} in {format_duration(ev['elapsed_s'])}: {ev['summary']}"
-    if e == "done":
-        ppl, budget = ev["best_dev_perplexity"], ev.get("budget")
-        said = f"done ({budget} reached at step {ev['step']})" if budget else "done"
-        return (f"{said}: best epoch {ev['best_epoch']}, dev perplexity "
-                f"{ppl:.3f}; checkpoint {name!r}" if ppl is not None else said)
-    return json.dumps(ev)

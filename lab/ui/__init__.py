@@ -61,45 +61,55 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
         side_by_side.then(compare_them.click(
             friendly(lambda: (gr.Tabs(selected="compare"), start.ready_to_compare(ctx.store))),
             None, [tabs, side_by_side.chosen], api_visibility="private"))
-
-        def to_experiments(*values):
-            """The Train form's settings become the start of a sweep in the Experiments tab."""
-            try:
-                settings = train.sweep_settings(*values)
-            except LabError as e:
-                return [gr.skip()] * 8 + [f"**Not carried to a sweep:** {e}"]
-            return [gr.Tabs(selected="experiments")] + experiments.from_train(settings) + [""]
-        _, recipe, _, preset, parent, grid, settings = sweep_form[:7]
-        split = sweep_form[9]
-        to_sweep.click(friendly(to_experiments), train_form,
-                       [tabs, recipe, preset, parent, grid, settings, split, sweep_note, train_said],
-                       api_visibility="private")
-        # the names the page last saw and what the lab picked in each checkpoint dropdown
-        known = gr.State({"names": ctx.checkpoint_names(),
-                          "picks": [dd.value for dd in ctx.checkpoint_dropdowns]})
-
-        def refresh(seen, *current):
-            """New checkpoints (a job just wrote one) become choices in every tab at once; a
-            dropdown the person has not touched follows the store (current: their values)."""
-            names = ctx.checkpoint_names()
-            if names == seen["names"]:
-                return [gr.skip()] * (len(ctx.checkpoint_dropdowns) + len(ctx.empty_notes) + 1) + [seen]
-            metas = read_metas(names, ctx.store)
-            updates, picks = [], []
-            for dd, value, pick in zip(ctx.checkpoint_dropdowns, current, seen["picks"]):
-                update, pick = ctx.refreshed(dd, names, pick, value, metas)
-                updates.append(update)
-                picks.append(pick)
-            notes = [gr.update(visible=not names) for _ in ctx.empty_notes]
-            return updates + notes + [checkpoints.rows(ctx.store), {"names": names, "picks": picks}]
-        fresh = ctx.checkpoint_dropdowns + ctx.empty_notes + [table, known]
-        watched = [known] + ctx.checkpoint_dropdowns
-        demo.load(friendly(refresh), watched, fresh, api_visibility="private")   # current from the start
-        gr.Timer(3.0).tick(friendly(refresh), watched, fresh, api_visibility="private",
-                           show_progress="hidden")
+        _carry_to_sweep(tabs, to_sweep, train_form, train_said, sweep_form, sweep_note)
+        _follow_the_store(demo, ctx, table)
         demo.load(friendly(latest), None, attached, api_visibility="private")   # re-attach to the running job
         demo.load(friendly(lambda: start.panel_open(ctx.store)), None, panel, api_visibility="private")
     return demo
+
+
+def _carry_to_sweep(tabs, to_sweep, train_form, train_said, sweep_form, sweep_note) -> None:
+    """The Train tab's "to a sweep" button: its form's settings start a sweep in Experiments."""
+    def to_experiments(*values):
+        """The Train form's settings become the start of a sweep in the Experiments tab."""
+        try:
+            settings = train.sweep_settings(*values)
+        except LabError as e:
+            return [gr.skip()] * 8 + [f"**Not carried to a sweep:** {e}"]
+        return [gr.Tabs(selected="experiments")] + experiments.from_train(settings) + [""]
+    _, recipe, _, preset, parent, grid, settings = sweep_form[:7]
+    split = sweep_form[9]
+    to_sweep.click(friendly(to_experiments), train_form,
+                   [tabs, recipe, preset, parent, grid, settings, split, sweep_note, train_said],
+                   api_visibility="private")
+
+
+def _follow_the_store(demo, ctx: Context, table) -> None:
+    """Every checkpoint dropdown, empty-store note and the Checkpoints table follow the store: on
+    load and every 3 s."""
+    # the names the page last saw and what the lab picked in each checkpoint dropdown
+    known = gr.State({"names": ctx.checkpoint_names(),
+                      "picks": [dd.value for dd in ctx.checkpoint_dropdowns]})
+
+    def refresh(seen, *current):
+        """New checkpoints (a job just wrote one) become choices in every tab at once; a
+        dropdown the person has not touched follows the store (current: their values)."""
+        names = ctx.checkpoint_names()
+        if names == seen["names"]:
+            return [gr.skip()] * (len(ctx.checkpoint_dropdowns) + len(ctx.empty_notes) + 1) + [seen]
+        metas = read_metas(names, ctx.store)
+        updates, picks = [], []
+        for dd, value, pick in zip(ctx.checkpoint_dropdowns, current, seen["picks"]):
+            update, pick = ctx.refreshed(dd, names, pick, value, metas)
+            updates.append(update)
+            picks.append(pick)
+        notes = [gr.update(visible=not names) for _ in ctx.empty_notes]
+        return updates + notes + [checkpoints.rows(ctx.store), {"names": names, "picks": picks}]
+    fresh = ctx.checkpoint_dropdowns + ctx.empty_notes + [table, known]
+    watched = [known] + ctx.checkpoint_dropdowns
+    demo.load(friendly(refresh), watched, fresh, api_visibility="private")   # current from the start
+    gr.Timer(3.0).tick(friendly(refresh), watched, fresh, api_visibility="private",
+                       show_progress="hidden")
 
 
 def launch_kwargs() -> dict:

@@ -112,6 +112,32 @@ def delete(name, confirm, store=None):
 
 def build(ctx: Context):
     ctx.empty_note("Import SmolLM2 below (about 15 s), or train a model in the Train tab.")
+    table = _store_table(ctx)
+    with gr.Row():
+        chosen = Dropdown(ctx.checkpoint_names(), value=None, label="checkpoint", elem_id="checkpoints-chosen",
+                          allow_custom_value=True)
+        ctx.add_dropdown(chosen, "blank")
+    info = gr.JSON(label="config, provenance and metrics")
+    chosen.change(friendly(lambda n: details(n, ctx.store)), chosen, info, api_name="checkpoint_info")
+    message = gr.Markdown(elem_id="checkpoints-message")
+    _import_smollm2_section(ctx, message, table)
+    _import_gpt2_section(ctx, message, table)
+    with gr.Accordion("Export to HF GPT-2", open=False):
+        outdir = Textbox(label="output directory (optional)",
+                            info="blank: download a .zip; or a new folder under LAB_ALLOWED_DIRS")
+        download = gr.File(label="export", interactive=False)
+        gr.Button("Export").click(friendly(lambda *a: export_hf(*a, store=ctx.store)),
+                                  [chosen, outdir], [message, download], api_name="export_hf")
+    with gr.Accordion("Delete", open=False):
+        confirm = Textbox(label="type the checkpoint's name to confirm", elem_id="checkpoints-confirm")
+        gr.Button("Delete", variant="stop").click(friendly(lambda *a: delete(*a, store=ctx.store)),
+                                                  [chosen, confirm], [message, table, info, chosen, confirm],
+                                                  api_name="delete_checkpoint")
+    return table
+
+
+def _store_table(ctx: Context):
+    """The store's table, with its Refresh and Download buttons."""
     table = gr.Dataframe(rows(ctx.store), headers=COLUMNS, label="the store", interactive=False,
                          elem_id="checkpoints-table")
     with gr.Row():
@@ -123,13 +149,10 @@ def build(ctx: Context):
     download.click(friendly(lambda: gr.update(value=exports.write_table(
         COLUMNS, rows(ctx.store), "checkpoints", ctx.store, {"details": checkpoints.listing(ctx.store)}),
         visible=True)), None, table_download, api_visibility="private")
-    with gr.Row():
-        chosen = Dropdown(ctx.checkpoint_names(), value=None, label="checkpoint", elem_id="checkpoints-chosen",
-                          allow_custom_value=True)
-        ctx.add_dropdown(chosen, "blank")
-    info = gr.JSON(label="config, provenance and metrics")
-    chosen.change(friendly(lambda n: details(n, ctx.store)), chosen, info, api_name="checkpoint_info")
-    message = gr.Markdown(elem_id="checkpoints-message")
+    return table
+
+
+def _import_smollm2_section(ctx: Context, message, table) -> None:
     with gr.Accordion("Import SmolLM2-135M, the lab's pretrained model (about 15 s)",
                       open=not ctx.checkpoint_names(), elem_id="checkpoints-smollm2"):
         with gr.Row():
@@ -139,6 +162,10 @@ def build(ctx: Context):
         gr.Button("Import SmolLM2", variant="primary", elem_id="smollm2-import").click(
             friendly(lambda *a: (yield from import_smollm2(*a, store=ctx.store))), [smol_layers, smol_name],
             [message, table], api_name="import_smollm2")
+
+
+def _import_gpt2_section(ctx: Context, message, table) -> None:
+    """An HF GPT-2 checkpoint, uploaded or from a folder on the server."""
     with gr.Accordion("Import an HF GPT-2 checkpoint (upload, or a server folder)", open=False):
         with gr.Row():
             layers = Textbox(label="layers (1-based, e.g. 1,6,12; blank: all)")
@@ -155,15 +182,3 @@ def build(ctx: Context):
             gr.Button("Import the folder").click(friendly(lambda *a: import_gpt2(*a, store=ctx.store)),
                                                  [path, layers, new_name], [message, table],
                                                  api_name="import_gpt2")
-    with gr.Accordion("Export to HF GPT-2", open=False):
-        outdir = Textbox(label="output directory (optional)",
-                            info="blank: download a .zip; or a new folder under LAB_ALLOWED_DIRS")
-        download = gr.File(label="export", interactive=False)
-        gr.Button("Export").click(friendly(lambda *a: export_hf(*a, store=ctx.store)),
-                                  [chosen, outdir], [message, download], api_name="export_hf")
-    with gr.Accordion("Delete", open=False):
-        confirm = Textbox(label="type the checkpoint's name to confirm", elem_id="checkpoints-confirm")
-        gr.Button("Delete", variant="stop").click(friendly(lambda *a: delete(*a, store=ctx.store)),
-                                                  [chosen, confirm], [message, table, info, chosen, confirm],
-                                                  api_name="delete_checkpoint")
-    return table

@@ -24,7 +24,7 @@ from lab.errors import LabError
 from lab.presets import PRESETS, configs, get as get_preset
 from lab.registry import REGISTRIES, TASKS, load_plugins
 from lab.training.runs import run_dir_for
-from lab.training.train import format_duration, phase_text
+from lab.training.progress import format_duration, phase_text
 from lab.ui.common import Context, friendly, outputs, whole
 from lab.ui.common import text as bounded_text
 

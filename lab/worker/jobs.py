@@ -1,4 +1,4 @@
-"""Durable job ledger (SQLite in the store) and the background worker.
+"""Jobs in the durable ledger (SQLite in the store, lab/worker/ledger.py) and the background worker.
 
 The UI and CLI *queue* jobs; a worker process (`python -m lab worker`, started by `make run`
 beside the web server, or alone on a GPU machine sharing the store) claims them and runs each in
@@ -21,11 +21,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from lab.storage import checkpoints
@@ -35,34 +33,10 @@ from lab.storage import store as lab_store
 from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.errors import LabError
 from lab.worker.executors import RayTasks, executor_name
-from lab.training.train import format_event, parse_train_layers
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    name TEXT NOT NULL,            -- the checkpoint it writes
-    spec TEXT NOT NULL,            -- JSON: model, train, parent, preset, after (lab/worker/steps.py)
-    status TEXT NOT NULL,          -- queued, running, done, failed, stopped, interrupted
-    stop TEXT,                     -- NULL, 'now', 'after_checkpoint' or 'shutdown' (the worker's)
-    pid INTEGER,                   -- the process running it (its liveness is its lock, not this)
-    created REAL NOT NULL,
-    started REAL,
-    finished REAL,
-    heartbeat REAL,                -- when it last reported (shown; liveness is its lock)
-    progress TEXT,                 -- JSON: the last event
-    error TEXT,
-    resumed_from INTEGER
-);
-"""
-FINAL = ("done", "failed", "stopped", "interrupted")
-_schemas = [SCHEMA]           # the jobs table, and the tables modules above add (add_tables)
-
-
-def add_tables(schema: str) -> None:
-    """Tables of a module above that live in the ledger beside the jobs (lab/sweeps.py's)."""
-    if schema not in _schemas:
-        _schemas.append(schema)
-
+# the ledger's names that modules above and the tests read as jobs.X
+from lab.worker.ledger import FINAL, SCHEMA, add_tables, connect, read_row  # noqa: F401
+from lab.training.progress import format_event
+from lab.training.train import parse_train_layers
 
 def shutdown_grace_s() -> float:
     """LAB_SHUTDOWN_GRACE_S: how long jobs get to save when the lab stops (default 60 s)."""
@@ -74,49 +48,6 @@ def shutdown_grace_s() -> float:
     if not 0 <= value <= 86400:
         raise LabError(f"LAB_SHUTDOWN_GRACE_S must be a number of seconds from 0 to 86400, got {raw!r}")
     return value
-
-
-def ledger_path(store=None) -> Path:
-    return lab_store.ledger_path(store)
-
-
-@contextmanager
-def connect(store=None):
-    con = sqlite3.connect(ledger_path(store), timeout=30, isolation_level=None)
-    con.row_factory = sqlite3.Row
-    try:
-        con.execute("PRAGMA journal_mode=WAL")
-        for schema in _schemas:
-            con.executescript(schema)
-        yield con
-    except sqlite3.DatabaseError as e:
-        raise LabError(f"the job ledger {ledger_path(store)} cannot be used ({e})") from None
-    finally:
-        con.close()
-
-
-def read_row(r: sqlite3.Row | None) -> dict | None:
-    """A row of the jobs table as a dict, its spec and progress read (an older spec upgraded)."""
-    if r is None:
-        return None
-    d = dict(r)
-    d["spec"] = upgrade_spec(json.loads(d["spec"]))
-    d["progress"] = json.loads(d["progress"]) if d["progress"] else {}
-    return d
-
-
-def upgrade_spec(spec: dict) -> dict:
-    """A spec as this version writes it. Specs written before steps were named kept a sweep's
-    scoring as `score` (and `score_only`): that is the step `score`."""
-    if "score" not in spec and "score_only" not in spec:
-        return spec
-    spec = dict(spec)
-    score, only = spec.pop("score", None), spec.pop("score_only", False)
-    if score is not None and "after" not in spec:
-        spec["after"] = [{"step": "score", **score}]
-    if only:
-        spec["after_only"] = True
-    return spec
 
 
 def validate_spec(name: str, model: dict | None, train: dict, parent: str | None, store=None,

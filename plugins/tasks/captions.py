@@ -74,38 +74,45 @@ class CaptionsTask:
         for split in [sc.split] + (["test"] if sc.pick_on_test else []):
             caps = data.load_split(split, data_dir)
             subset = [caps[i] for i in data.subset_indices(len(caps), sc.n, sc.seed)]
-            yield {"event": "scoring", "what": f"{ck.name}: perplexity of {len(subset):,} {split} captions",
-                   "elapsed_s": time.time() - t0, "time": time.time()}
+            yield _scoring(f"{ck.name}: perplexity of {len(subset):,} {split} captions", t0)
             nll, cnt = sentence_nlls(model, data.encode_captions(subset, tok, ck.config.n_positions),
                                      tok.eos_id, abort=abort)
             part = {"n": len(subset), "subset_hash": data.subset_hash(subset), "nll": nll.tolist(),
                     "count": cnt.tolist(), "words": [len(c.split()) + 1 for c in subset], "decoders": []}
             if sc.exposure:
-                yield {"event": "scoring", "what": f"{ck.name}: exposure bias on {len(subset):,} {split} "
-                       f"captions", "elapsed_s": time.time() - t0, "time": time.time()}
+                yield _scoring(f"{ck.name}: exposure bias on {len(subset):,} {split} captions", t0)
                 part["exposure"] = exposure.measure(model, tok, subset, seed=sc.seed)
             refs_all = References(bleu_tokens_of(caps, tok, tokens))
             refs = bleu_tokens_of(subset, tok, tokens)
             decoders = [sweeps.best_decoder(entry["splits"][sc.split])] if split == "test" and sc.pick_on_test \
                 else sc.decoders
             for d in decoders:
-                yield {"event": "scoring", "what": f"{ck.name}: {len(subset):,} {split} captions with "
-                       f"{sweeps.decoder_label(d)}", "elapsed_s": time.time() - t0, "time": time.time()}
-                g0 = time.time()
-                gen = sample_captions(model, tok, len(subset), DecodeConfig.from_dict({**d, "seed": sc.seed}),
-                                      abort=abort)
-                gen_s = time.time() - g0
-                hyps = [g.tokens for g in gen] if tokens == "gpt2" else [g.text.split() for g in gen]
-                back = References(hyps)
-                part["decoders"].append({
-                    "decode": d, "label": sweeps.decoder_label(d),
-                    "forward": refs_all.sentence_bleus(hyps),
-                    "backward": back.sentence_bleus(refs),
-                    "generate_s": gen_s,
-                    "tokens_per_s": sum(len(g.tokens) - g.n_prompt + g.finished for g in gen) / max(gen_s, 1e-9),
-                    "samples": [g.text for g in gen[:5]]})
+                yield _scoring(f"{ck.name}: {len(subset):,} {split} captions with {sweeps.decoder_label(d)}", t0)
+                part["decoders"].append(_decoder_figures(ck, d, sc.seed, len(subset), tokens, refs_all, refs,
+                                                         abort))
             entry["splits"][split] = part
         return entry
+
+
+def _scoring(what: str, t0: float) -> dict:
+    """A sweep's progress event: what it scores now, and how long it has scored."""
+    return {"event": "scoring", "what": what, "elapsed_s": time.time() - t0, "time": time.time()}
+
+
+def _decoder_figures(ck, d: dict, seed: int, n: int, tokens: str, refs_all, refs: list, abort) -> dict:
+    """The n captions decoder `d` writes, scored forward (against every reference of the split)
+    and backward (the subset's references against them), with its speed and a few samples."""
+    g0 = time.time()
+    gen = sample_captions(ck.model, ck.tokenizer, n, DecodeConfig.from_dict({**d, "seed": seed}), abort=abort)
+    gen_s = time.time() - g0
+    hyps = [g.tokens for g in gen] if tokens == "gpt2" else [g.text.split() for g in gen]
+    back = References(hyps)
+    return {"decode": d, "label": sweeps.decoder_label(d),
+            "forward": refs_all.sentence_bleus(hyps),
+            "backward": back.sentence_bleus(refs),
+            "generate_s": gen_s,
+            "tokens_per_s": sum(len(g.tokens) - g.n_prompt + g.finished for g in gen) / max(gen_s, 1e-9),
+            "samples": [g.text for g in gen[:5]]}
 
 
 def _dev_bleu_fn(tok, dev_caps, cfg):

@@ -60,39 +60,8 @@ class BirthplaceTask:
             raise ConfigError(f"the birthplace task's block is {bp.BLOCK} characters; this model "
                               f"has n_positions={model_cfg.n_positions}")
         if objective == "span":
-            docs = bp.wiki(data_dir)
-            train = docs[:cfg.max_train_captions]
-            g = torch.Generator().manual_seed(10 ** 6 + cfg.seed)
-            dev_docs = docs[:cfg.max_dev_captions or DEV_DOCS]
-            dev = [bp.span_batch(dev_docs[i:i + cfg.eval_batch_size], tok, g)
-                   for i in range(0, len(dev_docs), cfg.eval_batch_size)]
-
-            def batches(gen):
-                for chunk in _chunks(train, cfg, gen):
-                    yield bp.span_batch(chunk, tok, gen)
-
-            return Prepared(tok, train, dev_docs, batches, bp.token_loss,
-                            lambda model, abort: _dev_loss(model, dev, abort),
-                            unit="documents", packs=True)
-        pairs = bp.questions("train", data_dir)[:cfg.max_train_captions]
-        dev_pairs = bp.questions("dev", data_dir)[:cfg.max_dev_captions]
-        dev = [bp.qa_batch(dev_pairs[i:i + cfg.eval_batch_size], tok)
-               for i in range(0, len(dev_pairs), cfg.eval_batch_size)]
-
-        def qa_batches(gen):
-            for chunk in _chunks(pairs, cfg, gen):
-                yield bp.qa_batch(chunk, tok)
-
-        def evaluate(model, abort):
-            scores = _dev_loss(model, dev, abort)
-            if abort():
-                raise Aborted()
-            got = bp.answer(model, tok, [q for q, _ in dev_pairs])
-            right = bp.score(got, [p for _, p in dev_pairs])
-            return scores | {"dev_accuracy": right["accuracy"], "dev_correct": right["correct"]}
-
-        return Prepared(tok, pairs, dev_pairs, qa_batches, bp.token_loss, evaluate,
-                        unit="questions", packs=True)
+            return _prepare_span(cfg, tok, data_dir)
+        return _prepare_qa(cfg, tok, data_dir)
 
     def sweep_check(self, objective, score: dict, where: str) -> None:
         """A sweep scores answers (objective qa, or a stored checkpoint), on dev, without
@@ -138,6 +107,47 @@ class BirthplaceTask:
                 "kv_bytes_per_token": sweeps.kv_bytes_per_token(ck.model), "epoch": ck.metrics.get("epoch"),
                 "dev_perplexity": ck.metrics.get("dev_perplexity"), "dev_harmonic_bleu": None,
                 "splits": {sc.split: part}}
+
+
+def _prepare_span(cfg, tok, data_dir) -> Prepared:
+    """Span-corruption pretraining on wiki.txt's documents; dev: a fixed corruption of the first."""
+    docs = bp.wiki(data_dir)
+    train = docs[:cfg.max_train_captions]
+    g = torch.Generator().manual_seed(10 ** 6 + cfg.seed)
+    dev_docs = docs[:cfg.max_dev_captions or DEV_DOCS]
+    dev = [bp.span_batch(dev_docs[i:i + cfg.eval_batch_size], tok, g)
+           for i in range(0, len(dev_docs), cfg.eval_batch_size)]
+
+    def batches(gen):
+        for chunk in _chunks(train, cfg, gen):
+            yield bp.span_batch(chunk, tok, gen)
+
+    return Prepared(tok, train, dev_docs, batches, bp.token_loss,
+                    lambda model, abort: _dev_loss(model, dev, abort),
+                    unit="documents", packs=True)
+
+
+def _prepare_qa(cfg, tok, data_dir) -> Prepared:
+    """Birth-place questions; dev scores the loss and the answers' accuracy."""
+    pairs = bp.questions("train", data_dir)[:cfg.max_train_captions]
+    dev_pairs = bp.questions("dev", data_dir)[:cfg.max_dev_captions]
+    dev = [bp.qa_batch(dev_pairs[i:i + cfg.eval_batch_size], tok)
+           for i in range(0, len(dev_pairs), cfg.eval_batch_size)]
+
+    def qa_batches(gen):
+        for chunk in _chunks(pairs, cfg, gen):
+            yield bp.qa_batch(chunk, tok)
+
+    def evaluate(model, abort):
+        scores = _dev_loss(model, dev, abort)
+        if abort():
+            raise Aborted()
+        got = bp.answer(model, tok, [q for q, _ in dev_pairs])
+        right = bp.score(got, [p for _, p in dev_pairs])
+        return scores | {"dev_accuracy": right["accuracy"], "dev_correct": right["correct"]}
+
+    return Prepared(tok, pairs, dev_pairs, qa_batches, bp.token_loss, evaluate,
+                    unit="questions", packs=True)
 
 
 def _chunks(items: list, cfg, gen: torch.Generator):

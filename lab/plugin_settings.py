@@ -1,0 +1,102 @@
+"""A plugin's own settings, read from the registries: filling and checking them, the choices of a
+field that names a plugin, the parts a model family fills, the top-level keys of older configs
+that are a plugin's setting now, and what the registered tasks declare (their metrics and
+tokenizers). The ground floor: imports only lab.errors, lab.registry and lab.settings; lab.config
+builds its configs on it and re-exports what others read from there.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+from lab.errors import ConfigError
+from lab.registry import REGISTRIES, TASKS, load_plugins
+from lab.settings import check_value, coerce, setting
+
+
+def fill_settings(cls, given: dict, prefix: str) -> dict:
+    """A plugin's settings: the given values converted to their declared types, the rest at their
+    defaults; names the plugin does not declare stay, for check_settings to refuse."""
+    hints = typing.get_type_hints(cls)
+    values = {f.name: coerce(prefix + f.name, given[f.name], hints[f.name])
+              if f.name in given else f.default for f in dataclasses.fields(cls)}
+    return {**given, **values}
+
+
+def check_settings(cls, given: dict, prefix: str, plugin: str, config) -> None:
+    """One plugin's settings: only declared names, within their bounds and choices, and the
+    settings class's own `check(config)`."""
+    names = [f.name for f in dataclasses.fields(cls)] if cls else []
+    for key in given:
+        if key not in names:
+            has = f"its settings are: {', '.join(names)}" if names else "it has no settings"
+            raise ConfigError(f"{prefix}{key}: the {plugin} has no setting {key!r}; {has}"[:300])
+    if cls is None:
+        return
+    for f in dataclasses.fields(cls):
+        check_value(prefix + f.name, given[f.name], f)
+    instance = cls(**given)
+    if hasattr(instance, "check"):
+        instance.check(config)
+
+
+def plugin_choices(kind: str):
+    """A registry's names, read when asked (the choices of a plugin field)."""
+    def names():
+        load_plugins()
+        return REGISTRIES[kind].names()
+    names.plugin_kind = kind            # a wrong name is "an unknown plugin" (lab.settings)
+    return names
+
+
+def plugin_field(kind: str, help: str):
+    """A config field that names a plugin of `kind`; blank: the family's."""
+    return setting(None, help, choices=plugin_choices(kind), blank="the family's")
+
+
+# the parts a model family fills when a config leaves them blank (its plugin's `defaults`)
+FAMILY_KEYS = ("norm", "norm_position", "attention", "positional", "mlp", "bias", "norm_eps",
+               "tie_embeddings", "dropout")
+
+
+def family_defaults(model: str) -> dict:
+    """The parts model family `model` chooses, as its plugin declares them."""
+    load_plugins()
+    models = REGISTRIES["model"]
+    if model not in models:
+        return {}
+    defaults = models.get(model).meta.get("defaults", {})
+    missing = [k for k in FAMILY_KEYS if k not in defaults]
+    if missing:
+        raise ConfigError(f"model plugin {model!r} declares no default for {', '.join(missing)}; "
+                          f"its registration's `defaults` must name every part")
+    return dict(defaults)
+
+
+def legacy_keys(kinds: tuple) -> list[tuple[str, str, str, str]]:
+    """(kind, plugin, old top-level key, its setting) for every plugin of `kinds` that declares
+    `legacy_keys`: the keys older configs kept at the top before plugins had settings. The
+    setting is its name, or (name, convert(old value, the config's dict))."""
+    load_plugins()
+    return [(kind, name, old, new) for kind in kinds
+            for name in REGISTRIES[kind].names()
+            for old, new in REGISTRIES[kind].get(name).meta.get("legacy_keys", {}).items()]
+
+
+def task_meta(task: str) -> dict:
+    """What task plugin `task` declares (objectives, metrics, tokenizers, ...)."""
+    load_plugins()
+    return TASKS.get(task).meta
+
+
+def keep_best_choices() -> list[str]:
+    """What the trainer may keep the best checkpoint by: any task's declared metrics, or none."""
+    load_plugins()
+    names = [m for t in TASKS.names() for m in task_meta(t).get("keep_best", {})]
+    return list(dict.fromkeys(names)) + ["none"]
+
+
+def scratch_tokenizer_choices() -> list[str]:
+    """The tokenizers a model trained from scratch may have: any task's declared `tokenizers`."""
+    load_plugins()
+    return list(dict.fromkeys(k for t in TASKS.names() for k in task_meta(t).get("tokenizers", ())))

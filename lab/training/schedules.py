@@ -1,0 +1,73 @@
+"""What changes as training goes: the learning rate's schedule, and scheduled sampling's
+teacher-forcing probability with the inputs it mixes (Bengio et al. 2015)."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from lab.config import TrainConfig
+from lab.inputs.data import Batch
+from lab.modeling.sampling import draw
+
+
+def scheduled_lr(cfg: TrainConfig, step: int, total_steps: int) -> float:
+    """The learning rate of the step after `step` steps: constant, or (warmup_cosine, minGPT's)
+    a linear warm-up over warmup_steps, then a cosine decay to 10% of lr at the last step."""
+    if cfg.lr_schedule == "constant":
+        return cfg.lr
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    span = max(total_steps - cfg.warmup_steps, 1)
+    progress = min((step - cfg.warmup_steps) / span, 1.0)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def teacher_forcing(cfg: TrainConfig, step: int, total_steps: int) -> float:
+    """Scheduled sampling's probability of feeding the gold token at a step (Bengio et al. 2015):
+    linear 1 - step/k, exponential k^step, inverse sigmoid k/(k + exp(step/k)), never below
+    ss_floor. ss_k=0 picks k so that the decay reaches the floor (or 1%) at the last step."""
+    kind, floor = cfg.scheduled_sampling, cfg.ss_floor
+    if kind == "none":
+        return 1.0
+    end, k = max(floor, 0.01), cfg.ss_k
+    if kind == "linear":
+        k = k or total_steps / (1 - end)
+        p = 1 - step / k
+    elif kind == "exponential":
+        k = k or end ** (1 / max(total_steps, 1))
+        p = k ** step
+    else:                   # inverse sigmoid: k/(k + exp(total/k)) = end, solved by bisection
+        k = k or _inverse_sigmoid_k(total_steps, end)
+        p = k / (k + math.exp(min(step / k, 700.0)))
+    return max(floor, p)
+
+
+def _inverse_sigmoid_k(total_steps: int, end: float) -> float:
+    lo, hi = 1.0, max(float(total_steps), 2.0)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if mid / (mid + math.exp(min(total_steps / mid, 700.0))) > end:
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
+@torch.no_grad()
+def scheduled_inputs(model, batch: Batch, p_gold: float) -> Batch:
+    """Scheduled sampling in one parallel pass: the model predicts every next token from the gold
+    prefix, one token is sampled at each position, and each caption token of the input is
+    replaced by that sample with probability 1 - p_gold. The targets stay the gold tokens."""
+    B, L = batch.input_ids.shape
+    logits = model(batch.input_ids).logits[:, :-1].float()
+    sampled = draw(torch.softmax(logits, -1).reshape(B * (L - 1), -1)).view(B, L - 1)
+    swap = (torch.rand(B, L - 1, device=sampled.device) >= p_gold) & (batch.loss_mask > 0)
+    mixed = batch.input_ids.clone()
+    mixed[:, 1:] = torch.where(swap, sampled, batch.input_ids[:, 1:])
+    targets = torch.full_like(batch.input_ids, -100)
+    targets[:, :-1] = batch.input_ids[:, 1:]
+    mask = torch.zeros(B, L, dtype=batch.loss_mask.dtype, device=batch.loss_mask.device)
+    mask[:, :-1] = batch.loss_mask
+    return Batch(mixed, mask, targets)
+

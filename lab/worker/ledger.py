@@ -1,0 +1,82 @@
+"""The job ledger: a SQLite file in the store holding the jobs table (one row per job: its spec,
+status, stop request and last progress) and the tables modules above add beside it (lab/sweeps.py's).
+Every process opens it through `connect`; lab/worker/jobs.py writes its rows.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from contextlib import contextmanager
+from pathlib import Path
+
+from lab.errors import LabError
+from lab.storage import store as lab_store
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,            -- the checkpoint it writes
+    spec TEXT NOT NULL,            -- JSON: model, train, parent, preset, after (lab/worker/steps.py)
+    status TEXT NOT NULL,          -- queued, running, done, failed, stopped, interrupted
+    stop TEXT,                     -- NULL, 'now', 'after_checkpoint' or 'shutdown' (the worker's)
+    pid INTEGER,                   -- the process running it (its liveness is its lock, not this)
+    created REAL NOT NULL,
+    started REAL,
+    finished REAL,
+    heartbeat REAL,                -- when it last reported (shown; liveness is its lock)
+    progress TEXT,                 -- JSON: the last event
+    error TEXT,
+    resumed_from INTEGER
+);
+"""
+FINAL = ("done", "failed", "stopped", "interrupted")
+_schemas = [SCHEMA]           # the jobs table, and the tables modules above add (add_tables)
+
+
+def add_tables(schema: str) -> None:
+    """Tables of a module above that live in the ledger beside the jobs (lab/sweeps.py's)."""
+    if schema not in _schemas:
+        _schemas.append(schema)
+
+
+def ledger_path(store=None) -> Path:
+    return lab_store.ledger_path(store)
+
+
+@contextmanager
+def connect(store=None):
+    con = sqlite3.connect(ledger_path(store), timeout=30, isolation_level=None)
+    con.row_factory = sqlite3.Row
+    try:
+        con.execute("PRAGMA journal_mode=WAL")
+        for schema in _schemas:
+            con.executescript(schema)
+        yield con
+    except sqlite3.DatabaseError as e:
+        raise LabError(f"the job ledger {ledger_path(store)} cannot be used ({e})") from None
+    finally:
+        con.close()
+
+
+def read_row(r: sqlite3.Row | None) -> dict | None:
+    """A row of the jobs table as a dict, its spec and progress read (an older spec upgraded)."""
+    if r is None:
+        return None
+    d = dict(r)
+    d["spec"] = upgrade_spec(json.loads(d["spec"]))
+    d["progress"] = json.loads(d["progress"]) if d["progress"] else {}
+    return d
+
+
+def upgrade_spec(spec: dict) -> dict:
+    """A spec as this version writes it. Specs written before steps were named kept a sweep's
+    scoring as `score` (and `score_only`): that is the step `score`."""
+    if "score" not in spec and "score_only" not in spec:
+        return spec
+    spec = dict(spec)
+    score, only = spec.pop("score", None), spec.pop("score_only", False)
+    if score is not None and "after" not in spec:
+        spec["after"] = [{"step": "score", **score}]
+    if only:
+        spec["after_only"] = True
+    return spec
