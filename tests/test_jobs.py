@@ -88,7 +88,7 @@ def test_stop_a_queued_job():
 def test_train_tab_reads_only_new_metric_lines(tmp_path):
     """The Train tab's 2-second poll parses what was appended since the last one; a half-written
     line waits for its end; a file started afresh is read from the top."""
-    from lab.ui.train import _Curve
+    from lab.ui.jobs_view import _Curve
     path, curve = tmp_path / "metrics.jsonl", _Curve()
     path.write_text(json.dumps({"event": "step", "step": 20, "train_loss": 2.5}) + '\n{"event": "ev')
     assert curve.update(path).steps == [20] and curve.dev_steps == []

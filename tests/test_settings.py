@@ -198,7 +198,7 @@ def test_the_form_restored_from_a_job_starts_the_same_job(store):
 
 
 def test_a_stopped_job_says_where_it_stands_and_how_to_go_on():
-    from lab.ui.train import progress_html
+    from lab.ui.jobs_view import progress_html
     job = {"status": "stopped", "error": None,
            "progress": {"event": "stopped", "epoch": 2, "step": 40, "saved": True,
                         "reason": "stopped during the epoch"}}

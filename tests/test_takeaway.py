@@ -131,7 +131,7 @@ def test_getting_started_steps_queue_once_and_say_where_they_stand(store):
 def test_the_train_tab_chooses_a_job_started_elsewhere(store):
     """A job queued by the getting-started panel shows in the Train tab without being picked."""
     from lab.ui import start
-    from lab.ui.train import poll
+    from lab.ui.jobs_view import poll
     assert "No job selected" in poll(None, [], store)[0]
     start.train_scratch(store)
     progress, *_, labels, _ = poll(None, [], store)

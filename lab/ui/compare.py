@@ -269,17 +269,9 @@ def build(ctx: Context) -> SideBySide:
         seed = Number(0, label="seed", step=1)
         prefix = Textbox("", label="prefix (optional)", placeholder="A man")
         n = Number(8, label="captions", step=1)
-    per_model = Checkbox(False, label="a different decoder for each checkpoint")
-    per_model_rows = RowsTable(value=[], headers=PER_MODEL_COLUMNS, visible=False, interactive=True,
-                                  label="decoder per checkpoint (blank cells take the shared setting)",
-                                  elem_id="compare-per-model")
+    per_model, per_model_rows = _per_model_table(chosen)
     go = gr.Button("Generate side by side", variant="primary", elem_id="compare-go")
     out = gr.HTML(elem_id="compare-out")
-
-    # the table follows the checkbox and the chosen checkpoints (the page may change them itself)
-    for changed in (per_model, chosen):
-        changed.change(decoder_rows, [per_model, chosen, per_model_rows], per_model_rows,
-                       api_visibility="private", show_progress="hidden")
     inputs = [chosen, *dec.components(), seed, prefix, n, per_model, per_model_rows]
     last = gr.State(None)            # the last comparison, for its downloads and the report
     files = gr.File(label="download the captions (CSV, JSON)", file_count="multiple",
@@ -288,13 +280,7 @@ def build(ctx: Context) -> SideBySide:
     save = friendly(lambda r: caption_files(r, ctx.store))
     go.click(run, inputs, [out, last], api_visibility="private").success(
         save, last, files, api_visibility="private")
-
-    def compare_api(checkpoints: list[str], decode: dict, seed: int = 0, prefix: str = "",
-                    n: int = 8, per_checkpoint: dict | None = None) -> str:
-        """Captions side by side (HTML). decode: the shared decoder by name, e.g. {"decoder":
-        "top_p", "temperature": 0.7}; per_checkpoint: {checkpoint: its own decoder settings}."""
-        return compare(checkpoints, decode, seed, prefix, n, per_checkpoint, store=ctx.store)[0]
-    gr.api(friendly(compare_api), api_name="compare")
+    _wire_api(ctx)
 
     def then(event):
         return event.success(run, inputs, [out, last], api_visibility="private").success(
@@ -305,6 +291,28 @@ def build(ctx: Context) -> SideBySide:
     _report_section(ctx, last, scored)
     _matrix_section(ctx, chosen, seed, prefix)
     return SideBySide(chosen, then)
+
+
+def _per_model_table(chosen):
+    """The checkbox and the table of a decoder per checkpoint; the table follows the checkbox and
+    the chosen checkpoints (the page may change them itself)."""
+    per_model = Checkbox(False, label="a different decoder for each checkpoint")
+    rows = RowsTable(value=[], headers=PER_MODEL_COLUMNS, visible=False, interactive=True,
+                     label="decoder per checkpoint (blank cells take the shared setting)",
+                     elem_id="compare-per-model")
+    for changed in (per_model, chosen):
+        changed.change(decoder_rows, [per_model, chosen, rows], rows,
+                       api_visibility="private", show_progress="hidden")
+    return per_model, rows
+
+
+def _wire_api(ctx: Context) -> None:
+    def compare_api(checkpoints: list[str], decode: dict, seed: int = 0, prefix: str = "",
+                    n: int = 8, per_checkpoint: dict | None = None) -> str:
+        """Captions side by side (HTML). decode: the shared decoder by name, e.g. {"decoder":
+        "top_p", "temperature": 0.7}; per_checkpoint: {checkpoint: its own decoder settings}."""
+        return compare(checkpoints, decode, seed, prefix, n, per_checkpoint, store=ctx.store)[0]
+    gr.api(friendly(compare_api), api_name="compare")
 
 
 def _scores_section(ctx: Context, models_and_decoder: list, seed) -> gr.State:

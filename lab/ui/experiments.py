@@ -15,7 +15,8 @@ from lab.presets import PRESETS
 from lab.ui.common import Context, friendly, whole
 from lab.ui.common import text as bounded_text
 from lab.ui.fields import Dropdown, Number, Radio, Textbox
-from lab.ui.train import form_fields, progress_html
+from lab.ui.jobs_view import progress_html
+from lab.ui.train import form_fields
 
 OWN = "(build your own)"
 OWN_NOTE = ("Write a grid (one KEY=V1,V2 per line) or pick a field and its values below; every "

@@ -14,7 +14,7 @@ from lab.config import ConfigError
 from lab.presets import configs
 from lab.training.runs import last_dir
 from lab.ui.common import Context, friendly
-from lab.ui.train import progress_html
+from lab.ui.jobs_view import progress_html
 
 SMOLLM2, SCRATCH, FINETUNE = "smollm2", "quick-scratch", "smollm2-captions"
 SCRATCH_PRESET, FINETUNE_PRESET = "quick", "smollm2-quick"

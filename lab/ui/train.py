@@ -1,32 +1,26 @@
-"""Train tab: a form (presets, every plugin choice and hyperparameter) that queues a job for the
-background worker, and a live view of any job: progress with ETA, loss curves, log tail, the
-checkpoint it keeps. Jobs live in the durable ledger, so a reload re-attaches."""
+"""Train tab: a form built from the settings' descriptions (presets, every plugin choice and
+hyperparameter) that queues a job for the background worker, and the job view (jobs_view.py)."""
 from __future__ import annotations
 
 import dataclasses
 import functools
-import html
-import json
-import time
 import typing
-from pathlib import Path
+from dataclasses import dataclass
 
 import gradio as gr
 
-from lab.ui.fields import Checkbox, Dropdown, Number, Radio, Textbox
-from lab.storage import checkpoints
-from lab.worker import jobs
-from lab.inputs import tokenizers
-from lab.storage import store as lab_store
 from lab.config import FAMILY_KEYS, ConfigError, ModelConfig, TrainConfig, describe_settings
-from lab.settings import base_type, choices_of
 from lab.errors import LabError
+from lab.inputs import tokenizers
 from lab.presets import PRESETS, configs, get as get_preset
 from lab.registry import REGISTRIES, TASKS, load_plugins
-from lab.training.runs import run_dir_for
-from lab.training.progress import format_duration, phase_text
-from lab.ui.common import Context, friendly, outputs, whole
+from lab.settings import base_type, choices_of
+from lab.storage import checkpoints
+from lab.ui.common import Context, friendly, outputs
 from lab.ui.common import text as bounded_text
+from lab.ui.fields import Checkbox, Dropdown, Number, Radio, Textbox
+from lab.ui.jobs_view import job_choices, jobs_section
+from lab.worker import jobs
 
 # the form's sections: every described setting but the vocabulary (a new model's is its
 # tokenizer's) and the plugin settings, which follow their plugin's dropdown
@@ -247,179 +241,6 @@ def family_parts(model: str) -> list:
         + [gr.update(value=v) for v in setting_values(m)]
 
 
-def job_choices(store=None) -> list[tuple[str, str]]:
-    return [(f"{j['id']}: {j['name']} ({j['status']})", str(j["id"])) for j in jobs.list_jobs(store)]
-
-
-def progress_html(job: dict) -> str:
-    """The bar, and a line saying what the job does now (training, evaluating N dev captions,
-    saving), with its ETA (evaluations counted) and how long ago it last reported."""
-    p = job["progress"] or {}
-    status = job["status"]
-    frac = p["step"] / p["total_steps"] if p.get("total_steps") else 0.0
-    text = {"queued": "queued: waiting for the worker"}.get(status, status)
-    event = p.get("event")
-    if event in ("step", "progress") and status == "running":
-        doing = phase_text(p) if event == "progress" else f"training, loss {p['train_loss']:.3f}"
-        text = (f"{doing} — epoch {p['epoch']}, step {p['step']}/{p['total_steps']}, "
-                f"elapsed {format_duration(p['elapsed_s'])}, ETA {format_duration(p['eta_s'])}")
-    elif event == "scoring":
-        text = f"{status}: training ended; scoring {html.escape(p['what'])}"
-    elif event == "scored":
-        text = f"{status}: {html.escape(p['summary'])}"
-    elif event == "final_dev":
-        text = f"{status}: all {p['final_dev_captions']:,} dev captions, perplexity {p['final_dev_perplexity']:.2f}"
-    elif event == "eval":
-        where = f"step {p['step']}" if p.get("mid_epoch") else f"epoch {p['epoch']}"
-        text = f"{status}: {where} dev perplexity {p['dev_perplexity']:.2f}"
-    elif event in ("data", None) and status == "running":      # nothing reported yet: loading
-        text = "running: loading the data and the model"
-    elif event == "start" and status == "running":
-        text = f"running: training on {p['device']}, the first step under way"
-    elif status in ("stopped", "interrupted"):
-        text = stopped_text(status, p)
-    if status == "running" and p.get("time"):
-        text += f" (updated {format_duration(max(0, time.time() - p['time']))} ago)"
-    if status == "done":
-        frac = 1.0
-    if job["error"]:
-        text += f" — {html.escape(job['error'])}"
-    return (f"<div class='lab-progress' data-status='{status}'><div class='bar' style='width:{100 * frac:.1f}%'>"
-            f"</div></div><div class='lab-progress-text'>{text}</div>")
-
-
-def stopped_text(status: str, p: dict) -> str:
-    """Where a stopped (or interrupted) run stands and how to go on, said in the status line."""
-    if p.get("event") == "stopped":
-        where = f"at epoch {p['epoch']}, step {p['step']} ({p.get('reason') or 'stopped'})"
-        after = ("its state is saved: Resume goes on from there" if p.get("saved")
-                 else "nothing was saved: Resume starts it again")
-        return f"{status} {where}; {after}"
-    if not p or p.get("event") in ("data", None):
-        return f"{status} before its first step"
-    return f"{status} at step {p.get('step', '?')}: Resume goes on from its last save"
-
-
-class _Curve:
-    """A run's metrics.jsonl read incrementally: each 2-second poll parses only the new lines."""
-
-    def __init__(self):
-        self.inode, self.offset, self.steps, self.train, self.dev_steps, self.dev = None, 0, [], [], [], []
-
-    def update(self, path: Path) -> "_Curve":
-        st = path.stat() if path.exists() else None
-        size, inode = (st.st_size, st.st_ino) if st else (0, None)
-        if inode != self.inode or size < self.offset:      # a new file: start afresh
-            self.__init__()
-            self.inode = inode
-        if size > self.offset:
-            with open(path, "rb") as f:
-                f.seek(self.offset)
-                chunk = f.read(size - self.offset)
-            complete = chunk[:chunk.rfind(b"\n") + 1]      # a line being written waits
-            self.offset += len(complete)
-            for line in complete.decode(errors="replace").splitlines():
-                try:
-                    ev = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if ev.get("event") == "step":
-                    self.steps.append(ev["step"]); self.train.append(ev["train_loss"])
-                elif ev.get("event") == "eval":
-                    self.dev_steps.append(ev["step"]); self.dev.append(ev["dev_loss"])
-        return self
-
-
-_CURVES: dict[Path, _Curve] = {}
-
-
-def curves(job: dict, store=None):
-    import plotly.graph_objects as go
-    path = run_dir_for(job["name"], store) / "metrics.jsonl"
-    c = _CURVES.setdefault(path, _Curve()).update(path)
-    steps, train, dev_steps, dev = c.steps, c.train, c.dev_steps, c.dev
-    fig = go.Figure()
-    fig.add_scatter(x=steps, y=train, name="train loss", mode="lines+markers",   # a first point shows
-                    marker=dict(size=4))
-    fig.add_scatter(x=dev_steps, y=dev, name="dev loss", mode="lines+markers")
-    if not steps:
-        every = job["spec"]["train"].get("log_every", 20)
-        fig.add_annotation(text=f"the first training loss is plotted at step {every}", showarrow=False,
-                           x=0.5, y=0.5, xref="paper", yref="paper")
-    fig.update_layout(height=300, margin=dict(l=40, r=10, t=30, b=30), xaxis_title="step",
-                      yaxis_title="loss", title=f"job {job['id']}: {job['name']}",
-                      # transparent, mid-grey text and grid: readable in the light and dark themes
-                      paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
-                      font=dict(color="#8a8f98"))
-    fig.update_xaxes(gridcolor="rgba(128,128,128,0.25)")
-    fig.update_yaxes(gridcolor="rgba(128,128,128,0.25)")
-    return fig
-
-
-def log_tail(job: dict, store=None, lines: int = 15, max_bytes: int = 65536) -> str:
-    path = lab_store.log_path(job["id"], store)
-    if not path.exists():
-        return "(no log yet: the job waits for the worker)" if job["status"] == "queued" else ""
-    with open(path, "rb") as f:           # the end of the file only: logs of long runs grow
-        f.seek(max(0, path.stat().st_size - max_bytes))
-        return "\n".join(f.read().decode(errors="replace").splitlines()[-lines:])
-
-
-def written(job: dict, store=None) -> str:
-    if job["name"] not in checkpoints.names(store):
-        if (run_dir_for(job["name"], store) / "last").is_dir():
-            return ("No checkpoint yet: the run stopped before its first dev evaluation and saved "
-                    "where it stood. Resume goes on from there.")
-        return "No checkpoint yet (one is written after each epoch whose dev score improves)."
-    try:
-        m = checkpoints.info(job["name"], store)["metrics"]
-    except checkpoints.CheckpointError as e:
-        return f"Checkpoint **{job['name']}** is damaged: {e}"
-    ppl = f", dev perplexity {m['dev_perplexity']:.2f}" if "dev_perplexity" in m else ""
-    if "final_dev_perplexity" in m:
-        ppl += f" ({m['final_dev_perplexity']:.2f} on all {m['final_dev_captions']:,} dev captions)"
-    return f"Checkpoint **{job['name']}**: best epoch {m.get('epoch', '?')}{ppl}. It is a choice in the other tabs."
-
-
-def job_id_of(value) -> int:
-    """A job as the dropdown or an API call gives it: its id, as a number or text."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        raise ConfigError("select a job first")
-    return whole(value, "job id", 1, 2 ** 63 - 1)
-
-
-def view(job_id, store=None):
-    if not job_id:
-        return "<div class='lab-progress-text'>No job selected.</div>", None, "", ""
-    job = jobs.get(job_id_of(job_id), store)
-    return progress_html(job), curves(job, store), log_tail(job, store), written(job, store)
-
-
-def poll(job_id, shown_choices, store=None):
-    """The timer's view: the job's progress, and the job list's labels when a status changed. With
-    no job chosen, a job started elsewhere (the getting-started panel, a script) is chosen once it
-    runs or waits, so the page never says 'no job' while one is under way."""
-    choices = [list(c) for c in job_choices(store)]
-    labels = gr.update(choices=choices) if choices != shown_choices else gr.skip()
-    if not job_id:
-        active = [j for j in jobs.list_jobs(store) if j["status"] in ("running", "queued")]
-        if active:
-            job_id = str(active[-1]["id"])           # the oldest under way: the one running first
-            labels = gr.update(choices=choices, value=job_id)
-    return (*view(job_id, store), labels, choices)
-
-
-def stop(job_id, mode, store=None):
-    job = jobs.request_stop(job_id_of(job_id), mode, store)
-    return f"Job {job['id']}: stop requested ({mode.replace('_', ' ')})." if job["status"] == "running" \
-        else f"Job {job['id']} is {job['status']}."
-
-
-def resume(job_id, store=None):
-    new = jobs.resume(job_id_of(job_id), store)
-    return gr.update(choices=job_choices(store), value=str(new)), f"Queued job {new}, resuming job {job_id}."
-
-
 def latest_active(store=None) -> list:
     """On page load: the job list, the running (or newest) job chosen; while that job runs or waits,
     the form shows its own settings, as it was filled when the job started."""
@@ -465,11 +286,24 @@ def job_form(job: dict, store=None) -> list:
                f"status is under Jobs below. {note}".strip()])
 
 
-def build(ctx: Context):
-    ctx.empty_note("Train one from scratch with a preset below (`quick` writes readable captions in "
-                   "about 5 minutes), or import SmolLM2 in the Checkpoints tab to fine-tune it here.")
-    gr.Markdown("Start a training job. It runs in the background worker (on a GPU when there is one); "
-                "closing the browser never stops it, and reopening the page re-attaches.")
+@dataclass
+class Form:
+    """The Train form's inputs: the model section with the chosen plugins' settings after their
+    dropdowns, the training section."""
+    preset: object
+    name: object
+    parent: object
+    parent_note: object
+    model: list
+    settings: list
+    train: list
+
+    def values(self) -> list:
+        """The inputs after name, preset and parent, in form_fields() order."""
+        return [*self.model, *self.train, *self.settings]
+
+
+def _form(ctx: Context) -> Form:
     with gr.Row():
         preset = Dropdown([""] + sorted(PRESETS), value="tiny", label="preset",
                           info=PRESETS["tiny"][1], elem_id="train-preset")
@@ -495,61 +329,41 @@ def build(ctx: Context):
             train_inputs = [_field_component(TrainConfig, f, getattr(t0, f)) for f in TRAIN_FIELDS]
     for comp, f in zip(model_inputs + train_inputs, MODEL_FIELDS + TRAIN_FIELDS):
         comp.elem_id = f"train-{f}"
+    return Form(preset, name, parent, parent_note, model_inputs, setting_inputs, train_inputs)
 
-    def fill(p, chosen_parent):
-        """A preset fills the form; with a parent chosen, the model section stays the parent's."""
-        n_model = len(MODEL_FIELDS) + len(setting_fields())
-        if p not in PRESETS:
-            return [gr.skip()] * (n_model + len(TRAIN_FIELDS)) + [gr.update(info="")]
-        m, t = get_preset(p)
-        values = form_values(m, t)
-        if chosen_parent:
-            values = [gr.skip() if f not in TRAIN_FIELDS or f == "tokenizer" else v
-                      for f, v in zip(form_fields(), values)]
-        return values + [gr.update(info=PRESETS[p][1])]
-    preset.input(fill, [preset, parent], model_inputs + train_inputs + setting_inputs + [preset],
-                 api_visibility="private")
-    layers_field = train_inputs[TRAIN_FIELDS.index("train_layers")]
-    tokenizer_field = train_inputs[TRAIN_FIELDS.index("tokenizer")]
-    parent.input(friendly(lambda p, pr: parent_view(p, pr, ctx.store)), [parent, preset],
-                 model_inputs + setting_inputs + [layers_field, tokenizer_field, parent_note],
-                 api_visibility="private")
+
+def fill(p, chosen_parent):
+    """A preset fills the form; with a parent chosen, the model section stays the parent's."""
+    n_model = len(MODEL_FIELDS) + len(setting_fields())
+    if p not in PRESETS:
+        return [gr.skip()] * (n_model + len(TRAIN_FIELDS)) + [gr.update(info="")]
+    m, t = get_preset(p)
+    values = form_values(m, t)
+    if chosen_parent:
+        values = [gr.skip() if f not in TRAIN_FIELDS or f == "tokenizer" else v
+                  for f, v in zip(form_fields(), values)]
+    return values + [gr.update(info=PRESETS[p][1])]
+
+
+def _wire_form(ctx: Context, form: Form) -> None:
+    """A preset fills the form, a parent locks the model section, a plugin shows its settings."""
+    model, settings = form.model, form.settings
+    form.preset.input(fill, [form.preset, form.parent], model + form.train + settings + [form.preset],
+                      api_visibility="private")
+    fields = [form.train[TRAIN_FIELDS.index(f)] for f in ("train_layers", "tokenizer")]
+    form.parent.input(friendly(lambda p, pr: parent_view(p, pr, ctx.store)), [form.parent, form.preset],
+                      model + settings + fields + [form.parent_note], api_visibility="private")
     for kind in ModelConfig.PLUGIN_KINDS:   # a plugin's settings show while it is chosen
-        shown = [c for c, (k, _, _) in zip(setting_inputs, setting_fields()) if k == kind]
+        shown = [c for c, (k, _, _) in zip(settings, setting_fields()) if k == kind]
         if shown:
-            model_inputs[MODEL_FIELDS.index(kind)].change(
-                functools.partial(_visibility, kind), model_inputs[MODEL_FIELDS.index(kind)], shown,
+            model[MODEL_FIELDS.index(kind)].change(
+                functools.partial(_visibility, kind), model[MODEL_FIELDS.index(kind)], shown,
                 api_visibility="private", show_progress="hidden")
-    model_inputs[0].input(family_parts, model_inputs[0], model_inputs + setting_inputs,
-                          api_visibility="private")
+    model[0].input(family_parts, model[0], model + settings, api_visibility="private")
 
-    with gr.Row():
-        go = gr.Button("Start training", variant="primary", elem_id="train-start", scale=3)
-        to_sweep = gr.Button("Sweep these settings…", elem_id="train-to-sweep", scale=1)
-    message = gr.Markdown(elem_id="train-message")
-    gr.Markdown("### Jobs")
-    with gr.Row():
-        job = Dropdown([], label="job", elem_id="train-job", scale=3,
-                          allow_custom_value=True)    # a script names any job, made before or after
-        stop_now = gr.Button("Stop now", elem_id="train-stop-now")
-        stop_after = gr.Button("Stop after the next checkpoint")
-        resume_btn = gr.Button("Resume", elem_id="train-resume")
-    progress = gr.HTML(elem_id="train-progress")
-    plot = gr.Plot(label="loss curves")
-    written_md = gr.Markdown(elem_id="train-written")
-    # no line numbers: a tail's line 1 is not the log's, and Gradio's gutter drifted from the text
-    tail = gr.Code(label="log tail", language=None, interactive=False, show_line_numbers=False)
 
-    def start_or_refuse(*args):
-        """A refused value stays written under the button (a toast alone is easy to miss)."""
-        try:
-            return start(*args, store=ctx.store)
-        except LabError as e:
-            return gr.skip(), f"**Not queued:** {e}"
-    go.click(friendly(start_or_refuse),
-             [name, preset, parent, *model_inputs, *train_inputs, *setting_inputs], [job, message],
-             api_visibility="private")
-
+def _wire_api(ctx: Context) -> None:
+    """/start_job and /settings: what the form does, with settings by name."""
     def start_job_api(name: str, preset: str = "", parent: str = "",
                       settings: dict | None = None) -> dict:
         """Queue a training job. settings: one JSON object keyed by setting name, KIND.SETTING for
@@ -559,16 +373,30 @@ def build(ctx: Context):
         return {"job": job_id, "message": f"Queued job {job_id} ({str(name).strip()})."}
     gr.api(friendly(start_job_api), api_name="start_job")
     gr.api(friendly(describe_settings), api_name="settings")
-    outputs = [progress, plot, tail, written_md]
-    show = friendly(lambda j: view(j, ctx.store))
-    job.change(show, job, outputs, api_name="job_status")
-    shown = gr.State([])
-    gr.Timer(2.0).tick(friendly(lambda j, c: poll(j, c, ctx.store)), [job, shown],
-                       outputs + [job, shown], api_visibility="private", show_progress="hidden")
-    stop_now.click(friendly(lambda j: stop(j, "now", ctx.store)), job, message, api_name="stop_job")
-    stop_after.click(friendly(lambda j: stop(j, "after_checkpoint", ctx.store)), job, message,
-                     api_name="stop_job_after_checkpoint")
-    resume_btn.click(friendly(lambda j: resume(j, ctx.store)), job, [job, message], api_name="resume_job")
-    on_load = [job, name, preset, parent, *model_inputs, *train_inputs, *setting_inputs, parent_note]
-    form = [preset, parent, *model_inputs, *train_inputs, *setting_inputs]
-    return on_load, lambda: latest_active(ctx.store), (to_sweep, form, message)
+
+
+def build(ctx: Context):
+    ctx.empty_note("Train one from scratch with a preset below (`quick` writes readable captions in "
+                   "about 5 minutes), or import SmolLM2 in the Checkpoints tab to fine-tune it here.")
+    gr.Markdown("Start a training job. It runs in the background worker (on a GPU when there is one); "
+                "closing the browser never stops it, and reopening the page re-attaches.")
+    form = _form(ctx)
+    _wire_form(ctx, form)
+    with gr.Row():
+        go = gr.Button("Start training", variant="primary", elem_id="train-start", scale=3)
+        to_sweep = gr.Button("Sweep these settings…", elem_id="train-to-sweep", scale=1)
+    message = gr.Markdown(elem_id="train-message")
+    job = jobs_section(ctx, message)
+
+    def start_or_refuse(*args):
+        """A refused value stays written under the button (a toast alone is easy to miss)."""
+        try:
+            return start(*args, store=ctx.store)
+        except LabError as e:
+            return gr.skip(), f"**Not queued:** {e}"
+    go.click(friendly(start_or_refuse), [form.name, form.preset, form.parent, *form.values()],
+             [job, message], api_visibility="private")
+    _wire_api(ctx)
+    on_load = [job, form.name, form.preset, form.parent, *form.values(), form.parent_note]
+    return on_load, lambda: latest_active(ctx.store), (to_sweep, [form.preset, form.parent,
+                                                                  *form.values()], message)
