@@ -339,7 +339,7 @@ def _sweep_start(args, sweeps):
         spec, runs = sweeps.check(sweep_definition(args), args.store)
         print(f"sweep {spec.name}: {len(runs)} runs ({sweeps.budget_text(spec.to_dict())}); nothing queued")
         for r in runs:
-            print(f"  {r.name}: {sweeps._describe(r.values, r.seed)}")
+            print(f"  {r.name}: {sweeps.describe_run(r.values, r.seed)}")
         return
     runs = sweeps.start(sweep_definition(args), args.store)
     if args.json and not args.wait:

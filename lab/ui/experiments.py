@@ -96,7 +96,7 @@ def runs_html(name, store=None) -> str:
     for r in runs:
         job = r["job"] or {"status": "missing", "progress": {}, "error": None}
         status = sweeps.run_status(r, store)
-        values = ", ".join(f"{k}={sweeps._text(v)}" for k, v in r["values"].items())
+        values = ", ".join(f"{k}={sweeps.value_text(v)}" for k, v in r["values"].items())
         lines.append(f"<div class='lab-sweep-run' data-status='{html.escape(status)}'>"
                      f"<div class='lab-progress-text'><b>{html.escape(r['name'])}</b> "
                      f"({html.escape(values or 'seed ' + str(r['seed']))})"
@@ -155,7 +155,7 @@ def build(ctx: Context):
         except ConfigError as e:
             return f"**Not valid:** {e}"
         return (f"{len(runs)} runs would be queued ({sweeps.budget_text(spec.to_dict())}):\n\n"
-                + "\n".join(f"- `{r.name}`: {sweeps._describe(r.values, r.seed)}" for r in runs))
+                + "\n".join(f"- `{r.name}`: {sweeps.describe_run(r.values, r.seed)}" for r in runs))
 
     def start(*values):
         try:
