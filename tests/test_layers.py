@@ -12,8 +12,8 @@ ROOT = Path(os.environ.get("LAB_LAYERS_ROOT") or Path(__file__).resolve().parent
 LAB = ROOT / "lab"
 
 # presets are named configurations of a task, so they name it; the CLI's `birthplace` command group
-# still lives in lab/cli.py (it belongs in the task's plugin, which would register it)
-TASK_NAMES_LATER = {"presets.py", "cli.py"}
+# still lives in lab/cli/birthplace.py (it belongs in the task's plugin, which would register it)
+TASK_NAMES_LATER = {"presets.py", "cli/birthplace.py"}
 TASK_NAMES = {"captions", "birthplace"}
 
 

@@ -12,6 +12,7 @@ from lab.worker import jobs
 from lab import sweeps
 from lab.config import ConfigError
 from lab.errors import LabError
+from lab.training.runs import read_events
 from lab.worker.jobs import Worker
 from tests.conftest import ROOT
 
@@ -99,10 +100,10 @@ def test_a_run_stopped_while_scoring_resumes_by_scoring_only(store):
     _serve(store, "s")
     _, runs = sweeps.get("s", store)
     assert [sweeps.run_status(r, store) for r in runs] == ["done", "done"]
-    starts = [e for e in sweeps.read_events(Path(store) / "_runs" / first["name"] / "metrics.jsonl")
+    starts = [e for e in read_events(Path(store) / "_runs" / first["name"] / "metrics.jsonl")
               if e["event"] == "start"]
     assert len(starts) == 1                                        # scored again, not trained again
-    evals = [e for e in sweeps.read_events(Path(store) / "_runs" / first["name"] / "metrics.jsonl")
+    evals = [e for e in read_events(Path(store) / "_runs" / first["name"] / "metrics.jsonl")
              if e["event"] == "eval"]
     res = sweeps.read_results("s", first["name"], store)
     by = {k["kept_by"]: k for k in res["kept"]}

@@ -11,7 +11,7 @@ A task's registration declares, beside `objectives`:
   scheduled_sampling   whether its language model takes scheduled sampling
   tabs                 the UI's views that offer its checkpoints (lab/ui: "generate", "answers")
 Its object may also define sweep_check(objective, score) and sweep_score(checkpoint, score, ...)
-(lab/sweeps.py); a task without them is not scored by sweeps.
+(lab/sweeps); a task without them is not scored by sweeps.
 """
 from __future__ import annotations
 

@@ -208,6 +208,13 @@ def build(ctx: Context):
         outs_a + [shown], api_name="attention").success(
         friendly(lambda o, s, g: show_beside(o, s, g, store=ctx.store)), [other, shown, generate],
         outs_b, api_visibility="private")
+    table = _differences_section(ctx, name, other, text)
+    for dd in (name, other):
+        dd.change(cleared, other, outs_a + outs_b + [table], api_visibility="private")
+
+
+def _differences_section(ctx: Context, name, other, text):
+    """The heads of the first checkpoint, the least matched in the second first; its downloads."""
     with gr.Accordion("Heads that differ most between the two checkpoints (any tokenizers: "
                       "compared word by word)", open=False):
         gr.Markdown(ALIGNMENT, elem_id="attention-alignment")
@@ -221,5 +228,4 @@ def build(ctx: Context):
             friendly(lambda t, a, b, x: table_files(t, f"head-differences-{a}-vs-{b}", ctx.store,
                                                     {"text": x, "first": a, "second": b})),
             [table, name, other, text], files, api_visibility="private")
-    for dd in (name, other):
-        dd.change(cleared, other, outs_a + outs_b + [table], api_visibility="private")
+    return table

@@ -98,7 +98,7 @@ def runs_html(name, store=None) -> str:
     for r in runs:
         job = r["job"] or {"status": "missing", "progress": {}, "error": None}
         status = sweeps.run_status(r, store)
-        values = ", ".join(f"{k}={sweeps._text(v)}" for k, v in r["values"].items())
+        values = ", ".join(f"{k}={sweeps.value_text(v)}" for k, v in r["values"].items())
         lines.append(f"<div class='lab-sweep-run' data-status='{html.escape(status)}'>"
                      f"<div class='lab-progress-text'><b>{html.escape(r['name'])}</b> "
                      f"({html.escape(values or 'seed ' + str(r['seed']))})"
@@ -149,7 +149,7 @@ def check_form(values, store=None) -> str:
     except LabError as e:
         return f"**Not valid:** {e}"
     return (f"{len(runs)} runs would be queued ({sweeps.budget_text(spec.to_dict())}):\n\n"
-            + "\n".join(f"- `{r.name}`: {sweeps._describe(r.values, r.seed)}" for r in runs))
+            + "\n".join(f"- `{r.name}`: {sweeps.describe_run(r.values, r.seed)}" for r in runs))
 
 
 def start_form(values, store=None):
@@ -212,6 +212,21 @@ def from_train(settings: tuple) -> list:
             FROM_TRAIN_NOTE + (BIRTHPLACE_NOTE if split == "dev" else "")]
 
 
+def _scoring_fields():
+    """How each run is scored: captions, split, decoders; or stored checkpoints scored as they are."""
+    with gr.Row():
+        n = Number(DEFAULTS["n"], label="captions scored", precision=0, elem_id="sweep-n",
+                   info=f"per run and decoder, 1 to {sweeps.MAX_SCORE_N:,}")
+        split = Radio(["test", "dev"], value=DEFAULTS["split"], label="scored on", elem_id="sweep-split")
+        decoders = Textbox(DEFAULTS["decoders"], label="decoders: one per line", lines=3,
+                           elem_id="sweep-decoders",
+                           info="e.g. top_p,temperature=0.7,top_p=0.9 or greedy or beam,num_beams=4")
+        checkpoints_box = Textbox("", label="checkpoints to score as they are (decoder search)",
+                                  lines=2, elem_id="sweep-checkpoints",
+                                  info="one name per line; no training, no grid")
+    return n, split, decoders, checkpoints_box
+
+
 def _form(ctx: Context):
     """The sweep's definition: a recipe fills it, a field and its values add a grid line."""
     with gr.Row():
@@ -239,16 +254,7 @@ def _form(ctx: Context):
         grid = Textbox(DEFAULTS["grid"], label="grid: one KEY=V1,V2 per line", lines=4, elem_id="sweep-grid")
         settings = Textbox(DEFAULTS["settings"], label="every run: one KEY=VALUE per line",
                            lines=4, elem_id="sweep-set")
-    with gr.Row():
-        n = Number(DEFAULTS["n"], label="captions scored", precision=0, elem_id="sweep-n",
-                   info=f"per run and decoder, 1 to {sweeps.MAX_SCORE_N:,}")
-        split = Radio(["test", "dev"], value=DEFAULTS["split"], label="scored on", elem_id="sweep-split")
-        decoders = Textbox(DEFAULTS["decoders"], label="decoders: one per line", lines=3,
-                           elem_id="sweep-decoders",
-                           info="e.g. top_p,temperature=0.7,top_p=0.9 or greedy or beam,num_beams=4")
-        checkpoints_box = Textbox("", label="checkpoints to score as they are (decoder search)",
-                                  lines=2, elem_id="sweep-checkpoints",
-                                  info="one name per line; no training, no grid")
+    n, split, decoders, checkpoints_box = _scoring_fields()
     with gr.Row():
         check_btn = gr.Button("Check (queue nothing)", elem_id="sweep-check")
         go = gr.Button("Start sweep", variant="primary", elem_id="sweep-start")
@@ -295,6 +301,13 @@ def _watch(ctx: Context):
         return show(s)
     gr.Timer(3.0).tick(friendly(poll), [chosen, seen], outputs + [seen],
                        api_visibility="private", show_progress="hidden")
+    _wire_actions(ctx, chosen, (stop_btn, resume_btn, export_btn), said, files)
+    return chosen
+
+
+def _wire_actions(ctx: Context, chosen, buttons, said, files) -> None:
+    """Stop all, Resume all and Export of the chosen sweep."""
+    stop_btn, resume_btn, export_btn = buttons
     stop_btn.click(friendly(lambda s: "\n\n".join(sweeps.stop(_need(s), store=ctx.store))), chosen,
                    said, api_name="stop_sweep")
     resume_btn.click(friendly(lambda s: "\n\n".join(sweeps.resume(_need(s), store=ctx.store))), chosen,
@@ -302,7 +315,6 @@ def _watch(ctx: Context):
     export_btn.click(friendly(lambda s: sweeps.export(_need(s), store=ctx.store)), chosen, files,
                      api_name="export_sweep").then(lambda: gr.update(visible=True), None, files,
                                                    api_visibility="private")
-    return chosen
 
 
 def _need(s):

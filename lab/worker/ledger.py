@@ -1,5 +1,5 @@
 """The job ledger: a SQLite file in the store holding the jobs table (one row per job: its spec,
-status, stop request and last progress) and the tables modules above add beside it (lab/sweeps.py's).
+status, stop request and last progress) and the tables modules above add beside it (lab/sweeps' own).
 Every process opens it through `connect`; lab/worker/jobs.py writes its rows.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ _schemas = [SCHEMA]           # the jobs table, and the tables modules above add
 
 
 def add_tables(schema: str) -> None:
-    """Tables of a module above that live in the ledger beside the jobs (lab/sweeps.py's)."""
+    """Tables of a module above that live in the ledger beside the jobs (lab/sweeps' own)."""
     if schema not in _schemas:
         _schemas.append(schema)
 

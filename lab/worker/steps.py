@@ -1,6 +1,6 @@
 """Steps a job runs after training, by name: a job's spec lists them (`"after": [{"step":
 "score", ...its settings}]`) and the job runs each once its training is done (or only them, a
-spec with `"after_only": true`). The module that owns a step registers it on import (lab/sweeps.py
+spec with `"after_only": true`). The module that owns a step registers it on import (lab/sweeps
 registers `score`), so the job runner knows no step by name; a job's process imports the modules
 of MODULES, then those of the entry-point group `tfmr_lab.steps`, before it looks a step up.
 

@@ -1,0 +1,63 @@
+"""`python -m lab ...`: the same operations as the UI, scriptable.
+
+Every error a person can fix (bad config value, unknown plugin, missing corpus or checkpoint)
+prints one line, `error: ...`, and exits with status 2; no traceback.
+
+The package owns the terminal's face: a module per group of commands, each holding its commands
+and their parsers (PARSERS: a command's name -> the function that adds its parser): reference
+(plugins, settings), train (train, jobs, worker, run-job), evaluate (generate, evaluate, bleu,
+attention, exposure), store (checkpoints, delete, import, export), sweep and birthplace; output
+holds what they print with; this module assembles the parser and runs a command (main). May
+import every floor below it, lab.sweeps included, and the task plugins' code its commands run;
+never lab.ui.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from lab.cli import birthplace, evaluate, reference, store, sweep, train
+from lab.errors import LabError
+
+GROUPS = (reference, train, evaluate, store, sweep, birthplace)
+# the commands in the order `python -m lab --help` lists them
+COMMANDS = ("plugins", "settings", "train", "generate", "evaluate", "bleu", "checkpoints", "delete",
+            "import", "attention", "worker", "run-job", "jobs", "sweep", "birthplace", "exposure",
+            "export")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes are one line too, like every other error."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="python -m lab", description=__doc__.splitlines()[0])
+    ap.add_argument("--store", help="checkpoint store (default $LAB_STORE or ./checkpoints)")
+    sub = ap.add_subparsers(dest="command", required=True)
+    adders = {name: add for group in GROUPS for name, add in group.PARSERS.items()}
+    for name in sorted(adders, key=COMMANDS.index):      # a command missing from COMMANDS raises
+        adders[name](sub)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.fn(args)
+    except LabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:     # a bug, not the person's input: one line here, the traceback on demand
+        if os.environ.get("LAB_DEBUG"):
+            raise
+        print(f"error: internal error ({type(e).__name__}: {e}); this is a bug in the lab: run again "
+              f"with LAB_DEBUG=1 for the traceback", file=sys.stderr)
+        return 1
+    return 0
