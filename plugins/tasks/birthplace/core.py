@@ -20,7 +20,6 @@ documents exactly as an uninterrupted one.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
