@@ -11,9 +11,8 @@ from pathlib import Path
 ROOT = Path(os.environ.get("LAB_LAYERS_ROOT") or Path(__file__).resolve().parent.parent)
 LAB = ROOT / "lab"
 
-# presets are named configurations of a task, so they name it; the CLI's `birthplace` command group
-# still lives in lab/cli/birthplace.py (it belongs in the task's plugin, which would register it)
-TASK_NAMES_LATER = {"presets.py", "cli/birthplace.py"}
+# presets are named configurations of a task, so they name it
+TASK_NAMES_LATER = {"presets.py"}
 TASK_NAMES = {"captions", "birthplace"}
 
 

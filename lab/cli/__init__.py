@@ -6,25 +6,26 @@ prints one line, `error: ...`, and exits with status 2; no traceback.
 The package owns the terminal's face: a module per group of commands, each holding its commands
 and their parsers (PARSERS: a command's name -> the function that adds its parser): reference
 (plugins, settings), train (train, jobs, worker, run-job), evaluate (generate, evaluate, bleu,
-attention, exposure), store (checkpoints, delete, import, export), sweep and birthplace; output
-holds what they print with; this module assembles the parser and runs a command (main). May
-import every floor below it, lab.sweeps included, and the task plugins' code its commands run;
-never lab.ui.
+attention, exposure), store (checkpoints, delete, import, export) and sweep; output holds what
+they print with; this module assembles the parser, adds the commands a task plugin registers
+(`commands`: the module whose add_parsers(sub) adds them), and runs a command (main). May import
+every floor below it, lab.sweeps included; never lab.ui.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
-from lab.cli import birthplace, evaluate, reference, store, sweep, train
+from lab.cli import evaluate, reference, store, sweep, train
 from lab.errors import LabError
+from lab.registry import TASKS, load_plugins
 
-GROUPS = (reference, train, evaluate, store, sweep, birthplace)
-# the commands in the order `python -m lab --help` lists them
+GROUPS = (reference, train, evaluate, store, sweep)
+# the commands in the order `python -m lab --help` lists them (the tasks' own come last)
 COMMANDS = ("plugins", "settings", "train", "generate", "evaluate", "bleu", "checkpoints", "delete",
-            "import", "attention", "worker", "run-job", "jobs", "sweep", "birthplace", "exposure",
-            "export")
+            "import", "attention", "worker", "run-job", "jobs", "sweep", "exposure", "export")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     adders = {name: add for group in GROUPS for name, add in group.PARSERS.items()}
     for name in sorted(adders, key=COMMANDS.index):      # a command missing from COMMANDS raises
         adders[name](sub)
+    load_plugins()
+    for task in TASKS.names():                           # a task's own commands
+        module = TASKS.get(task).meta.get("commands")
+        if module:
+            importlib.import_module(module).add_parsers(sub)
     return ap
 
 

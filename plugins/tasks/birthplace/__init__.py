@@ -188,6 +188,7 @@ def _dev_loss(model, dev_batches, abort) -> dict:
                 keep_best={"perplexity": {"score": "dev_perplexity", "higher": False,
                                           "label": "dev perplexity"}},
                 scheduled_sampling=False, tabs=("answers",), sweep_figures="answers",
-                score_split="dev")     # the test split has no answers
+                score_split="dev",     # the test split has no answers
+                commands="plugins.tasks.birthplace.cli")    # python -m lab birthplace ...
 def birthplace():
     return BirthplaceTask()

@@ -1,5 +1,6 @@
-"""`birthplace`: the birth-place task's commands (the minGPT assignment): pretrain, finetune,
-evaluate, baseline. They belong in the task's plugin, which would register them."""
+"""`python -m lab birthplace ...`: the birth-place task's commands (the minGPT assignment):
+pretrain, finetune, evaluate, baseline. The task registers them (`commands` in its registration);
+lab.cli adds them to its parser, importing this module only then."""
 from __future__ import annotations
 
 import json
@@ -94,3 +95,9 @@ def _parser_birthplace(sub) -> None:
 
 
 PARSERS = {"birthplace": _parser_birthplace}
+
+
+def add_parsers(sub) -> None:
+    """What lab.cli calls: this task's commands added to `python -m lab`."""
+    for add in PARSERS.values():
+        add(sub)
