@@ -649,7 +649,7 @@ def test_eight_concurrent_clients_during_a_job_all_succeed(api):
         try:
             c = Client(url, verbose=False)
             for k in range(3):
-                html = c.predict(["good"], "greedy", 1.0, 40, 0.9, 4, i * 10 + k, "A", 4, False, None,
+                html = c.predict(["good"], {"decoder": "greedy"}, i * 10 + k, "A", 4,
                                  api_name="/compare")
                 results.append("lab-compare" in html)
         except Exception as e:       # collected and shown below
