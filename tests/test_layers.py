@@ -184,3 +184,31 @@ def test_the_task_name_finder_sees_comparisons_and_keywords(tmp_path):
         assert _task_names_used(src) == ["x.py:1", "x.py:2", "x.py:3"]
     finally:
         ROOT = saved
+
+
+def _imports_inside_functions(path: Path) -> list[str]:
+    found = []
+    for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if any(n.split(".")[0] in ("lab", "plugins") for n in names):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def _discovery() -> set[str]:
+    """The one deferred import by design: load_plugins imports the plugins, which sit above lab/."""
+    source = (LAB / "registry.py").read_text().splitlines()
+    return {f"lab/registry.py:{i + 1}" for i, line in enumerate(source) if line.strip() == "import plugins"}
+
+
+def test_the_lab_imports_its_own_modules_at_the_top():
+    """An import of the lab's own code inside a function hides a layer (or a circle); only heavy
+    third-party imports are deferred, with a comment saying why."""
+    found = [at for tree in ("lab", "plugins") for p in sorted((ROOT / tree).rglob("*.py"))
+             for at in _imports_inside_functions(p) if at not in _discovery()]
+    assert not found, f"lab imports inside functions: {found}"
+    assert _imports_inside_functions(Path(__file__)) == []          # the finder itself runs

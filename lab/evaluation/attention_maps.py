@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from lab.errors import LabError
+from lab.modeling.generate import GenerationError, check_prompt
 from lab.modeling.model import kv_heads
 
 VENDOR_DIR = Path(__file__).resolve().parents[1] / "ui" / "static" / "vendor"
@@ -54,7 +55,6 @@ def capture(model, tokenizer, text: str = "", ids: list[int] | None = None, n_pr
             max_tokens: int | None = None) -> Capture:
     """Attention of every layer and head over BOS + text (or BOS + ids); over the text alone for a
     tokenizer without BOS (a birth-place model reads a question from its first character)."""
-    from lab.modeling.generate import GenerationError, check_prompt
     body = ids if ids is not None else tokenizer.encode(check_prompt(text))
     bos = tokenizer.bos_id
     seq = ([] if bos is None else [bos]) + list(body)

@@ -9,8 +9,8 @@ from lab.inputs import data, tasks
 from lab.config import ConfigError, DecodeConfig
 from lab.modeling.generate import CaptionStream, sample_captions
 from lab.modeling.device import pick_device
-from lab.evaluation.metrics import (bleu, bootstrap_indices, distinct_n, percentile_interval, perplexity,
-                         sentence_nlls)
+from lab.evaluation.metrics import (References, bleu, bootstrap_indices, distinct_n, percentile_interval,
+                                    perplexity, sentence_nlls)
 
 
 def bleu_tokens_of(texts_or_ids, tokenizer, kind: str):
@@ -159,7 +159,6 @@ def _live_provenance(split: str, subset: list[str], decode: DecodeConfig, tokens
 
 def _full_references(models: dict, caps: list[str], tokens: str) -> dict:
     """The whole split as forward BLEU's references, once per kind of BLEU token the models need."""
-    from lab.evaluation.metrics import References
     references = {}
     for ck in models.values():
         key = ck.tokenizer.kind if tokens == "gpt2" else "words"
@@ -275,7 +274,6 @@ def _paired_difference(base: str, other: str, s: dict, rows: dict, boots: dict, 
 
 
 def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: int) -> dict:
-    from lab.evaluation.metrics import References
     per_caption = {}
     for name, s in state.items():
         # per reference, its BLEU against the captions generated so far: computed once, then

@@ -39,6 +39,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from lab.config import ModelConfig
+from lab.registry import MODELS, REGISTRIES, load_plugins
 
 
 class KVCache(list):
@@ -361,7 +362,6 @@ def _init_weights(model: TfmrLM, std: float) -> None:
 
 def build(config: ModelConfig) -> TfmrLM:
     """Build the model a config describes: its family's builder, every part from its plugin."""
-    from lab.registry import MODELS, load_plugins
     load_plugins()
     config.validate()
     return MODELS.build(config.model, config, settings=config.plugin_settings("model"))
@@ -369,7 +369,6 @@ def build(config: ModelConfig) -> TfmrLM:
 
 def part(config: ModelConfig, kind: str, **offered) -> nn.Module:
     """One part from the plugin the config names for `kind`, with that plugin's settings."""
-    from lab.registry import REGISTRIES
     return REGISTRIES[kind].build(getattr(config, kind), settings=config.plugin_settings(kind),
                                   **offered)
 
@@ -411,7 +410,6 @@ def assemble(config: ModelConfig) -> TfmrLM:
 def kv_heads(config: ModelConfig) -> int:
     """Key/value heads per layer of the attention the config names: one module built on the meta
     device (no memory), read through the attention contract's `n_kv_head`."""
-    from lab.registry import load_plugins
     load_plugins()
     with torch.device("meta"):
         return part(config, "attention", **offered(config)["attention"]).n_kv_head

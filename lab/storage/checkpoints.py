@@ -27,6 +27,7 @@ from lab.storage import store as store_mod
 from lab.inputs import tokenizers
 from lab.config import ModelConfig
 from lab.errors import LabError
+from lab.modeling.model import build
 
 log = logging.getLogger("lab.storage.checkpoints")
 
@@ -256,7 +257,6 @@ def load_dir(path: Path, device: str = "cpu") -> Checkpoint:
     """A checkpoint-format folder the lab itself wrote (a store entry, or a run's resume state)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
-    from lab.modeling.model import build
     config, meta = read_config(path)
     weights = path / WEIGHTS_FILE
     if not weights.is_file():
@@ -275,7 +275,6 @@ def load_dir(path: Path, device: str = "cpu") -> Checkpoint:
 def keep_blocks(model, blocks: list[int]):
     """A copy of `model` with only the given 1-based blocks, in that order (the rest of the
     weights as they are): the lab's own models, built from its config with fewer layers."""
-    from lab.modeling.model import build
     cfg = model.config.replace(n_layer=len(blocks))
     state = {}
     for k, v in model.state_dict().items():
@@ -294,7 +293,6 @@ def check_loadable(name: str, store=None) -> ModelConfig:
     """Cheaply make sure checkpoint `name` would load (config, tokenizer, weight names and shapes
     from the file header), without reading the weights. Returns its model config."""
     from safetensors import SafetensorError, safe_open
-    from lab.modeling.model import build
     found = info(name, store)
     path, config = Path(found["directory"]), ModelConfig.from_dict(found["model"])
     tokenizers.load(path)

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from lab.storage import checkpoints
+from lab.storage import store as lab_store
 from lab.inputs import tokenizers
 from lab.storage.checkpoints import CheckpointError
 from lab.config import ConfigError, ModelConfig, family_defaults, parse_blocks
@@ -178,7 +179,6 @@ def import_hf_gpt2_upload(files: list[str | Path], name: str, layers: list[int] 
 
 
 def uploads_dir(store=None) -> Path:
-    from lab.storage import store as lab_store
     return lab_store.state_dir(store, "uploads")
 
 

@@ -62,9 +62,8 @@ def llama_config(hf_config, n_layer: int) -> ModelConfig:
     return ModelConfig(
         model="llama", vocab_size=hf_config.vocab_size, n_positions=hf_config.max_position_embeddings,
         n_embd=hf_config.hidden_size, n_layer=n_layer, n_head=hf_config.num_attention_heads,
-        n_inner=hf_config.intermediate_size, norm="rmsnorm", norm_position="pre", attention="gqa",
-        positional="rotary", mlp="swiglu", bias=False, norm_eps=hf_config.rms_norm_eps,
-        tie_embeddings=bool(hf_config.tie_word_embeddings), dropout=0.0,
+        n_inner=hf_config.intermediate_size, norm_eps=hf_config.rms_norm_eps,    # the rest is the
+        tie_embeddings=bool(hf_config.tie_word_embeddings),          # llama family's own parts
         settings={"attention": {"kv_groups": hf_config.num_key_value_heads},
                   "positional": {"theta": float(theta)}})
 

@@ -11,6 +11,8 @@ import gradio as gr
 from lab.storage import store as lab_store
 from lab.evaluation.attention_maps import VENDOR_DIR
 from lab.errors import LabError
+from lab.inputs.tokenizers import gpt2
+from lab.registry import load_plugins
 from lab.evaluation.report import CAPTIONS_CSS
 from lab.ui import attention, checkpoints, compare, evaluate, experiments, start, train
 from lab.ui.common import Context, friendly, read_metas
@@ -30,8 +32,6 @@ CSS = CAPTIONS_CSS + """
 def warm_up() -> None:
     """Load what the first requests would otherwise load at once from several threads: the
     plugins, and the transformers classes a checkpoint's tokenizer needs."""
-    from lab.registry import load_plugins
-    from lab.inputs.tokenizers import gpt2
     load_plugins()
     from transformers import AutoTokenizer, PreTrainedTokenizerFast  # noqa: F401  (loads them)
     gpt2()

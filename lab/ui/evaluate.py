@@ -5,6 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from lab.inputs import tasks
+from plugins.tasks.birthplace import core as bp   # the birth-place task's answers view
 from lab.storage import checkpoints
 from lab.evaluation import exposure as eb
 from lab.storage import exports
@@ -147,7 +148,6 @@ def birthplace_rows(result: dict) -> list[list]:
 
 def birthplace(names, split, store=None):
     """Accuracy per checkpoint beside the London baseline, every question's answers, downloads."""
-    from plugins.tasks.birthplace import core as bp
     if not names and not checkpoints.names(store):
         raise ConfigError("the store has no checkpoints yet: train a birth-place model with "
                           "`python -m lab birthplace pretrain` and `finetune`, or in the Train tab "

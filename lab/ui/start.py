@@ -9,6 +9,7 @@ from __future__ import annotations
 import gradio as gr
 
 from lab.storage import checkpoints
+from lab.storage import smollm2
 from lab.worker import jobs
 from lab.config import ConfigError
 from lab.presets import configs
@@ -69,7 +70,6 @@ def compare_status(store=None) -> str:
 
 def import_smollm2(store=None) -> str:
     """Step 1 (about 15 s); nothing to do when it is already in the store."""
-    from lab.storage import smollm2
     if SMOLLM2 not in checkpoints.names(store):
         smollm2.import_smollm2(SMOLLM2, None, store)
     return f"SmolLM2-135M is in the store as **{SMOLLM2}**."
