@@ -137,3 +137,18 @@ def test_resume_from_the_command_line(trained, tmp_path):
     assert info["metrics"]["epoch"] == 3 and info["train"]["max_train_captions"] == 300
     again = lab("--store", str(store), "train", "--resume", "tiny", check=False)
     assert again.returncode == 2 and "already trained 3 of 3 epochs" in again.stderr
+
+
+def test_a_reader_that_leaves_early_is_no_error(tmp_path):
+    """`python -m lab plugins --json | head -1`: the pipe closes early; no error, exit 0."""
+    import subprocess
+    import sys
+    from tests.conftest import ROOT
+    proc = subprocess.Popen([sys.executable, "-m", "lab", "plugins", "--json"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**__import__("os").environ, "LAB_STORE": str(tmp_path)})
+    first = proc.stdout.readline()
+    proc.stdout.close()                                   # the reader leaves
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and first.startswith(b"{")
+    assert "error" not in err and "Traceback" not in err, err

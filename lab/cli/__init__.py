@@ -60,6 +60,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:         # the reader left (`... --json | head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as e:     # a bug, not the person's input: one line here, the traceback on demand
         if os.environ.get("LAB_DEBUG"):
             raise

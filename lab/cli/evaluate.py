@@ -73,6 +73,8 @@ def cmd_bleu(args):
 
 
 def cmd_attention(args):
+    if not args.text.strip():
+        raise ConfigError("type a text: --text is empty")
     ck = checkpoints.load(args.checkpoint, args.store)
     cap = attention_maps.capture(ck.model, ck.tokenizer, args.text)
     if args.html:

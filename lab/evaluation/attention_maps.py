@@ -106,11 +106,23 @@ def _edited(body: str, view: str) -> str:
 TITLE_PX = 28         # the checkpoint's name above a view (view_height leaves room for it)
 
 
+ASSET_URL = re.compile(r"(https?://[^\s'\"<>]+|[^\s:'\"<>]+)")
+
+
+def check_asset_url(url: str) -> None:
+    """Where a page loads d3, jQuery and require.js from: an http(s) address or a path (a folder
+    or a server's); anything else (javascript:, data:, quotes) is refused."""
+    if not isinstance(url, str) or len(url) > 2000 or not ASSET_URL.fullmatch(url):
+        raise LabError(f"asset URL {str(url)[:100]!r}: give an http(s) address or a folder, e.g. "
+                       f"{VENDOR_DIR}")
+
+
 def bertviz_html(cap: Capture, view: str = "head", asset_url: str = "/lab-static",
                  title: str = "") -> str:
     """A complete HTML document with bertviz's head or model view, assets loaded from asset_url,
     layers and heads numbered from 1; `title` (a checkpoint name) heads the page."""
     from bertviz import head_view, model_view
+    check_asset_url(asset_url)
     attention = [a[None] for a in cap.attentions]          # bertviz wants (1, heads, T, T) per layer
     fn = {"head": head_view, "model": model_view}.get(view)
     if fn is None:

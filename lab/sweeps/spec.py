@@ -153,9 +153,12 @@ def parse_grid(lines: list[str], what: str = "grid") -> dict:
             raise ConfigError(f"{what} expects KEY=V1,V2, e.g. n_head=1,4 (each line is KEY=V1,V2); "
                               f"got {line!r}"[:300])
         key, values = (part.strip() for part in line.split("=", 1))
-        vals = [v.strip() for v in values.split(";" if ";" in values else ",") if v.strip()]
-        if not vals:
+        vals = [v.strip() for v in values.split(";" if ";" in values else ",")]
+        if not any(vals):
             raise ConfigError(f"{what} {key}: no values; write them as {key}=V1,V2")
+        if not all(vals):
+            raise ConfigError(f"{what} {key}={values}: an empty value between the commas; write "
+                              f"each value once, e.g. {key}=1,4"[:300])
         grid[key] = vals
     return grid
 

@@ -44,7 +44,7 @@ def details(name, store=None):
 
 
 def import_gpt2(path, layers, name, store=None):
-    name = checkpoints.check_name(need(text(name, "name", 200).strip(), "a name"))
+    name = checkpoints.check_name(need(text(name, "name", 200), "a name"))
     layers = text(layers, "layers", 2000)
     folder = lab_store.allowed_path(text(path, "directory", 4096), "import")
     selection = interop.parse_layers(layers) if layers.strip() else None

@@ -222,6 +222,8 @@ def need_checkpoint(value, what: str, store=None) -> str:
 
 def whole(value, name: str, lo: int, hi: int) -> int:
     """A whole number from a form field or an API call, within [lo, hi], or one message."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{name} must be a whole number from {lo} to {hi}, got {value!r}")
     if isinstance(value, str):
         value = value.strip()
     try:

@@ -137,11 +137,11 @@ def start_job(name, preset, parent, settings: dict, store=None):
     """Queue a training job: a new model from `preset` (or a fine-tune of `parent`), with
     `settings` keyed by setting name (`KIND.SETTING` for a plugin's); a setting not named keeps
     the preset's value. A fine-tune's architecture is its parent's: a model setting is refused."""
-    name = bounded_text(name, "checkpoint name", 200).strip()
-    if not name:
+    name = bounded_text(name, "checkpoint name", 200)
+    if not name.strip():
         raise ConfigError("give the new checkpoint a name (letters, digits, '.', '_', '-')")
-    preset = bounded_text(preset, "preset", 200).strip()
-    parent = bounded_text(parent, "parent", 200).strip()
+    preset = bounded_text(preset, "preset", 200)
+    parent = bounded_text(parent, "parent", 200)
     if preset and preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}; choose one of: {', '.join(sorted(PRESETS))}"[:300])
     model_cfg, train_cfg, changed = configs(preset or None, named=settings)
@@ -157,7 +157,6 @@ def start(name, preset, parent, *values, store=None):
     """The form's Start: its fields as named settings, queued as start_job queues them."""
     parent = bounded_text(parent, "parent", 200).strip()
     job_id = start_job(name, preset, parent, form_settings(values, parent), store=store)
-    name = bounded_text(name, "checkpoint name", 200).strip()
     return gr.update(choices=job_choices(store), value=str(job_id)), f"Queued job {job_id} ({name})."
 
 
@@ -370,7 +369,7 @@ def _wire_api(ctx: Context) -> None:
         a plugin's (/settings lists them); a setting not named keeps the preset's value. Returns
         {"job": its id, "message": what the page says}."""
         job_id = start_job(name, preset, parent, settings or {}, store=ctx.store)
-        return {"job": job_id, "message": f"Queued job {job_id} ({str(name).strip()})."}
+        return {"job": job_id, "message": f"Queued job {job_id} ({name})."}
     gr.api(friendly(start_job_api), api_name="start_job")
     gr.api(friendly(describe_settings), api_name="settings")
 
