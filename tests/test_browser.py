@@ -483,7 +483,7 @@ def test_a_sweep_from_the_experiments_tab_runs_and_reads_as_a_table(page, server
     expect(page.locator("#sweep-message")).to_contain_text("8 runs would be queued", timeout=60_000)
     assert sweeps.list_sweeps(server[1]) == []                       # checking queued nothing
     _choose(page, "#sweep-recipe", "(build your own)")          # the form's own values come back
-    expect(page.locator("#sweep-grid textarea")).to_have_value("n_head=1,4\n", timeout=30_000)
+    expect(page.locator("#sweep-grid textarea")).to_have_value("", timeout=30_000)   # nothing by surprise
     expect(page.locator("#sweep-preset input")).to_have_value("tiny")
     # the Train form's settings start a sweep: what differs from the preset is carried over
     _tab(page, "Train")
@@ -545,3 +545,23 @@ def test_birth_place_accuracy_beside_the_london_baseline(page, server):
     for suffix in (".csv", ".json"):
         expect(files).to_contain_text(suffix, timeout=30_000)
     _shot(page, "birthplace")
+
+
+def test_delete_picks_and_confirms_in_one_place(page, server):
+    """The checkpoint to delete is chosen beside the box that confirms it, from nothing picked
+    elsewhere on the page; the store and the lists lose it."""
+    from playwright.sync_api import expect
+    _, store = server
+    torch.manual_seed(2)
+    checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)).eval(), tokenizers.gpt2(),
+                     "to-delete", store, provenance={"source": "scratch"})
+    page.reload()
+    _tab(page, "Checkpoints")
+    page.locator("#checkpoints-delete").get_by_text("Delete").first.click()
+    _choose(page, "#checkpoints-delete-name", "to-delete")
+    page.locator("#checkpoints-confirm textarea, #checkpoints-confirm input").first.fill("to-delete")
+    page.locator("#checkpoints-delete-go").click()
+    expect(page.locator("#checkpoints-message")).to_contain_text("Deleted to-delete.", timeout=30_000)
+    assert "to-delete" not in checkpoints.names(store)
+    expect(page.locator("#checkpoints-table")).not_to_contain_text("to-delete", timeout=30_000)
+    _shot(page, "checkpoints-delete")

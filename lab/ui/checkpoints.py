@@ -128,12 +128,25 @@ def build(ctx: Context):
         download = gr.File(label="export", interactive=False)
         gr.Button("Export").click(friendly(lambda *a: export_hf(*a, store=ctx.store)),
                                   [chosen, outdir], [message, download], api_name="export_hf")
-    with gr.Accordion("Delete", open=False):
-        confirm = Textbox(label="type the checkpoint's name to confirm", elem_id="checkpoints-confirm")
-        gr.Button("Delete", variant="stop").click(friendly(lambda *a: delete(*a, store=ctx.store)),
-                                                  [chosen, confirm], [message, table, info, chosen, confirm],
-                                                  api_name="delete_checkpoint")
+    _delete_section(ctx, chosen, message, table, info)
     return table
+
+
+def _delete_section(ctx: Context, chosen, message, table, info) -> None:
+    """Pick and confirm together: the checkpoint to delete (the one chosen above, or another) and
+    its name typed again, side by side."""
+    with gr.Accordion("Delete", open=False, elem_id="checkpoints-delete"):
+        with gr.Row():
+            target = Dropdown(ctx.checkpoint_names(), value=None, label="checkpoint to delete",
+                              elem_id="checkpoints-delete-name", allow_custom_value=True)
+            ctx.add_dropdown(target, "blank")
+            confirm = Textbox(label="type its name to confirm", elem_id="checkpoints-confirm")
+        button = gr.Button("Delete", variant="stop", elem_id="checkpoints-delete-go")
+    chosen.change(lambda n: gr.update(value=n), chosen, target, api_visibility="private",
+                  show_progress="hidden")                # follows the pick above
+    button.click(friendly(lambda *a: (*delete(*a, store=ctx.store), gr.update(value=None))),
+                 [target, confirm], [message, table, info, chosen, confirm, target],
+                 api_name="delete_checkpoint")
 
 
 def _store_table(ctx: Context):

@@ -93,14 +93,31 @@ def run(names, decoder, *rest, store=None, data_dir=None):
     yield from scores(names, form_decode(decoder, values), n, seed, bleu_tokens, store, data_dir)
 
 
+FIGURES = ("perplexity", "word_perplexity", "forward_bleu", "backward_bleu", "harmonic_bleu")
+
+
+def numeric_table(snap: dict) -> tuple[list[str], list[list]]:
+    """The scores as numbers, one a cell: each figure with its interval's low and high columns
+    (what a spreadsheet or pandas reads; the page's cells join them as text)."""
+    headers = ["checkpoint", "n", "backward_n"] + [f"{f}{end}" for f in FIGURES
+                                                   for end in ("", "_low", "_high")]
+    hidden = {"perplexity"} if snap["provenance"]["perplexity_shown"] == "per word" else set()
+    rows = [[name, r["n"], r["backward_n"]] + [None if f in hidden else v for f in FIGURES
+                                                for v in (r[f], *r[f"{f}_ci"])]
+            for name, r in snap["models"].items()]      # (per-sentence perplexity: not across tokenizers)
+    return headers, rows
+
+
 def score_files(scores, store=None):
-    """The last scores as CSV and JSON (the JSON also holds the raw figures and provenance)."""
+    """The last scores as CSV and JSON, a number per cell (the JSON also holds the verdicts, the
+    raw figures and provenance)."""
     if not scores:
         return None
     about = {"verdicts": scores["verdicts"], "provenance": scores["provenance"],
              "figures": scores["snapshot"]["models"], "differences": scores["snapshot"]["differences"]}
-    return exports.write_table(scores["headers"], scores["rows"],
-                               "scores-" + "-vs-".join(scores["provenance"]["checkpoints"]), store, about)
+    headers, rows = numeric_table(scores["snapshot"])
+    return exports.write_table(headers, rows, "scores-" + "-vs-".join(scores["provenance"]["checkpoints"]),
+                               store, about)
 
 
 def wire(button, inputs, shown: list, ctx: Context, api_name: str) -> gr.State:

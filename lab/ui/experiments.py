@@ -22,7 +22,8 @@ OWN = "(build your own)"
 OWN_NOTE = ("Write a grid (one KEY=V1,V2 per line) or pick a field and its values below; every "
             "combination runs once per seed.")
 # the form's own values, and what "(build your own)" puts back after a recipe filled it
-DEFAULTS = {"preset": "tiny", "grid": "n_head=1,4\n", "settings": "epochs=1\nmax_train_captions=1000",
+# (the grid starts empty: what Add to the grid adds is the whole grid, no runs by surprise)
+DEFAULTS = {"preset": "tiny", "grid": "", "settings": "epochs=1\nmax_train_captions=1000",
             "seeds": "0", "n": 200, "split": "test", "decoders": "random,temperature=1.0"}
 
 
@@ -251,7 +252,8 @@ def _form(ctx: Context):
         key_values = Textbox("", label="its values", placeholder="1,4,8", elem_id="sweep-values")
         add = gr.Button("Add to the grid", elem_id="sweep-add")
     with gr.Row():
-        grid = Textbox(DEFAULTS["grid"], label="grid: one KEY=V1,V2 per line", lines=4, elem_id="sweep-grid")
+        grid = Textbox(DEFAULTS["grid"], label="grid: one KEY=V1,V2 per line", lines=4, elem_id="sweep-grid",
+                       placeholder="n_head=1,4")
         settings = Textbox(DEFAULTS["settings"], label="every run: one KEY=VALUE per line",
                            lines=4, elem_id="sweep-set")
     n, split, decoders, checkpoints_box = _scoring_fields()
