@@ -109,8 +109,8 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     # a sweep scoring what was made after start (no training): checked, started, stopped, resumed
     definition = {"name": "live", "checkpoints": ["made-later"],
                   "score": {"n": 5, "split": "test", "decoders": ["greedy"]}}
-    assert [r["name"] for r in call("/check_sweep", definition)] == ["live-made-later"]
-    assert call("/start_sweep", definition) == ["live-made-later"]
+    assert [r["name"] for r in call("/check_sweep", definition)] == ["made-later"]   # scored as it is
+    assert call("/start_sweep", definition) == ["made-later"]
     assert "made-later" in call("/stop_sweep", "live")
     from lab import sweeps
     live_job = sweeps.get("live", store)[1][0]["job"]["id"]
