@@ -195,8 +195,9 @@ def test_errors_name_the_checkpoint_and_a_new_choice_clears_the_views(pair):
         tab.show_beside("chars", "A dog !", False, store=pair)
     with pytest.raises(ConfigError, match=r"^chars: the text is 66 tokens with BOS; at most 64"):
         tab.differences("scratch", "chars", "x" * 65, store=pair)
-    out = tab.cleared("")          # the first column's five outputs, the second's, the table
+    out = tab.cleared("")     # the first column's five outputs, the second's, the table, its files
     assert "Press *Show attention*" in out[0] and out[1:5] == ("", "", None, "") and out[10] == []
+    assert out[11] is None                                    # the last pair's downloads go too
     assert all(u["visible"] is False for u in out[5:10])
     assert all(u["visible"] is True for u in tab.cleared("chars")[5:10])
 

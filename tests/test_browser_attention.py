@@ -132,6 +132,7 @@ def test_head_differences_across_tokenizers_and_views_cleared_on_a_new_choice(pa
     expect(page.locator("#attention-other-head-view iframe")).to_have_count(0, timeout=30_000)
     expect(page.locator("#attention-head-view iframe")).to_have_count(0)
     expect(table).not_to_contain_text(closest)
+    expect(page.locator("#attention-differences-files")).not_to_contain_text(".csv", timeout=30_000)
     assert page.left_machine == []
 
 

@@ -151,11 +151,12 @@ NO_VIEWS = ("", "", "", None, "")
 
 
 def cleared(other):
-    """Another pair: the views shown belong to the last one, so they go; the second column is
-    there only while a second checkpoint is chosen."""
+    """Another pair: the views shown belong to the last one, so they go, and so do the differing
+    heads and their downloads; the second column is there only while a second checkpoint is
+    chosen."""
     press = f"Press *Show attention* for {'these checkpoints' if other else 'this checkpoint'}."
     beside = [gr.update(value=v, visible=bool(other)) for v in NO_VIEWS]
-    return (press, *NO_VIEWS[1:], *beside, [])
+    return (press, *NO_VIEWS[1:], *beside, [], None)
 
 
 def view_columns() -> tuple[list, list]:
@@ -208,9 +209,9 @@ def build(ctx: Context):
         outs_a + [shown], api_name="attention").success(
         friendly(lambda o, s, g: show_beside(o, s, g, store=ctx.store)), [other, shown, generate],
         outs_b, api_visibility="private")
-    table = _differences_section(ctx, name, other, text)
+    table, files = _differences_section(ctx, name, other, text)
     for dd in (name, other):
-        dd.change(cleared, other, outs_a + outs_b + [table], api_visibility="private")
+        dd.change(cleared, other, outs_a + outs_b + [table, files], api_visibility="private")
 
 
 def _differences_section(ctx: Context, name, other, text):
@@ -228,4 +229,4 @@ def _differences_section(ctx: Context, name, other, text):
             friendly(lambda t, a, b, x: table_files(t, f"head-differences-{a}-vs-{b}", ctx.store,
                                                     {"text": x, "first": a, "second": b})),
             [table, name, other, text], files, api_visibility="private")
-    return table
+    return table, files
