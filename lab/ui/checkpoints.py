@@ -13,7 +13,7 @@ from lab.storage import checkpoints, exports, interop
 from lab.storage import store as lab_store
 from lab.config import ConfigError, ModelConfig
 from lab.modeling.model import kv_heads
-from lab.ui.common import Context, friendly, need, text
+from lab.ui.common import EMPTY_STORE, Context, friendly, need, text
 
 COLUMNS = ["name", "model", "layers x width", "heads (kv)", "norm", "attention", "positional", "mlp",
            "source", "parent / pretrained", "dev perplexity", "weights MB", "created"]
@@ -98,7 +98,10 @@ def export_hf(name, outdir, store=None):
 
 
 def delete(name, confirm, store=None):
-    checkpoints.check_name(need(name, "a checkpoint"))
+    if not name:                        # what to do next, rather than what is missing
+        raise ConfigError(EMPTY_STORE if not checkpoints.names(store) else
+                          "choose the checkpoint to delete in the list beside the confirmation box")
+    checkpoints.check_name(name)
     if text(confirm, "confirmation", 200).strip() != name:
         raise ConfigError(f"to delete, type the checkpoint's name ({name}) in the confirmation box")
     children = [i["name"] for i in checkpoints.listing(store) if i.get("parent") == name]

@@ -64,7 +64,9 @@ def progress_html(job: dict) -> str:
 def stopped_text(status: str, p: dict) -> str:
     """Where a stopped (or interrupted) run stands and how to go on, said in the status line."""
     if p.get("event") == "stopped":
-        where = f"at epoch {p['epoch']}, step {p['step']} ({p.get('reason') or 'stopped'})"
+        reason = p.get("reason") or "stopped"
+        where = f"at epoch {p['epoch']}, step {p['step']}" + (   # a reason may say where already
+            "" if f"step {p['step']}" in reason else f" ({reason})")
         after = ("its state is saved: Resume goes on from there" if p.get("saved")
                  else "nothing was saved: Resume starts it again")
         return f"{status} {where}; {after}"
