@@ -224,7 +224,7 @@ def test_finetune_job_from_the_form_survives_a_reload_and_stops(page, server):
     page.locator("#train-progress .lab-progress[data-status='stopped']").wait_for(timeout=60_000)
     # the status line itself says where the run stopped and how to go on
     expect(page.locator("#train-progress .lab-progress-text")).to_contain_text(
-        re.compile(r"stopped (before its first step|at epoch \d+, step \d+ .*Resume)"), timeout=30_000)
+        re.compile(r"stopped (before its first step|at epoch \d+, step \d+\b.*Resume)"), timeout=30_000)
 
 
 def test_import_smollm2_from_the_checkpoints_tab(page, server):
