@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from lab.errors import ConfigError
+from lab.errors import ConfigError, read_json
 from lab.overrides import owner, split_overrides  # noqa: F401  (read from here by the CLI and presets)
 from lab.plugin_settings import (FAMILY_KEYS, check_settings, family_defaults, fill_settings,
                                  keep_best_choices, legacy_keys, plugin_choices, plugin_field,
                                  scratch_tokenizer_choices, task_meta)
 from lab.registry import REGISTRIES, load_plugins
-from lab.settings import check_value, coerce, describe, setting
+from lab.settings import check_value, coerce, default_of, describe, setting
 
 
 SEED_MAX = 2 ** 63 - 1
@@ -47,6 +47,11 @@ class _Config:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
+    def default(cls, name: str):
+        """A setting's declared default."""
+        return default_of(cls.__dataclass_fields__[name])
+
+    @classmethod
     def from_dict(cls, d: dict):
         if not isinstance(d, dict):
             raise ConfigError(f"{cls.__name__}: expected a JSON object, got {type(d).__name__}")
@@ -62,16 +67,7 @@ class _Config:
 
     @classmethod
     def from_json(cls, path: str | Path):
-        path = Path(path)
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"config file {path} does not exist") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"config file {path} is not valid JSON: {e}") from None
-        except OSError as e:
-            raise ConfigError(f"config file {path} cannot be read: {e.strerror}") from None
-        return cls.from_dict(d)
+        return cls.from_dict(read_json(path, ConfigError, f"config file {path} does not exist"))
 
     def replace(self, **overrides):
         return type(self).from_dict({**self.to_dict(), **overrides})
@@ -409,17 +405,16 @@ class DecodeConfig(_Config):
     @staticmethod
     def declared() -> dict[str, tuple[dataclasses.Field, list[str]]]:
         """Every decoder setting: its first declaration (default, help, bounds) and the decoders
-        that have it, the sampling ones first: the order of the forms' fields and CLI flags."""
+        that have it; the order of the forms' fields and CLI flags: settings more decoders share
+        first (temperature), then as the decoders' names come."""
         load_plugins()
         found: dict = {}
         for name in REGISTRIES["decoder"].names():
             cls = REGISTRIES["decoder"].get(name).settings
             for f in dataclasses.fields(cls) if cls else ():
                 found.setdefault(f.name, (f, []))[1].append(name)
-        order = ["temperature", "top_k", "top_p", "num_beams"]
         first = list(found)
-        return {n: found[n] for n in sorted(found, key=lambda n: (
-            order.index(n) if n in order else len(order), first.index(n)))}
+        return {n: found[n] for n in sorted(found, key=lambda n: (-len(found[n][1]), first.index(n)))}
 
     @classmethod
     def setting_names(cls) -> list[str]:
@@ -440,15 +435,16 @@ class DecodeConfig(_Config):
                               f"{settings!r}"[:200])
         settings = dict(settings)
         known = set(cls.setting_names())
-        own = cls.settings_class(d.get("decoder", "random"))
+        decoder = d.get("decoder", cls.default("decoder"))
+        own = cls.settings_class(decoder)
         own_names = {f.name for f in dataclasses.fields(own)} if own else set()
         for key in [k for k in d if k in known]:
             value = d.pop(key)
             if key in own_names:
                 settings[key] = value
-            elif not lenient and d.get("decoder", "random") in REGISTRIES["decoder"]:
+            elif not lenient and decoder in REGISTRIES["decoder"]:
                 # (an unknown decoder is named by validation instead)
-                raise ConfigError(f"{key} is not a setting of the {d.get('decoder', 'random')} "
+                raise ConfigError(f"{key} is not a setting of the {decoder} "
                                   f"decoder; its settings are: {', '.join(sorted(own_names)) or 'none'}")
         return super().from_dict({**d, "settings": settings})
 

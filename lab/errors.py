@@ -1,6 +1,9 @@
 """The one base class of every error a user's input can cause (a bad config value, a missing
 checkpoint, a corrupt file, an unknown plugin). The CLI prints it as one line and exits 2, the UI
-shows it as one message; any other exception is a bug and keeps its traceback for the log."""
+shows it as one message; any other exception is a bug and keeps its traceback for the log.
+Also how a JSON file a person gave is read: a missing, unreadable or broken file is one line."""
+import json
+from pathlib import Path
 
 
 class LabError(ValueError):
@@ -13,3 +16,17 @@ class ConfigError(LabError):
 
 class Aborted(Exception):
     """A long computation gave up because its caller asked it to (a training job told to stop)."""
+
+
+def read_json(path, error: type[LabError] = LabError, missing: str | None = None):
+    """A JSON file's value, or `error` in one line saying which file and what is wrong with it
+    (`missing`: the words for a file that is not there, else "FILE does not exist")."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(missing or f"{path} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise error(f"{path} is not valid JSON ({e})") from None
+    except OSError as e:
+        raise error(f"{path} cannot be read ({e.strerror})") from None

@@ -8,6 +8,12 @@ from lab.settings import default_of
 
 PRESETS = {}
 
+# The decoders the views open with, named once. Texts to look at (Compare's captions, Attention's
+# caption) are drawn as the Tfmr reports drew theirs, nucleus sampling at temperature 0.7; scores
+# (Evaluate, sweeps) sample the whole distribution at temperature 1, the assignment's convention.
+DECODE_TO_SHOW = {"decoder": "top_p", "temperature": 0.7}
+DECODE_TO_SCORE = {"decoder": "random", "temperature": 1.0}
+
 
 def preset(name: str, description: str):
     def deco(fn):

@@ -6,7 +6,8 @@ duplicate name raises). A factory receives only what its signature names: from w
 offers its kind (`n_embd`, `n_head`, ...) and, when it declares settings, `settings`, an instance of
 its dataclass. Only the model builder touches the registries; modules receive their parts.
 
-A settings field may carry metadata: `help` (one line), `min` / `max` (bounds), `choices`. A
+A settings field may carry metadata: `help` (one line), `min` / `max` (bounds), `choices`, `short`
+(a short name for labels, such as `t` for temperature). A
 settings class may define `check(self, model_config)` for rules that cross fields; it raises
 `lab.config.ConfigError` with a one-line message.
 """

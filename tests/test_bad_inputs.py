@@ -474,7 +474,7 @@ def _api_cases():
               ("/exposure_bias", ["missing", 500], "no checkpoint 'missing'"),
               ("/exposure_bias", ["../x", 500], "is not allowed"),
               ("/exposure_bias", ["good", 7], "is not in the list of choices")]
-    cases += [("/birthplace_accuracy", [[], "dev"], "choose birth-place checkpoints first"),
+    cases += [("/birthplace_accuracy", [[], "dev"], "the store has no birth-place checkpoints yet: in the Train tab"),
               ("/birthplace_accuracy", [["missing"], "dev"], "no checkpoint 'missing'"),
               ("/birthplace_accuracy", [["../x"], "dev"], "is not allowed"),
               ("/birthplace_accuracy", [["good"], "dev"], "is not a birth-place model"),

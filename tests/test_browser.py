@@ -447,6 +447,39 @@ def test_compare_moves_to_the_scratch_model_and_the_fine_tune_as_they_arrive(bro
         page.close()
 
 
+def test_compare_them_shows_the_captions_and_says_it_is_done(browser, tmp_path):
+    """The panel's last step, once both checkpoints exist: the Compare tab opens on the scratch
+    model and the fine-tune, the page scrolls to their captions, and the step says it is done
+    (not "press the button"). Attention opens on a model trained in the lab, not the import."""
+    from playwright.sync_api import expect
+    from lab.ui import start
+    store = tmp_path / "store"
+    store.mkdir()
+    tok = tokenizers.gpt2()
+    for name, source in ((start.SMOLLM2, "import"), (start.SCRATCH, "scratch"),
+                         (start.FINETUNE, "finetune")):
+        torch.manual_seed(len(name))
+        checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)).eval(), tok, name, store,
+                         provenance={"source": source})
+    with serving(store) as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url)
+        expect(page.locator("#compare-checkpoints")).to_contain_text(start.FINETUNE, timeout=60_000)
+        page.locator("#start").get_by_text("Getting started").first.click()     # closed: a full store
+        expect(page.locator("#start-status-4")).to_contain_text("ready: press the button", timeout=60_000)
+        page.locator("#start-step-4").click()
+        headers = page.locator("#compare-out table.lab-compare thead th")
+        expect(headers).to_have_count(3, timeout=60_000)
+        assert start.SCRATCH in headers.nth(1).inner_text() and start.FINETUNE in headers.nth(2).inner_text()
+        expect(page.locator("#compare-out")).to_be_in_viewport()
+        expect(page.locator("#start-status-4")).to_contain_text("done", timeout=30_000)
+        expect(page.locator("#start-status-4")).not_to_contain_text("press the button")
+        _shot(page, "compare-them")
+        _tab(page, "Attention")
+        expect(page.locator("#attention-checkpoint input")).to_have_value(start.SCRATCH)
+        page.close()
+
+
 def test_dark_theme_keeps_attention_and_charts_readable(browser, server):
     """In Gradio's dark theme bertviz's white drawing is inverted (hue turned back) and the Plotly
     charts are transparent, so no white panel sits in a dark page."""
@@ -516,32 +549,35 @@ def test_a_sweep_from_the_experiments_tab_runs_and_reads_as_a_table(page, server
 
 
 def test_birth_place_accuracy_beside_the_london_baseline(page, server):
-    """A birth-place checkpoint answers the dev questions in the Evaluate tab: its accuracy with
-    an interval beside London's 25/500 and the paired difference, every question's answers, and
-    the answers as downloads."""
+    """A birth-place checkpoint saved while the page is open joins the birth-place list by itself
+    (caption models are not offered there); it answers the dev questions: its accuracy with an
+    interval beside London's 25/500 and the paired difference, every question's answers, and the
+    answers as downloads."""
     from playwright.sync_api import expect
     from plugins.tasks.birthplace import core as bp
     _, store = server
     tok = bp.tokenizer()
     torch.manual_seed(0)
     model = build(tiny_config(vocab_size=tok.vocab_size, n_positions=128, n_layer=1)).eval()
+    _tab(page, "Evaluate")
     checkpoints.save(model, tok, "bp-random", store, provenance={"source": "scratch",
                                                                   "task": "birthplace"})
-    _tab(page, "Evaluate")
-    box = page.locator("#bp-checkpoints input")
-    box.click()
-    box.fill("bp-random")
-    box.press("Enter")
-    page.locator("#bp-go").click()
-    table = page.locator("#bp-table")
+    chosen = page.locator("#birthplace-checkpoints")
+    expect(chosen).to_contain_text("bp-random", timeout=30_000)     # picked for the person
+    chosen.locator("input").click()
+    expect(page.get_by_role("option", name="bp-random")).to_have_count(1)
+    expect(page.get_by_role("option", name="scratch-a")).to_have_count(0)   # not offered
+    page.keyboard.press("Escape")
+    page.locator("#birthplace-go").click()
+    table = page.locator("#birthplace-table")
     expect(table).to_contain_text("London (baseline)", timeout=120_000)
     expect(table).to_contain_text("25 / 500")
     expect(table).to_contain_text("bp-random")
     expect(table).to_contain_text("points [")                  # London's paired difference
-    expect(page.locator("#bp-said")).to_contain_text("Wilson 95%")
-    expect(page.locator("#bp-answers")).to_contain_text("Where was Bryan Dubreuiel born?")
-    expect(page.locator("#bp-answers")).to_contain_text("Atlanta")
-    files = page.locator("#bp-files")
+    expect(page.locator("#birthplace-said")).to_contain_text("Wilson 95%")
+    expect(page.locator("#birthplace-answers")).to_contain_text("Where was Bryan Dubreuiel born?")
+    expect(page.locator("#birthplace-answers")).to_contain_text("Atlanta")
+    files = page.locator("#birthplace-files")
     for suffix in (".csv", ".json"):
         expect(files).to_contain_text(suffix, timeout=30_000)
     _shot(page, "birthplace")

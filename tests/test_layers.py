@@ -1,5 +1,5 @@
 """The library's layers, read from its source (no import runs): the import graph of lab/ has no
-circle, and lab/ names no task outside the task plugins.
+circle, and lab/ names no built-in task or decoder outside its presets.
 
 Run against another tree with `LAB_LAYERS_ROOT=/path/to/checkout pytest tests/test_layers.py`.
 """
@@ -7,13 +7,15 @@ import ast
 import os
 from pathlib import Path
 
+import pytest
+
 
 ROOT = Path(os.environ.get("LAB_LAYERS_ROOT") or Path(__file__).resolve().parent.parent)
 LAB = ROOT / "lab"
 
-# presets are named configurations of a task, so they name it
-TASK_NAMES_LATER = {"presets.py"}
-TASK_NAMES = {"captions", "birthplace"}
+# the presets are the lab's named choices (configurations of a task, the decoders the views open
+# with), so they name built-in plugins
+NAMED_CHOICES = {"presets.py"}
 
 
 def _module(path: Path) -> str:
@@ -148,10 +150,13 @@ def test_the_cycle_finder_names_a_circle():
     assert _path_through(graph, comp) == "lab.a -> lab.b -> lab.c -> lab.a"
 
 
-def _task_names_used(path: Path) -> list[str]:
-    """Task names compared (==, !=, in) or passed as task=, with their line numbers."""
+def _names_used(path: Path, names: set, key: str) -> list[str]:
+    """Plugin names (`names`, of the kind `key`: task, decoder) compared (==, !=, in), passed as
+    key= or as a call's argument, or given as a dict's "key" value, with their line numbers. A
+    setting's declared default (`setting("random", ...)`) is where a default is named, so it is not
+    counted."""
     def named(node) -> bool:
-        if isinstance(node, ast.Constant) and node.value in TASK_NAMES:
+        if isinstance(node, ast.Constant) and node.value in names:
             return True
         return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(named(e) for e in node.elts)
 
@@ -160,28 +165,52 @@ def _task_names_used(path: Path) -> list[str]:
         if isinstance(node, ast.Compare) and any(
                 isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops) and (
                 named(node.left) or any(named(c) for c in node.comparators)):
-            found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-        elif isinstance(node, ast.keyword) and node.arg == "task" and named(node.value):
-            found.append(f"{path.relative_to(ROOT)}:{node.value.lineno}")
-    return sorted(found, key=lambda at: int(at.rpartition(":")[2]))
+            found.append(node.lineno)
+        elif isinstance(node, ast.keyword) and node.arg == key and named(node.value):
+            found.append(node.value.lineno)
+        elif isinstance(node, ast.Dict) and any(
+                isinstance(k, ast.Constant) and k.value == key and named(v)
+                for k, v in zip(node.keys, node.values)):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) != "setting" and any(
+                named(a) for a in node.args):
+            found.append(node.lineno)
+    return [f"{path.relative_to(ROOT)}:{n}" for n in sorted(found)]
 
 
-def test_lab_names_no_task_outside_the_task_plugins():
+def _plugin_names(kind: str) -> set[str]:
+    """The built-in plugins of a kind, by the names they register (read from their source)."""
+    found = set()
+    for path in (ROOT / "plugins" / kind).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "register" \
+                    and node.args and isinstance(node.args[0], ast.Constant):
+                found.add(node.args[0].value)
+    return found
+
+
+@pytest.mark.parametrize("kind,key", [("tasks", "task"), ("decoders", "decoder")])
+def test_lab_names_no_built_in_plugin_outside_the_presets(kind, key):
+    names = _plugin_names(kind)
+    assert names, f"no {kind} plugins found"
     used = []
     for path in sorted(LAB.rglob("*.py")):
-        if path.relative_to(LAB).as_posix() not in TASK_NAMES_LATER:
-            used += _task_names_used(path)
-    assert not used, f"task names tested in lab/ (what differs between tasks belongs in its plugin): {used}"
+        if path.relative_to(LAB).as_posix() not in NAMED_CHOICES:
+            used += _names_used(path, names, key)
+    assert not used, (f"built-in {kind} named in lab/ (what differs between them belongs in their "
+                      f"plugins; the lab's named choices in lab/presets.py): {used}")
 
 
-def test_the_task_name_finder_sees_comparisons_and_keywords(tmp_path):
+def test_the_name_finder_sees_comparisons_keywords_arguments_and_dicts(tmp_path):
     src = tmp_path / "x.py"
     src.write_text('if cfg.task == "captions": pass\nf(task="birthplace")\n'
-                   'ok = task in ("captions", "x")\nlabel = "captions"\n')
+                   'ok = task in ("captions", "x")\nlabel = "captions"\n'
+                   'd = {"task": "captions"}\ng("captions")\nt = setting("captions", "the task")\n')
     global ROOT
     saved, ROOT = ROOT, tmp_path
     try:
-        assert _task_names_used(src) == ["x.py:1", "x.py:2", "x.py:3"]
+        assert _names_used(src, {"captions", "birthplace"}, "task") == [
+            "x.py:1", "x.py:2", "x.py:3", "x.py:5", "x.py:6"]
     finally:
         ROOT = saved
 

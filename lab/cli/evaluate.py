@@ -116,13 +116,14 @@ def cmd_exposure(args):
 def _add_decode_args(p):
     """--decoder, then a flag per decoder setting (from the decoders' own settings classes); a
     flag left out takes the chosen decoder's default, a flag the decoder does not have is refused."""
-    p.add_argument("--decoder", default="random", help="decoder plugin (see `plugins`)")
+    p.add_argument("--decoder", default=DecodeConfig.default("decoder"), help="decoder plugin (see `plugins`)")
     for setting, (f, owners) in DecodeConfig.declared().items():
         p.add_argument("--" + setting.replace("_", "-"), dest=setting, type=type(f.default),
                        default=None, help=f"{f.metadata.get('help', '')} ({', '.join(owners)}; "
                                           f"default {f.default})")
-    p.add_argument("--max-new-tokens", dest="max_new_tokens", type=int, default=35)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-new-tokens", dest="max_new_tokens", type=int,
+                   default=DecodeConfig.default("max_new_tokens"))
+    p.add_argument("--seed", type=int, default=DecodeConfig.default("seed"))
 
 
 def _parser_generate(sub) -> None:

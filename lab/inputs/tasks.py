@@ -9,7 +9,10 @@ A task's registration declares, beside `objectives`:
                        order; the first is what a run keeps its best checkpoint by unless
                        early_stop names another; keep_bleu_best keeps a second, by "bleu"
   scheduled_sampling   whether its language model takes scheduled sampling
-  tabs                 the UI's views that offer its checkpoints (lab/ui: "generate", "answers")
+  tabs                 the UI's views that offer its checkpoints (lab/ui: "generate", "answers");
+                       a task offering "answers" gives its object an `answers_view` (ABOUT,
+                       LABEL, SPLITS, SPLITS_INFO, COLUMNS, NONE_YET, answer(names, split,
+                       store)), as plugins/tasks/birthplace/answers.py does
 Its object may also define sweep_check(objective, score) and sweep_score(checkpoint, score, ...)
 (lab/sweeps); a task without them is not scored by sweeps.
 """
@@ -47,6 +50,12 @@ def meta(name: str) -> dict:
     """What the task declares at its registration (see above)."""
     load_plugins()
     return TASKS.get(name).meta
+
+
+def offering(view: str) -> list[str]:
+    """The tasks whose checkpoints go to `view` (their `tabs`)."""
+    load_plugins()
+    return [name for name in TASKS.names() if view in TASKS.get(name).meta.get("tabs", ())]
 
 
 def of_checkpoint(ck) -> str:

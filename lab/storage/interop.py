@@ -6,7 +6,6 @@ Our module names equal HF GPT-2's; only HF's Conv1D layers store their weight tr
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import uuid
@@ -19,6 +18,7 @@ from lab.storage import store as lab_store
 from lab.inputs import tokenizers
 from lab.storage.checkpoints import CheckpointError
 from lab.config import ConfigError, ModelConfig, family_defaults, parse_blocks
+from lab.errors import read_json
 from lab.modeling.model import build
 
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
@@ -61,14 +61,8 @@ def _folder(path, what: str) -> Path:
 
 
 def _read_hf_config(path: Path) -> dict:
-    try:
-        hf = json.loads((path / "config.json").read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{path} is not an HF GPT-2 directory: config.json is missing") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path}/config.json is not valid JSON ({e})") from None
-    except OSError as e:
-        raise CheckpointError(f"{path}/config.json cannot be read ({e.strerror})") from None
+    hf = read_json(path / "config.json", CheckpointError,
+                   f"{path} is not an HF GPT-2 directory: config.json is missing")
     if not isinstance(hf, dict):
         raise CheckpointError(f"{path}/config.json is not a JSON object")
     if isinstance(hf.get("model"), dict):

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from lab.config import SEED_MAX, ConfigError, DecodeConfig, _Config
+from lab.presets import DECODE_TO_SCORE
 
 MAX_SCORE_N = 5000
 SPLITS = ("train", "dev", "test")
-DEFAULT_DECODER = {"decoder": "random", "temperature": 1.0}
+DEFAULT_DECODER = DECODE_TO_SCORE
 
 
 @dataclass
@@ -68,8 +69,9 @@ def decode_config(d) -> DecodeConfig:
 
 
 def decoder_label(d: dict) -> str:
-    """'top_p p=0.9 t=0.7', 'greedy', 'beam beams=4'."""
-    short = {"temperature": "t", "top_p": "p", "top_k": "k", "num_beams": "beams"}
+    """'top_p p=0.9 t=0.7', 'greedy', 'beam beams=4': each setting by its declared short name."""
+    declared = DecodeConfig.declared()
+    short = {k: f.metadata.get("short", k) for k, (f, _) in declared.items()}
     s = d.get("settings", {})
     return " ".join([d["decoder"]] + [f"{short.get(k, k)}={_num(v)}" for k, v in s.items()])
 

@@ -47,10 +47,13 @@ def table(name: str, store=None, baseline: int | None = None, n_boot: int = 1000
     columns = ["row", "run"] + swept + COLUMNS
     answers = any(tasks.meta(tasks.task_of(r["train"])).get("sweep_figures") == "answers"
                   for r in runs) or bool(scored) and all("correct" in figures[i] for i in scored)
+    # what a run keeps its checkpoint by unless told otherwise: its task's first metric
+    usual = sorted({next(iter(tasks.metrics(tasks.task_of(r["train"])).values())).label for r in runs})
     return {"sweep": name, "spec": spec.to_dict(), "columns": columns,
             "rows": [{c: row.get(c) for c in columns} for row in rows],
             "baseline_row": rows[base_i]["row"] if base_i is not None else None,
-            "swept": swept, "bootstrap": n_boot, "per_word": per_word, "answers": answers}
+            "swept": swept, "bootstrap": n_boot, "per_word": per_word, "answers": answers,
+            "usual_kept_by": usual}
 
 
 def _rows(name: str, runs: list[dict], swept: list[str], store=None) -> tuple[list[dict], list]:
@@ -198,9 +201,11 @@ def _with_ci(row: dict, key: str, digits: int) -> str:
 
 
 def display(t: dict) -> tuple[list[str], list[list[str]]]:
-    """The table as people read it: figures rounded, intervals in brackets, times in minutes."""
+    """The table as people read it: figures rounded, intervals in brackets, times in minutes; a
+    "kept by" column when a run's checkpoint was kept by other than its task's usual metric."""
+    usual = {None, "", "as stored", *t.get("usual_kept_by", ())}
     two = len({r["kept_by"] for r in t["rows"] if r["kept_by"]}) > 1 \
-        or any(r["kept_by"] not in (None, "", "as stored", "dev perplexity") for r in t["rows"])
+        or any(r["kept_by"] not in usual for r in t["rows"])
     vs = f" vs #{t['baseline_row']}" if t["baseline_row"] else ""
     if t.get("answers"):
         return _display_answers(t, vs)

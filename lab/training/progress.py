@@ -72,7 +72,7 @@ def format_event(ev: dict, name: str = "") -> str:
 def _start_text(ev: dict) -> str:
     """Where and how the run trains: device, precision, compiled, packed, processes."""
     procs = f" x {ev['processes']} processes (torchrun)" if ev.get("processes", 1) > 1 else ""
-    packing = f", {ev.get('unit', 'captions')} packed into rows" if ev.get("packed") else \
+    packing = f", {ev.get('unit', 'examples')} packed into rows" if ev.get("packed") else \
         f", not packed: {ev['unpacked_why']}" if ev.get("unpacked_why") else ""
     how = f" ({ev['device_name']}, {ev['precision']}{', compiled' if ev.get('compiled') else ''}" \
           f"{packing})" if "precision" in ev else ""

@@ -43,7 +43,7 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
     ctx = Context(store=store, data_dir=data_dir)
     with gr.Blocks(title="tfmr-lab") as demo:
         gr.Markdown("# tfmr-lab\nTrain, compare and understand small Transformer language models.")
-        compare_them, panel = start.build(ctx)
+        panel = start.build(ctx)
         with gr.Tabs() as tabs:
             with gr.Tab("Compare", id="compare"):
                 side_by_side = compare.build(ctx)
@@ -58,14 +58,29 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
             with gr.Tab("Checkpoints", id="checkpoints"):
                 table = checkpoints.build(ctx)
 
-        side_by_side.then(compare_them.click(
-            friendly(lambda: (gr.Tabs(selected="compare"), start.ready_to_compare(ctx.store))),
-            None, [tabs, side_by_side.chosen], api_visibility="private"))
+        _compare_them(ctx, panel, tabs, side_by_side)
         _carry_to_sweep(tabs, to_sweep, train_form, train_said, sweep_form, sweep_note)
         _follow_the_store(demo, ctx, table)
         demo.load(friendly(latest), None, attached, api_visibility="private")   # re-attach to the running job
-        demo.load(friendly(lambda: start.panel_open(ctx.store)), None, panel, api_visibility="private")
+        demo.load(friendly(lambda: start.panel_open(ctx.store, panel.built_open)), None, panel.accordion,
+                  api_visibility="private")
     return demo
+
+
+# after the getting-started panel's "Compare them": the captions are below the panel, in view
+SCROLL_TO_CAPTIONS = "() => document.getElementById('compare-out')?.scrollIntoView({block: 'start'})"
+
+
+def _compare_them(ctx: Context, panel, tabs, side_by_side) -> None:
+    """The panel's last step: the Compare tab opens on the two checkpoints, the page scrolls to
+    where their captions come, they are generated, and the step says it is done."""
+    def switch():
+        return gr.Tabs(selected="compare"), start.ready_to_compare(ctx.store), True
+    switched = panel.compare.click(friendly(switch), None, [tabs, side_by_side.chosen, panel.compared],
+                                   api_visibility="private")
+    side_by_side.then(switched.success(None, None, None, js=SCROLL_TO_CAPTIONS))
+    switched.success(friendly(lambda c: start.statuses(ctx.store, c)), panel.compared, panel.shown,
+                     api_visibility="private")
 
 
 def _carry_to_sweep(tabs, to_sweep, train_form, train_said, sweep_form, sweep_note) -> None:

@@ -12,6 +12,7 @@ from lab.evaluation import attention_maps
 from lab.inputs import tasks
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.errors import LabError
+from lab.presets import DECODE_TO_SHOW
 from lab.modeling.generate import MAX_PROMPT_CHARS, sample_captions
 from lab.ui.common import (LOADED, Context, asset_url, checkpoint_dropdown, friendly,
                            need, need_checkpoint, table_files, whole)
@@ -48,7 +49,7 @@ def _capture(name, text, generate, seed, store):
     """The checkpoint, its capture, and the text shown (a generated caption, if asked; a task
     that continues text its own way, such as answering a question, does so)."""
     text = bounded_text(text, "text", MAX_PROMPT_CHARS).strip()
-    cfg = DecodeConfig(decoder="top_p", settings={"temperature": 0.7}, seed=whole(seed, "seed", 0, SEED_MAX))
+    cfg = DecodeConfig.from_dict({**DECODE_TO_SHOW, "seed": whole(seed, "seed", 0, SEED_MAX)})
     ck = LOADED.get(need_checkpoint(name, "a checkpoint", store), store)
     own = getattr(tasks.get(tasks.of_checkpoint(ck)), "continue_text", None)
     if generate and own:
@@ -191,7 +192,8 @@ def build(ctx: Context):
                 "numbered from 1.")
     with gr.Row():
         # its first text is a caption: a caption model first (a birth-place one reads questions)
-        name = checkpoint_dropdown(ctx, "checkpoint", task="generate", elem_id="attention-checkpoint")
+        name = checkpoint_dropdown(ctx, "checkpoint", task="generate", only=False,
+                                   elem_id="attention-checkpoint")
         other = ctx.add_dropdown(Dropdown([""] + ctx.checkpoint_names(), value="",
                                           label="side by side with (optional)",
                                           allow_custom_value=True, elem_id="attention-other"), "blank")

@@ -34,6 +34,7 @@ class Context:
     # "task" (the first two trained for its task, and no other) or "blank" (nothing chosen: an optional choice such as the parent of a fine-tune)
     fill: dict = field(default_factory=dict)
     task: dict = field(default_factory=dict)    # a dropdown's task: what it picks first
+    only: dict = field(default_factory=dict)    # whether it offers only its task's checkpoints
     empty_notes: list = field(default_factory=list)     # shown while the store is empty
 
     def empty_note(self, what_to_do: str) -> gr.Markdown:
@@ -46,11 +47,17 @@ class Context:
     def checkpoint_names(self) -> list[str]:
         return checkpoints.names(self.store)
 
-    def add_dropdown(self, dd, fill: str = "one", task: str | None = None):
+    def add_dropdown(self, dd, fill: str = "one", task: str | None = None, only: bool = False):
         self.checkpoint_dropdowns.append(dd)
         self.fill[id(dd)] = fill
         self.task[id(dd)] = task
+        self.only[id(dd)] = only
         return dd
+
+    def offered(self, dd, names: list[str], metas: dict) -> list[str]:
+        """The names a dropdown offers: its task's checkpoints only, when it takes no other."""
+        task = self.task.get(id(dd))
+        return [n for n in names if offers(metas.get(n), task)] if self.only.get(id(dd)) else names
 
     def picked(self, names: list[str], fill: str, task: str | None = None, metas: dict | None = None):
         """What a dropdown picks for the person: the first one or two names, those trained for
@@ -60,9 +67,10 @@ class Context:
         caller (read here when not given)."""
         metas = read_metas(names, self.store) if metas is None else metas
         if fill == "task":
-            return [n for n in names if _offers(metas.get(n), task)][:2]
-        if task:
-            names = sorted(names, key=lambda n: not _offers(metas.get(n), task))
+            return [n for n in names if offers(metas.get(n), task)][:2]
+        if task:        # its task's first, and of those the lab's own (trained here) before imports
+            names = sorted(names, key=lambda n: (not offers(metas.get(n), task),
+                                                 (metas.get(n) or {}).get("source") == "import"))
         if fill != "two":
             return names[0] if names else None
         return self.scratch_and_tuned(names, task, metas) or names[:2]
@@ -71,7 +79,7 @@ class Context:
     def scratch_and_tuned(names: list[str], task: str | None, metas: dict) -> list[str] | None:
         """The first model trained from scratch and the first fine-tuned one (for `task`), or
         None when the store lacks either."""
-        mine = [n for n in names if task is None or _offers(metas.get(n), task)]
+        mine = [n for n in names if task is None or offers(metas.get(n), task)]
         scratch = next((n for n in mine if (metas.get(n) or {}).get("source") == "scratch"), None)
         tuned = next((n for n in mine if (metas.get(n) or {}).get("source") == "finetune"), None)
         return [scratch, tuned] if scratch and tuned else None
@@ -86,12 +94,13 @@ class Context:
         fill = self.fill[id(dd)]
         if fill == "blank":
             return gr.update(choices=[""] + names), pick
+        metas = read_metas(names, self.store) if metas is None else metas
+        names = self.offered(dd, names, metas)
         values, mine = _as_list(current), _as_list(pick)
         if values != mine and all(v in names for v in values):
             return gr.update(choices=names), pick                    # the person's choice
-        metas = read_metas(names, self.store) if metas is None else metas
         task = self.task[id(dd)]
-        on_task = [n for n in mine if n in names and (task is None or _offers(metas.get(n), task))]
+        on_task = [n for n in mine if n in names and (task is None or offers(metas.get(n), task))]
         incomplete = len(on_task) < (1 if fill == "one" else 2) or len(on_task) < len(mine)
         pair = fill == "two" and self.scratch_and_tuned(names, task, metas)
         gone = any(v not in names for v in values)
@@ -113,7 +122,7 @@ def read_metas(names: list[str], store=None) -> dict:
     return {n: checkpoint_meta(n, store) for n in names}
 
 
-def _offers(meta: dict | None, view: str) -> bool:
+def offers(meta: dict | None, view: str) -> bool:
     """Whether a tab's view ("generate", "answers": its task's plugin lists the view in its
     `tabs`, lab/inputs/tasks.py) or a task's name takes a checkpoint; False for one that cannot be read."""
     if meta is None:
@@ -282,19 +291,20 @@ def _settings_of(decoder: str) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)} if cls else set()
 
 
-def decoder_inputs(default: str = "top_p", label_prefix: str = "", elem_id: str | None = None) -> DecoderInputs:
+def decoder_inputs(opening: dict, label_prefix: str = "", elem_id: str | None = None) -> DecoderInputs:
     """Decoder dropdown and a field per decoder setting, from the decoders' own settings classes
-    (a new decoder plugin needs no UI code); the fields of settings the chosen decoder does not
-    have are hidden."""
+    (a new decoder plugin needs no UI code), opening on `opening` (a named decoder, such as
+    presets.DECODE_TO_SHOW); the fields of settings the chosen decoder does not have are hidden."""
     declared = DecodeConfig.declared()
     names = list(declared)
+    default = opening["decoder"]
     with gr.Row():
         decoder = Dropdown(DECODERS.names(), value=default, label=f"{label_prefix}decoder",
                            info="how the next token is chosen", allow_custom_value=True,
                            elem_id=elem_id)
         fields = []
         for name, (f, _) in declared.items():
-            fields.append(Number(f.default, label=name, info=f.metadata.get("help"),
+            fields.append(Number(opening.get(name, f.default), label=name, info=f.metadata.get("help"),
                                  **({"step": 1} if isinstance(f.default, int) else {}),
                                  visible=name in _settings_of(default)))
 
@@ -328,15 +338,19 @@ def decode_of(decode, seed, what: str = "decode", lenient: bool = False) -> Deco
 
 def checkpoint_dropdown(ctx: Context, label: str, multiselect: bool = False, task: str | None = None,
                         **kw) -> gr.Dropdown:
-    """Every stored checkpoint, the first one (or two, multiselect) picked: those `task` takes
-    first when one is given (a view such as "generate" that tasks offer their checkpoints to, or a
-    task's name; fill="task": only those)."""
+    """The stored checkpoints `task` takes (a view such as "generate" that tasks offer their
+    checkpoints to, or a task's name; only=False: every one, those first), the first one (or two,
+    multiselect) picked (fill="task": the first two of the task's, or none)."""
     names = ctx.checkpoint_names()
+    metas = read_metas(names, ctx.store)
     fill = kw.pop("fill", None) or ("two" if multiselect else "one")
+    only = kw.pop("only", task is not None)
+    if only:
+        names = [n for n in names if offers(metas.get(n), task)]
     # custom values: a script reaches checkpoints made after the page was built (checked on use)
-    dd = Dropdown(names, value=ctx.picked(names, fill, task), label=label, multiselect=multiselect,
-                  allow_custom_value=True, **kw)
-    return ctx.add_dropdown(dd, fill, task)
+    dd = Dropdown(names, value=ctx.picked(names, fill, task, metas), label=label,
+                  multiselect=multiselect, allow_custom_value=True, **kw)
+    return ctx.add_dropdown(dd, fill, task, only)
 
 
 def table_files(table, stem: str, store=None, about: dict | None = None) -> list[str] | None:

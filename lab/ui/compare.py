@@ -18,6 +18,7 @@ from lab.ui.fields import Checkbox, Dataframe, Number, Radio, Textbox
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.modeling.generate import MAX_PROMPT_CHARS, GenerationError, sample_captions
 from lab.ui.attention import MAX_TOKENS as MAX_ATTENTION_TOKENS
+from lab.presets import DECODE_TO_SHOW
 from lab.registry import DECODERS
 from lab.ui.common import (LOADED, Context, checkpoint_dropdown, decode_of, decoder_inputs,
                            form_decode, friendly, names_list, text, whole)
@@ -264,7 +265,7 @@ def build(ctx: Context) -> SideBySide:
                 "gave it (hover for the number).")
     chosen = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, task="generate",
                                   elem_id="compare-checkpoints")
-    dec = decoder_inputs("top_p", elem_id="compare-decoder")
+    dec = decoder_inputs(DECODE_TO_SHOW, elem_id="compare-decoder")
     with gr.Row():
         seed = Number(0, label="seed", step=1)
         prefix = Textbox("", label="prefix (optional)", placeholder="A man")

@@ -5,15 +5,15 @@ from __future__ import annotations
 import gradio as gr
 
 from lab.inputs import tasks
-from plugins.tasks.birthplace import core as bp   # the birth-place task's answers view
 from lab.storage import checkpoints
 from lab.evaluation import exposure as eb
 from lab.storage import exports
 from lab.ui.fields import Number, Radio
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
+from lab.presets import DECODE_TO_SCORE
 from lab.evaluation.evaluate import evaluate_live, verdicts
-from lab.ui.common import (LOADED, Context, checkpoint_dropdown, decode_of, decoder_inputs, form_decode,
-                           friendly, names_list, whole)
+from lab.ui.common import (LOADED, Context, offers, checkpoint_dropdown, checkpoint_meta, decode_of,
+                           decoder_inputs, form_decode, friendly, names_list, whole)
 
 COLUMNS = ["checkpoint", "n", "perplexity ↓", "per-word perplexity ↓", "forward BLEU ↑",
            "backward BLEU (N) ↑", "harmonic BLEU (N) ↑"]
@@ -149,61 +149,40 @@ def wire(button, inputs, shown: list, ctx: Context, api_name: str) -> gr.State:
     return last
 
 
-BP_COLUMNS = ["checkpoint", "correct", "accuracy [95%]", "difference vs the first [95%]"]
-
-
-def birthplace_rows(result: dict) -> list[list]:
-    rows = []
-    for r in result["rows"]:
-        lo, hi = r["accuracy_ci"]
-        diff = (f"{100 * r['diff']:+.1f} points [{100 * r['diff_ci'][0]:+.1f}, "
-                f"{100 * r['diff_ci'][1]:+.1f}]") if "diff" in r else "(baseline of the differences)"
-        rows.append([r["checkpoint"], f"{r['correct']} / {r['total']}",
-                     f"{100 * r['accuracy']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]", diff])
-    return rows
-
-
-def birthplace(names, split, store=None):
-    """Accuracy per checkpoint beside the London baseline, every question's answers, downloads."""
-    if not names and not checkpoints.names(store):
-        raise ConfigError("the store has no checkpoints yet: train a birth-place model with "
-                          "`python -m lab birthplace pretrain` and `finetune`, or in the Train tab "
-                          "with the birthplace-finetune preset")
-    names = names_list(names, "birth-place checkpoints", store=store)
-    if split not in ("dev", "test"):
-        raise ConfigError(f"questions: 'dev' or 'test', got {split!r}"[:200])
-    result = bp.compare(names, split, store)
-    rows = birthplace_rows(result)
+def answers(task: str, names, split, store=None):
+    """A task's answers view (its plugin's `answers_view`): each checkpoint's accuracy, a note,
+    every question's answers, and the downloads."""
+    view = tasks.get(task).answers_view
+    if not names and not any(offers(checkpoint_meta(n, store), task) for n in checkpoints.names(store)):
+        raise ConfigError(view.NONE_YET)
+    names = names_list(names, view.LABEL, store=store)
+    result = view.answer(names, split, store)
     ans = result["answers"]
-    files = exports.write_table(ans["headers"], ans["rows"], f"birthplace-{split}-" + "-vs-".join(names),
-                                store, {"accuracy": result["rows"]})
-    said = (f"{len(ans['rows'])} {split} questions answered greedily (up to the next ⁇) by each "
-            f"checkpoint; exact match with the place. Intervals: Wilson 95% for accuracy, a paired "
-            f"bootstrap over questions (1,000 resamples) for differences against **{names[0]}**."
-            if rows else f"The {split} split has no places: the answers are below and in the downloads.")
-    return (gr.update(value=rows, visible=bool(rows)), said,
+    files = exports.write_table(ans["headers"], ans["rows"], f"{task}-{split}-" + "-vs-".join(names),
+                                store, result["record"])
+    return (gr.update(value=result["rows"], visible=bool(result["rows"])), result["said"],
             gr.update(value={"headers": ans["headers"], "data": ans["rows"]}, visible=True),
             gr.update(value=files, visible=True))
 
 
-def _birthplace_section(ctx: Context):
-    gr.Markdown("### Birth places (the minGPT task)\nChoose checkpoints fine-tuned with "
-                "`python -m lab birthplace finetune` (or the Train form with a birthplace preset); "
-                "they answer the same questions, beside the London baseline.")
+def _answers_section(ctx: Context, task: str):
+    """The answers view of a task that offers one: its checkpoints answer its questions."""
+    view = tasks.get(task).answers_view
+    gr.Markdown(view.ABOUT)
     with gr.Row():
-        names = checkpoint_dropdown(ctx, "birth-place checkpoints", multiselect=True, task="answers",
-                                    fill="task", elem_id="bp-checkpoints", scale=3)
-        split = Radio(["dev", "test"], value="dev", label="questions",
-                      info="test has no places: answers only")
-    go = gr.Button("Answer the questions", elem_id="bp-go")
-    acc = gr.Dataframe(headers=BP_COLUMNS, label="accuracy", elem_id="bp-table", visible=False)
-    said = gr.Markdown(elem_id="bp-said")
-    answers = gr.Dataframe(label="every question: the place and each checkpoint's answer",
-                           elem_id="bp-answers", max_height=360, wrap=True, visible=False)
+        names = checkpoint_dropdown(ctx, view.LABEL, multiselect=True, task=task, fill="task",
+                                    elem_id=f"{task}-checkpoints", scale=3)
+        split = Radio(list(view.SPLITS), value=view.SPLITS[0], label="questions",
+                      info=view.SPLITS_INFO, elem_id=f"{task}-split")
+    go = gr.Button("Answer the questions", elem_id=f"{task}-go")
+    acc = gr.Dataframe(headers=view.COLUMNS, label="accuracy", elem_id=f"{task}-table", visible=False)
+    said = gr.Markdown(elem_id=f"{task}-said")
+    table = gr.Dataframe(label="every question: the answer expected and each checkpoint's",
+                         elem_id=f"{task}-answers", max_height=360, wrap=True, visible=False)
     files = gr.File(label="download the answers (CSV, JSON)", file_count="multiple",
-                    interactive=False, elem_id="bp-files", visible=False)
-    go.click(friendly(lambda n, s: birthplace(n, s, ctx.store)), [names, split],
-             [acc, said, answers, files], api_name="birthplace_accuracy")
+                    interactive=False, elem_id=f"{task}-files", visible=False)
+    go.click(friendly(lambda n, s: answers(task, n, s, ctx.store)), [names, split],
+             [acc, said, table, files], api_name=f"{task}_accuracy")
 
 
 EXPOSURE_COLUMNS = ["own tokens m", "captions", "loss after the gold prefix",
@@ -213,7 +192,7 @@ EXPOSURE_COLUMNS = ["own tokens m", "captions", "loss after the gold prefix",
 def exposure(name, n, store=None, data_dir=None):
     """A captions checkpoint's exposure bias on a seeded subset of dev captions."""
     name = names_list(name, "a captions checkpoint", limit=1, store=store)[0]
-    n = whole(n, "captions", 1, 5000)
+    n = whole(n, "dev captions", 1, 5000)
     ck = LOADED.get(name, store)
     tasks.check_view(ck, "generate", "exposure bias of generated captions")
     rows, used = eb.on_split(ck.model, ck.tokenizer, "dev", n, 0, data_dir)
@@ -245,7 +224,7 @@ def build(ctx: Context):
                 "accumulate. Every model is scored on the same subset with the same seeds.")
     names = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, task="generate",
                                 elem_id="evaluate-checkpoints")
-    dec = decoder_inputs("random", elem_id="evaluate-decoder")
+    dec = decoder_inputs(DECODE_TO_SCORE, elem_id="evaluate-decoder")
     with gr.Row():
         n = Radio([100, 500, 1000, 5000], value=500, label="subset size")
         seed = Number(0, label="seed", step=1)
@@ -257,4 +236,5 @@ def build(ctx: Context):
     prov = gr.Markdown(elem_id="evaluate-provenance")
     wire(go, [names, *dec.components(), n, seed, bleu_tokens], [out, prov], ctx, "evaluate")
     _exposure_section(ctx)
-    _birthplace_section(ctx)
+    for task in tasks.offering("answers"):
+        _answers_section(ctx, task)

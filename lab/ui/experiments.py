@@ -9,7 +9,7 @@ import json
 import gradio as gr
 
 from lab import sweeps
-from lab.config import ConfigError
+from lab.config import ConfigError, DecodeConfig
 from lab.errors import LabError
 from lab.presets import PRESETS
 from lab.ui.common import Context, friendly, whole
@@ -73,7 +73,8 @@ def recipe_form(recipe, budget) -> list:
 
 
 def _decoder_line(d: dict) -> str:
-    return ",".join([d.get("decoder", "random")] + [f"{k}={v}" for k, v in d.items() if k != "decoder"])
+    return ",".join([d.get("decoder", DecodeConfig.default("decoder"))]
+                    + [f"{k}={v}" for k, v in d.items() if k != "decoder"])
 
 
 def add_to_grid(grid_text, key, values) -> str:

@@ -6,6 +6,8 @@ failed and why), read from the store and the job ledger, so a reload or a second
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gradio as gr
 
 from lab.storage import checkpoints
@@ -45,26 +47,33 @@ def step_status(name: str, store=None) -> str:
                                  if job["status"] != "done" else "")
 
 
-def statuses(store=None) -> list:
+def statuses(store=None, compared: bool = False) -> list:
     """Each step's line, and the compare button: highlighted once both checkpoints exist (before,
-    pressing it says what is missing)."""
+    pressing it says what is missing). compared: this page has pressed it."""
     ready = all(n in checkpoints.names(store) for n in (SCRATCH, FINETUNE))
-    return ([step_status(n, store) for n in (SMOLLM2, SCRATCH, FINETUNE)] + [compare_status(store)]
-            + [gr.update(variant="primary" if ready else "secondary")])
+    return ([step_status(n, store) for n in (SMOLLM2, SCRATCH, FINETUNE)]
+            + [compare_status(store, compared)]
+            + [gr.update(variant="primary" if ready and not compared else "secondary")])
 
 
-def panel_open(store=None):
-    """On page load: the panel is open on an empty store and while one of its jobs is under way."""
+def panel_open(store=None, built_open: bool | None = None):
+    """On page load: the panel is open on an empty store and while one of its jobs is under way.
+    built_open: how the page was built; when that is already right, the panel is left alone (a
+    person may have opened or closed it while the page loaded)."""
     busy = any(j["name"] in (SCRATCH, FINETUNE) and j["status"] in ("queued", "running")
                for j in jobs.list_jobs(store))
-    return gr.update(open=busy or not checkpoints.names(store))
+    want = busy or not checkpoints.names(store)
+    return gr.skip() if want == built_open else gr.update(open=want)
 
 
-def compare_status(store=None) -> str:
+def compare_status(store=None, compared: bool = False) -> str:
     have = checkpoints.names(store)
     missing = [n for n in (SCRATCH, FINETUNE) if n not in have]
     if missing:
         return f"<span class='lab-step-todo'>waits for {' and '.join(missing)}</span>"
+    if compared:
+        return (f"<span class='lab-step-done'>✓ done: {SCRATCH} and {FINETUNE} side by side in the "
+                f"Compare tab below; press again for the same captions</span>")
     return "<span class='lab-step-done'>ready: press the button</span>"
 
 
@@ -123,10 +132,22 @@ STEPS = [
     ("4. **Compare the two side by side** in the Compare tab", "Compare them")]
 
 
-def build(ctx: Context):
-    """The panel; returns its compare button (app wiring switches to the Compare tab with it) and
-    the panel itself (opened or closed as each page loads: panel_open)."""
-    with gr.Accordion("Getting started", open=not ctx.checkpoint_names(), elem_id="start") as panel:
+@dataclass
+class Panel:
+    """What the app wires: the compare button (it switches to the Compare tab and generates),
+    `compared` (this page pressed it), the lines it updates, and the panel (opened or closed as
+    each page loads: panel_open)."""
+    compare: gr.Button
+    compared: gr.State
+    shown: list
+    accordion: gr.Accordion
+    built_open: bool
+
+
+def build(ctx: Context) -> Panel:
+    """The panel and its steps."""
+    built_open = not ctx.checkpoint_names()
+    with gr.Accordion("Getting started", open=built_open, elem_id="start") as panel:
         gr.Markdown(INTRO)
         every = gr.Button("Do steps 1-3", elem_id="start-all", variant="primary", size="md")
         said = gr.Markdown(elem_id="start-message")
@@ -139,15 +160,16 @@ def build(ctx: Context):
                 buttons.append(gr.Button(button, elem_id=f"start-step-{i + 1}", scale=1, size="md",
                                          min_width=180))
     shown = shown + [buttons[3]]          # statuses() updates the compare button too
+    compared = gr.State(False)
+    refresh = friendly(lambda c: statuses(ctx.store, c))
     actions = [import_smollm2, train_scratch, finetune]
     for button, action, api in zip(buttons, actions, ["start_import", "start_scratch", "start_finetune"]):
         button.click(lambda: "Working on it …", None, said, api_visibility="private").then(
             friendly(lambda a=action: a(ctx.store)), None, said, api_name=api).then(
-            friendly(lambda: statuses(ctx.store)), None, shown, api_visibility="private")
+            refresh, compared, shown, api_visibility="private")
     every.click(lambda: "Queuing the scratch job, importing SmolLM2 (about 15 s), then queuing the "
                         "fine-tune …", None, said, api_visibility="private").then(
         friendly(lambda: all_steps(ctx.store)), None, said, api_name="start_all").then(
-        friendly(lambda: statuses(ctx.store)), None, shown, api_visibility="private")
-    gr.Timer(2.0).tick(friendly(lambda: statuses(ctx.store)), None, shown, api_visibility="private",
-                       show_progress="hidden")
-    return buttons[3], panel
+        refresh, compared, shown, api_visibility="private")
+    gr.Timer(2.0).tick(refresh, compared, shown, api_visibility="private", show_progress="hidden")
+    return Panel(buttons[3], compared, shown, panel, built_open)

@@ -9,7 +9,7 @@ from lab.registry import DECODERS
 
 @dataclass
 class BeamSettings:
-    num_beams: int = field(default=4, metadata={"help": "partial captions kept at each step",
+    num_beams: int = field(default=4, metadata={"short": "beams", "help": "partial captions kept at each step",
                                                 "min": 1, "max": 16})
 
 

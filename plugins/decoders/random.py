@@ -9,7 +9,7 @@ from lab.modeling.sampling import draw, weights
 @dataclass
 class SamplingSettings:
     """The setting every sampling decoder has (top_k and top_p extend it)."""
-    temperature: float = field(default=1.0, metadata={
+    temperature: float = field(default=1.0, metadata={"short": "t",
         "help": "divides the logits before sampling: below 1 sharper, above 1 flatter",
         "min": 0.01, "max": 100.0})
 

@@ -9,7 +9,7 @@ from plugins.decoders.random import SamplingSettings, sample
 
 @dataclass
 class TopKSettings(SamplingSettings):
-    top_k: int = field(default=40, metadata={"help": "sample among the k likeliest tokens",
+    top_k: int = field(default=40, metadata={"short": "k", "help": "sample among the k likeliest tokens",
                                              "min": 1, "max": 1_000_000})
 
 

@@ -24,7 +24,7 @@ CUT = 256
 
 @dataclass
 class TopPSettings(SamplingSettings):
-    top_p: float = field(default=0.9, metadata={
+    top_p: float = field(default=0.9, metadata={"short": "p",
         "help": "the smallest set of likeliest tokens holding this much probability"})
 
     def check(self, config) -> None:

@@ -13,7 +13,7 @@ from lab.inputs.data import pack
 from lab.evaluation.metrics import Aborted
 from lab.registry import TASKS
 from lab.inputs.tasks import Prepared
-from plugins.tasks.birthplace import core as bp
+from plugins.tasks.birthplace import answers, core as bp
 
 ANSWER_CHUNK = 100            # questions answered between two looks at a stop request
 
@@ -22,6 +22,7 @@ DEV_DOCS = 256            # span objective: documents corrupted once (a fixed se
 
 class BirthplaceTask:
     name = "birthplace"
+    answers_view = answers        # the Evaluate tab's view of its questions
 
     @staticmethod
     def recognizes(tokenizer) -> bool:
