@@ -48,6 +48,46 @@ def tiny_config(**overrides) -> ModelConfig:
 
 ROOT = Path(__file__).resolve().parent.parent
 
+DAMAGED_TENSOR = "transformer.h.0.attn.c_attn.weight"
+
+
+def _rewrite(change):
+    """A damage that rewrites the weights file whole (so its header is valid) after `change`
+    alters the tensors {name: tensor}."""
+    def damage(weights: Path) -> None:
+        from safetensors.torch import load_file, save_file
+        tensors = load_file(str(weights))
+        change(tensors)
+        save_file(tensors, str(weights))
+    return damage
+
+
+def _poison(value):
+    def change(tensors):
+        tensors[DAMAGED_TENSOR].view(-1)[:3] = value
+    return change
+
+
+# each way a weights file is found damaged: (what does it, what the refusal says)
+WEIGHT_DAMAGES = {
+    "truncated": (lambda f: f.write_bytes(f.read_bytes()[:-100]), "model.safetensors is truncated"),
+    "zero-length": (lambda f: f.write_bytes(b""), "model.safetensors is empty (0 bytes)"),
+    "shape": (_rewrite(lambda t: t.update({DAMAGED_TENSOR: t[DAMAGED_TENSOR][:, :-1].contiguous()})),
+              f"wrong shapes: {DAMAGED_TENSOR}"),
+    "nan": (_rewrite(_poison(float("nan"))), f"model.safetensors holds NaN in {DAMAGED_TENSOR}"),
+    "inf": (_rewrite(_poison(float("inf"))), f"model.safetensors holds inf in {DAMAGED_TENSOR}"),
+    "empty": (_rewrite(lambda t: t.clear()), "model.safetensors holds no tensors"),
+    "missing-key": (_rewrite(lambda t: t.pop(DAMAGED_TENSOR)), f"missing {DAMAGED_TENSOR}"),
+}
+
+
+def damage_weights(folder: Path, how: str) -> str:
+    """Damage the weights in checkpoint folder `folder` one way (WEIGHT_DAMAGES); returns what
+    the refusal says."""
+    change, said = WEIGHT_DAMAGES[how]
+    change(folder / "model.safetensors")
+    return said
+
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -1,8 +1,11 @@
 """Bad input, table-driven, through the CLI and through the API (gradio_client against the running
 app): every case gets one clear line naming what was wrong (asserted per case), no traceback, never
-"Something went wrong", and the store is exactly as before. The store holds a good checkpoint and
-four damaged ones, which must not stop the app, the lists, or anything done with the good one.
-Also: 8 concurrent clients during a training job, and checkpoints made after the app started."""
+"Something went wrong", and the store is exactly as before. The store holds a good checkpoint, one
+whose metrics cannot be read (usable all the same), three damaged in their config or tokenizer,
+one for each way weights are found damaged (tests/conftest.py WEIGHT_DAMAGES) and three folders
+that cannot be checkpoints: none of them may stop the app, the lists, or anything done with the
+good one. Also: 8 concurrent clients during a training job, and checkpoints made after the app
+started."""
 import hashlib
 import json
 import sqlite3
@@ -19,31 +22,42 @@ from lab import cli
 from lab.worker import jobs
 from lab.inputs import tokenizers
 from lab.modeling.model import build
-from tests.conftest import serving, tiny_config
+from tests.conftest import WEIGHT_DAMAGES, damage_weights, serving, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+DAMAGED = ["badconfig", "notok", "badtokmeta"] + [f"w-{how}" for how in WEIGHT_DAMAGES]
+UNUSABLE = ["we ird", "-dash", ".hidden"]
+
+
 def _make_store(store: Path) -> None:
-    """`good`, and four checkpoints each damaged in one way."""
+    """`good`, `badmetrics` (usable, its metrics unreadable), the checkpoints of DAMAGED, each
+    damaged in one way, and the folders of UNUSABLE."""
     tok = tokenizers.gpt2()
     torch.manual_seed(0)
-    for name in ("good", "badmetrics", "badconfig", "notok", "badtokmeta"):
+    for name in ["good", "badmetrics"] + DAMAGED:
         checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)).eval(), tok, name, store,
                          provenance={"source": "scratch"}, metrics={"dev_perplexity": 9.5, "epoch": 1})
     (store / "badmetrics" / "metrics.json").write_text('{"dev_perplexity": "abc"}')
     (store / "badconfig" / "config.json").write_text("[1, 2, 3]")
     (store / "notok" / "tokenizer.json").unlink()
     (store / "badtokmeta" / "lab_tokenizer.json").write_text("{not json")
+    for how in WEIGHT_DAMAGES:
+        damage_weights(store / f"w-{how}", how)
+    for folder in UNUSABLE:
+        (store / folder).mkdir()
+        (store / folder / "notes.txt").write_text("not a checkpoint")
 
 
 def snapshot(store: Path) -> list:
-    """Every file of the store (not the lab's lock files) with its size and contents' hash, and
-    the ledger's rows."""
+    """Every file of the store (not the lab's lock files, nor the weights' verdicts it keeps) with
+    its size and contents' hash, and the ledger's rows."""
     out = []
     for p in sorted(store.rglob("*")):
         rel = p.relative_to(store).as_posix()
-        if p.is_file() and not rel.startswith((".lab/locks", ".lab/jobs.sqlite", ".lab/logs")) \
+        if p.is_file() and not rel.startswith((".lab/locks", ".lab/jobs.sqlite", ".lab/logs",
+                                               ".lab/health")) \
                 and not rel.endswith(".log"):
             out.append(f"{rel} {p.stat().st_size} {hashlib.sha256(p.read_bytes()).hexdigest()[:16]}")
     if (store / ".lab" / "jobs.sqlite").exists():
@@ -112,7 +126,6 @@ def _cli_cases():
         (G + ["--decoder", "nope"], "unknown plugin 'nope'"),
         (G + ["--prompt", "x" * 5000], "the prompt is 5000 characters"),
         (G + ["--prompt", "dog " * 200], "context is 64 tokens"),
-        (["generate", "--checkpoint", "badmetrics"], "dev_perplexity is 'abc', not a number"),
         (["generate", "--checkpoint", "badconfig"], "holds a list, not a json object"),
         (["generate", "--checkpoint", "notok"], "tokenizer.json is missing"),
         (["generate", "--checkpoint", "badtokmeta"], "lab_tokenizer.json is damaged"),
@@ -252,10 +265,25 @@ def _cli_cases():
          "tokenizer.json is missing"),
         (["jobs", "submit", "--preset", "tfmr-finetune", "--name", "q", "--parent", "good",
           "--set", "train_layers=3"], "out of range: this model has blocks 1 to 2"),
+        *_cli_weight_cases(),
         (["--store", F + "/a-file.txt", "checkpoints"], "is a file, not a folder"),
         (["--store", "a\0b", "checkpoints"], "nul character"),
         (["nosuchcommand"], "invalid choice"),
     ]
+
+
+def _cli_weight_cases():
+    """Each damaged weights file, refused by every command that takes a checkpoint."""
+    out = []
+    for how, (_, said) in WEIGHT_DAMAGES.items():
+        name = f"w-{how}"
+        out += [(["generate", "--checkpoint", name], said),
+                (["attention", "--checkpoint", name, "--text", "hi"], said),
+                (["evaluate", "--checkpoint", name], said),
+                (["train", "--preset", "tfmr-finetune", "--name", "ft", "--parent", name], said),
+                (["jobs", "submit", "--preset", "tfmr-finetune", "--name", "q", "--parent", name], said),
+                (["export", "hf", name, "/tmp/never-written"], said)]
+    return out
 
 
 CLI_CASES = _cli_cases()
@@ -282,11 +310,19 @@ def test_cli_lists_every_checkpoint_beside_damaged_ones(cli_store, capsys, monke
     store, _ = cli_store
     monkeypatch.setenv("LAB_STORE", str(store))
     assert cli.main(["checkpoints"]) == 0
-    out = capsys.readouterr().out
-    assert "good " in out and out.count("DAMAGED") == 4
+    out = capsys.readouterr().out.splitlines()
+    lines = {line.split()[0]: line for line in out if not line.startswith("we ird")}
+    assert "good" in lines and sum("DAMAGED: " in line for line in out) == len(DAMAGED)
+    assert "DAMAGED: checkpoint 'w-nan' is damaged: model.safetensors holds NaN in" in lines["w-nan"]
+    assert lines["badmetrics"].endswith("metrics unreadable: metrics.json: dev_perplexity is 'abc', "
+                                        "not a number")
+    assert sum("NOT USABLE: " in line for line in out) == len(UNUSABLE)
     assert cli.main(["checkpoints", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert "model" in rows["good"] and all("damaged" in rows[n] for n in rows if n != "good")
+    assert "model" in rows["good"] and all("damaged" in rows[n] for n in DAMAGED)
+    assert rows["badmetrics"]["metrics"] == {} and "metrics_unreadable" in rows["badmetrics"]
+    assert all("is not a checkpoint the lab can use" in rows[n]["unusable"] for n in UNUSABLE)
+    assert len(rows) == 2 + len(DAMAGED) + len(UNUSABLE)
 
 
 def test_cli_bad_input_reaches_no_traceback_in_a_real_process(cli_store):
@@ -319,7 +355,7 @@ def test_bleu_keeps_empty_hypotheses_and_says_so(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory):
-    """The app on a store with four damaged checkpoints: it must start all the same."""
+    """The app on a store with damaged checkpoints and folders: it must start all the same."""
     store = tmp_path_factory.mktemp("api-store")
     _make_store(store)
     from gradio_client import Client
@@ -359,7 +395,6 @@ def _api_cases():
         compare("is not allowed", checkpoints=["/etc"]),
         compare("is not allowed", checkpoints=["good\n"]),
         compare("no checkpoint 'missing'", checkpoints=["missing"]),
-        compare("dev_perplexity is 'abc'", checkpoints=["badmetrics"]),
         compare("holds a list", checkpoints=["badconfig"]),
         compare("tokenizer.json is missing", checkpoints=["notok"]),
         compare("lab_tokenizer.json is damaged", checkpoints=["badtokmeta"]),
@@ -425,7 +460,6 @@ def _api_cases():
         ("/head_differences", ["good", "good", "x" * 5000], "text is 5000 characters"),
         evaluate("choose checkpoints to evaluate", names=()),
         evaluate("no checkpoint 'missing'", names=("missing",)),
-        evaluate("dev_perplexity is 'abc'", names=("badmetrics",)),
         evaluate("subset size must be a whole number from 1 to 5000", n=0),
         evaluate("subset size must be a whole number from 1 to 5000", n=10 ** 9),
         evaluate("seed must be a whole number", seed=-1),
@@ -450,7 +484,7 @@ def _api_cases():
                      else (endpoint, [999], "no job 999"))
     cases += [(e, [None], "select a job first") for e in job[1:]]
     for name, expected in (("../x", "is not allowed"), ("missing", "no checkpoint 'missing'"),
-                           ("badconfig", "holds a list"), ("badmetrics", "dev_perplexity is 'abc'"),
+                           ("badconfig", "holds a list"),
                            ("notok", "tokenizer.json is missing"), ("x\n", "is not allowed")):
         cases.append(("/checkpoint_info", [name], expected))
     for path in ("/etc", "/nonexistent", "", "a\0b", "/root"):
@@ -480,6 +514,11 @@ def _api_cases():
               ("/birthplace_accuracy", [["good"], "dev"], "is not a birth-place model"),
               ("/birthplace_accuracy", [["good"], "train"], "is not in the list of choices: ['dev', 'test']"),
               ("/birthplace_accuracy", [["good"] * 9, "dev"], "at most 8")]
+    for how, (_, said) in WEIGHT_DAMAGES.items():
+        name = f"w-{how}"
+        cases += [compare(said, checkpoints=["good", name]), attention(said, name=name),
+                  evaluate(said, names=(name,)), ("/head_differences", ["good", name, "A dog ."], said),
+                  ("/checkpoint_info", [name], said), ("/export_hf", [name, ""], said)]
     return cases
 
 
@@ -564,6 +603,7 @@ def _start_job_cases():
                            ({"preset": "nope"}, "unknown preset 'nope'"),
                            ({"parent": "missing"}, "no checkpoint 'missing'"),
                            ({"parent": "badconfig"}, "holds a list"),
+                           *[({"parent": f"w-{how}"}, said) for how, (_, said) in WEIGHT_DAMAGES.items()],
                            ({"n_head": 5}, "not divisible by n_head=5"),
                            ({"n_embd": 10 ** 9}, "n_embd"), ({"dropout": 1.5}, "dropout must be between"),
                            ({"epochs": 0}, "epochs must be between 1 and"),
@@ -638,7 +678,13 @@ def test_api_lists_every_checkpoint_and_sees_new_ones(api):
     client, _, store = api
     rows = client.predict(api_name="/checkpoints")
     data = {r[0]: r for r in rows["data"]}
-    assert data["good"][1] == "gpt2" and sum(data[n][1] == "damaged" for n in data) == 4
+    assert data["good"][1] == "gpt2" and [n for n in data if data[n][1] == "damaged"] == sorted(DAMAGED)
+    assert data["badmetrics"][1] == "gpt2" and data["badmetrics"][10] == "unreadable"
+    assert [n for n in data if data[n][1] == "not usable"] == sorted(UNUSABLE)
+    found = client.predict("badmetrics", api_name="/checkpoint_info")
+    assert found["metrics"] == {} and "dev_perplexity is 'abc'" in found["metrics_unreadable"]
+    assert "lab-compare" in client.predict(["badmetrics"], {"decoder": "greedy"}, 0, "", 1,
+                                           api_name="/compare")
     torch.manual_seed(3)
     checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)).eval(), tokenizers.gpt2(),
                      "made-later", store, provenance={"source": "scratch"})

@@ -15,14 +15,16 @@ def cmd_checkpoints(args):
     if not rows:
         print(f"no checkpoints in {checkpoints.store_dir(args.store)}")
     for r in rows:
-        if "damaged" in r:
-            print(f"{r['name']:<28} DAMAGED: {r['damaged']}")
+        if "damaged" in r or "unusable" in r:
+            print(f"{r['name']:<28} " + (f"DAMAGED: {r['damaged']}" if "damaged" in r else
+                                        f"NOT USABLE: {r['unusable']}"))
             continue
         m = r["model"]
         ppl = r["metrics"].get("dev_perplexity")
         print(f"{r['name']:<28} {m['model']:<6} {m['n_layer']}x{m['n_embd']} h{m['n_head']} "
               f"{r.get('source') or '?':<9} {r['size_bytes'] / 1e6:8.1f} MB"
-              + (f"  dev ppl {ppl:.2f}" if ppl else ""))
+              + (f"  dev ppl {ppl:.2f}" if ppl else "")
+              + (f"  metrics unreadable: {r['metrics_unreadable']}" if "metrics_unreadable" in r else ""))
 
 
 def cmd_delete(args):

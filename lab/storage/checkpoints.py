@@ -6,7 +6,9 @@ for a checkpoint written by the trainer `train_state.safetensors`: the optimizer
 where training stood (epoch, step, best dev record), so a stopped run resumes exactly.
 Weights never go through pickle. A checkpoint is written to a temporary directory and renamed into
 place, so a crash never leaves a half-written one; one interrupted between renames is put back by
-`recover`. Import and export live in interop.py and smollm2.py.
+`recover`. Every use of a checkpoint passes one gate (`info`, `check_folder`): its config,
+tokenizer and weights whole (weights: health.py), else one line saying what is wrong. Import and
+export live in interop.py and smollm2.py.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from lab.storage import health as health_mod
 from lab.storage import store as store_mod
 from lab.inputs import tokenizers
 from lab.config import ModelConfig
@@ -31,7 +34,7 @@ from lab.modeling.model import build
 
 log = logging.getLogger("lab.storage.checkpoints")
 
-CONFIG_FILE, WEIGHTS_FILE, METRICS_FILE = "config.json", "model.safetensors", "metrics.json"
+CONFIG_FILE, WEIGHTS_FILE, METRICS_FILE = health_mod.CONFIG_FILE, health_mod.WEIGHTS_FILE, "metrics.json"
 TRAIN_STATE_FILE = "train_state.safetensors"
 COMPLETE_FILE = ".complete"          # written last into a temporary directory: the save is whole
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -90,6 +93,26 @@ def names(store=None) -> list[str]:
         recover(store)
         entries = list(root.iterdir())
     return sorted(p.name for p in entries if p.is_dir() and NAME_RE.fullmatch(p.name))
+
+
+def unusable(store=None) -> list[dict]:
+    """The store's other folders, each with why no checkpoint can be read from it: {"name",
+    "unusable": reason}. Not the lab's own (`.lab`, `_runs`) nor a save under way."""
+    root = store_dir(store)
+    out = []
+    for p in sorted(root.iterdir()):
+        if p.name in (store_mod.STATE, store_mod.RUNS) or NAME_RE.fullmatch(p.name) \
+                or LEFTOVER_RE.fullmatch(p.name) or not p.is_dir():
+            continue
+        why = ("starts with '.' (a hidden folder)" if p.name.startswith(".") else
+               f"starts with {p.name[0]!r}" if not p.name[0].isalnum() else
+               "holds a space" if " " in p.name else
+               "is over 100 characters" if len(p.name) > 100 else "holds characters other than "
+               "letters, digits, '.', '_' or '-'")
+        out.append({"name": p.name, "unusable": f"folder {p.name!r} is not a checkpoint the lab can "
+                    f"use: its name {why}; rename it (1-100 letters, digits, '.', '_' or '-', "
+                    f"starting with a letter or digit) or move it out of the store"})
+    return out
 
 
 def recover(store=None, only: str | None = None) -> list[str]:
@@ -180,27 +203,53 @@ def resolve(name: str, store=None) -> Path:
 
 
 def info(name: str, store=None) -> dict:
-    """What the store shows about a checkpoint, without loading weights. A damaged checkpoint
-    raises CheckpointError saying what is wrong."""
+    """What the store shows about a checkpoint; the gate every use of one passes (through `load`,
+    `check_loadable` or `check_folder`). A damaged checkpoint raises CheckpointError saying in
+    one line what is wrong: its config, its tokenizer, or its weights (`health`: checked once,
+    the verdict kept until the files change). Unreadable metrics leave it usable: "metrics" is
+    then empty and "metrics_unreadable" says why."""
     path = resolve(name, store)
-    config, meta = read_config(path)
-    metrics = _read_metrics(path)
-    weights, state = path / WEIGHTS_FILE, path / TRAIN_STATE_FILE
-    if not weights.is_file():
-        raise CheckpointError(f"checkpoint {name!r} is damaged: {WEIGHTS_FILE} is missing")
+    config, meta = check_folder(path)
+    metrics, unreadable = read_metrics(path)
+    state = path / TRAIN_STATE_FILE
     try:
         tokenizers.check_files(path)
     except tokenizers.TokenizerError as e:
         raise CheckpointError(str(e)) from None
     # "directory", not "path": gradio_client takes any dict with a "path" key for a file to fetch
     return {"name": path.name, "directory": str(path), "model": config.to_dict(), **meta,
-            "metrics": metrics, "size_bytes": weights.stat().st_size,
+            "metrics": metrics, **({"metrics_unreadable": unreadable} if unreadable else {}),
+            "size_bytes": (path / WEIGHTS_FILE).stat().st_size,
             "train_state_bytes": state.stat().st_size if state.is_file() else 0}
+
+
+def check_folder(path: Path) -> tuple[ModelConfig, dict]:
+    """(model config, provenance) of a checkpoint-format folder whose config and weights are
+    whole (a store entry, or the state a stopped run kept); else one line saying what is wrong
+    and what to do."""
+    config, meta = read_config(path)
+    verdict = health_mod.weights(path, config)
+    if not verdict.ok:
+        run = health_mod.run_of(path)
+        raise CheckpointError(f"the state run {run!r} kept to resume from is damaged: "
+                              f"{verdict.problem}; start the run again" if run else
+                              f"checkpoint {path.name!r} is damaged: {verdict.problem}; delete it, "
+                              f"then train or import it again")
+    return config, meta
+
+
+def health(name: str, store=None) -> health_mod.Health:
+    """Whether checkpoint `name` can be used and, if not, the one line every action refuses it with."""
+    try:
+        info(name, store)
+    except CheckpointError as e:
+        return health_mod.Health(False, str(e))
+    return health_mod.Health(True)
 
 
 def listing(store=None) -> list[dict]:
     """`info` of every checkpoint; a damaged one is {"name", "damaged": reason}, and the others
-    are listed all the same."""
+    are listed all the same; then the folders that cannot be checkpoints ({"name", "unusable"})."""
     out = []
     for name in names(store):
         try:
@@ -210,37 +259,42 @@ def listing(store=None) -> list[dict]:
         except OSError as e:          # deleted while we looked, or unreadable
             if (store_dir(store) / name).exists():
                 out.append({"name": name, "damaged": f"checkpoint {name!r} cannot be read ({e.strerror})"})
-    return out
+    return out + unusable(store)
 
 
 def add_metrics(name: str, extra: dict, store=None) -> None:
     """Add figures to a stored checkpoint's metrics (the writer holds the name's lock); the file is
-    replaced whole, so a crash leaves the old or the new one."""
+    replaced whole, so a crash leaves the old or the new one. Unreadable metrics are replaced by
+    the new figures, and the log says so."""
     path = resolve(name, store)
-    metrics = {**_read_metrics(path), **extra}
+    old, unreadable = read_metrics(path)
+    if unreadable:
+        log.warning("checkpoint %r: %s; writing the new figures in its place", name, unreadable)
+    metrics = {**old, **extra}
     tmp = path / f".{METRICS_FILE}.tmp"
     tmp.write_text(json.dumps(metrics, indent=2))
     os.replace(tmp, path / METRICS_FILE)
 
 
-def _read_metrics(path: Path) -> dict:
+def read_metrics(path: Path) -> tuple[dict, str]:
+    """(metrics, "") or, for a metrics file that cannot be read, ({}, what is wrong with it): the
+    figures are then unknown, the checkpoint itself usable."""
     try:
         metrics = json.loads((path / METRICS_FILE).read_text())
     except FileNotFoundError:
-        return {}
+        return {}, ""
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"checkpoint {path.name!r} is damaged: {METRICS_FILE} is not valid JSON "
-                              f"({e})") from None
+        return {}, f"{METRICS_FILE} is not valid JSON ({e})"
+    except OSError as e:
+        return {}, f"{METRICS_FILE} cannot be read ({e.strerror})"
     if not isinstance(metrics, dict):
-        raise CheckpointError(f"checkpoint {path.name!r} is damaged: {METRICS_FILE} is not a JSON object")
+        return {}, f"{METRICS_FILE} is not a JSON object"
     bad = {k: v for k, v in metrics.items()
-           if not (v is None or isinstance(v, (int, float, bool, str, list, dict)))
-           or ((k.startswith("dev_") or k == "epoch") and not _number(v))}
+           if (k.startswith("dev_") or k == "epoch") and not _number(v)}
     if bad:
         k, v = next(iter(bad.items()))
-        raise CheckpointError(f"checkpoint {path.name!r} is damaged: {METRICS_FILE}: {k} is {v!r}, "
-                              f"not a number")
-    return metrics
+        return {}, f"{METRICS_FILE}: {k} is {v!r}, not a number"
+    return metrics, ""
 
 
 def _number(v) -> bool:
@@ -254,22 +308,21 @@ def load(name: str, store=None, device: str = "cpu") -> Checkpoint:
 
 
 def load_dir(path: Path, device: str = "cpu") -> Checkpoint:
-    """A checkpoint-format folder the lab itself wrote (a store entry, or a run's resume state)."""
+    """A checkpoint-format folder the lab itself wrote (a store entry, or a run's resume state),
+    through the same gate as `info` (kept verdicts make the second look cheap)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
-    config, meta = read_config(path)
+    config, meta = check_folder(path)
     weights = path / WEIGHTS_FILE
-    if not weights.is_file():
-        raise CheckpointError(f"checkpoint {path.name!r} has no {WEIGHTS_FILE}; it is incomplete")
     try:
         state = load_file(str(weights), device=device)
-    except (SafetensorError, OSError) as e:
+    except (SafetensorError, OSError) as e:       # changed since its check
         raise CheckpointError(f"{weights} cannot be read ({e}); the file is truncated or corrupt") from None
     model = build(config)
     load_state(model, state, where=str(weights))
     model.to(device).eval()
     tok = tokenizers.load(path)
-    return Checkpoint(path.name, path, config, meta, _read_metrics(path), model, tok)
+    return Checkpoint(path.name, path, config, meta, read_metrics(path)[0], model, tok)
 
 
 def keep_blocks(model, blocks: list[int]):
@@ -290,44 +343,22 @@ def keep_blocks(model, blocks: list[int]):
 
 
 def check_loadable(name: str, store=None) -> ModelConfig:
-    """Cheaply make sure checkpoint `name` would load (config, tokenizer, weight names and shapes
-    from the file header), without reading the weights. Returns its model config."""
-    from safetensors import SafetensorError, safe_open
+    """Make sure checkpoint `name` would load (config, tokenizer, and the weights' verdict, which
+    is kept: cheap once made), without loading it. Returns its model config."""
     found = info(name, store)
-    path, config = Path(found["directory"]), ModelConfig.from_dict(found["model"])
-    tokenizers.load(path)
-    with torch.device("meta"):
-        model = build(config)
-    weights = path / WEIGHTS_FILE
-    try:
-        with safe_open(str(weights), "pt") as f:
-            shapes = {k: torch.empty(f.get_slice(k).get_shape(), device="meta") for k in f.keys()}
-    except (SafetensorError, OSError) as e:
-        raise CheckpointError(f"{weights} cannot be read ({e}); the file is truncated or corrupt") from None
-    load_state(model, shapes, where=str(weights), check_only=True)
-    return config
+    tokenizers.load(Path(found["directory"]))
+    return ModelConfig.from_dict(found["model"])
 
 
-def load_state(model: torch.nn.Module, state: dict, where: str, check_only: bool = False) -> None:
+def load_state(model: torch.nn.Module, state: dict, where: str) -> None:
     """Load weights, naming every missing, unexpected or mis-shaped tensor."""
-    expected = {k: v.shape for k, v in model.state_dict().items()}
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     if model.config.tie_embeddings:
         expected.pop("lm_head.weight", None)
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    wrong = [f"{k}: file {tuple(state[k].shape)} vs config {tuple(expected[k])}"
-             for k in expected if k in state and state[k].shape != expected[k]]
-    if missing or unexpected or wrong:
-        parts = []
-        if missing:
-            parts.append(f"missing {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
-        if unexpected:
-            parts.append(f"unexpected {', '.join(unexpected[:5])}{' ...' if len(unexpected) > 5 else ''}")
-        if wrong:
-            parts.append("wrong shapes: " + "; ".join(wrong[:5]))
-        raise CheckpointError(f"{where} does not match its config.json: " + "; ".join(parts))
-    if not check_only:
-        model.load_state_dict(state, strict=False)
+    mismatch = health_mod.describe_mismatch(expected, {k: tuple(v.shape) for k, v in state.items()})
+    if mismatch:
+        raise CheckpointError(f"{where} does not match its config.json: {mismatch}")
+    model.load_state_dict(state, strict=False)
 
 
 def save(model, tokenizer, name: str, store=None, provenance: dict | None = None,
@@ -449,6 +480,8 @@ def delete(name: str, store=None) -> None:
         resolve(name, store)                  # says it does not exist, listing what does
     with store_mod.hold(store_mod.name_lock(name, store), f"checkpoint {name!r} (a job is writing it)",
                         wait_s=2):
+        health_mod.forget(path)
+        health_mod.forget(run / "last")
         for folder in (path, run):
             if folder.is_dir():
                 trash = root / f".del-{name}-{uuid.uuid4().hex[:8]}"

@@ -8,6 +8,7 @@
       .lab/locks/          OS locks (flock): job-N (held by the job's process for its lifetime),
                            name-NAME (held by whoever writes checkpoint NAME), worker
       .lab/exports/        exports made from the web UI, offered as downloads
+      .lab/health/         each checkpoint's weights verdict, kept until its files change (health.py)
 
 A checkpoint name can never be `.lab` or `_runs` (names start with a letter or digit), so no
 name reaches the lab's own files. Stores made before this layout (ledger and logs at the top)

@@ -271,4 +271,6 @@ def resume_point(name: str, store=None) -> tuple[dict, Path]:
         raise ConfigError(f"run {name!r} kept no training state to go on from (the checkpoint was "
                           f"imported, saved before checkpoints kept one, or the run ended before "
                           f"its first save); fine-tune from it with a new name, or start it again")
-    return max(candidates, key=lambda c: c[0]["step"])
+    state, folder = max(candidates, key=lambda c: c[0]["step"])
+    checkpoints.check_folder(folder)          # whole weights, or one line saying what is wrong
+    return state, folder

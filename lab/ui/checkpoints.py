@@ -1,5 +1,6 @@
 """Checkpoints tab: the store with each checkpoint's plugins, size, provenance and metrics (a
-damaged one listed with what is wrong); import (HF GPT-2 directory with a layer selection), export,
+damaged one listed with what is wrong, unreadable metrics as such, and folders that cannot be
+checkpoints with why); import (HF GPT-2 directory with a layer selection), export,
 delete with confirmation. Server folders outside the store only under LAB_ALLOWED_DIRS."""
 from __future__ import annotations
 
@@ -23,16 +24,18 @@ def rows(store=None) -> list[list]:
     out = []
     for i in checkpoints.listing(store):
         name = i["name"]
-        if "damaged" in i:
-            out.append([name, "damaged", i["damaged"]] + [""] * (len(COLUMNS) - 3))
+        if "damaged" in i or "unusable" in i:
+            out.append([name, "damaged" if "damaged" in i else "not usable",
+                        i.get("damaged") or i["unusable"]] + [""] * (len(COLUMNS) - 3))
             continue
         m, metrics = i["model"], i["metrics"]
+        ppl = ("unreadable" if "metrics_unreadable" in i else
+               round(metrics["dev_perplexity"], 2) if "dev_perplexity" in metrics else "")
         kv = kv_heads(ModelConfig.from_dict(m))
         out.append([name, m["model"], f"{m['n_layer']} x {m['n_embd']}", f"{m['n_head']} ({kv})",
                     f"{m['norm']} ({m['norm_position']})", m["attention"], m["positional"], m["mlp"],
                     i.get("source", ""), i.get("parent") or i.get("pretrained") or "",
-                    round(metrics["dev_perplexity"], 2) if "dev_perplexity" in metrics else "",
-                    round(i["size_bytes"] / 1e6, 1), i.get("created", "")])
+                    ppl, round(i["size_bytes"] / 1e6, 1), i.get("created", "")])
     return out
 
 

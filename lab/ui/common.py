@@ -14,7 +14,7 @@ from pathlib import Path
 import gradio as gr
 
 from lab.ui.fields import Dropdown, Number
-from lab.storage import checkpoints, exports
+from lab.storage import checkpoints, exports, health
 from lab.inputs import tasks
 from lab.evaluation.attention_maps import VENDOR_DIR
 from lab.config import ConfigError, DecodeConfig
@@ -63,9 +63,10 @@ class Context:
         """What a dropdown picks for the person: the first one or two names, those trained for
         its task first (a caption tab does not open on a birth-place model); two to compare are a
         model trained from scratch and a fine-tuned one when the store holds both (the lab's
-        main comparison), else the first two. metas: {name: checkpoint_meta}, read once by the
-        caller (read here when not given)."""
+        main comparison), else the first two; a damaged one never comes first. metas:
+        {name: checkpoint_meta}, read once by the caller (read here when not given)."""
         metas = read_metas(names, self.store) if metas is None else metas
+        names = sorted(names, key=lambda n: metas.get(n) is None)
         if fill == "task":
             return [n for n in names if offers(metas.get(n), task)][:2]
         if task:        # its task's first, and of those the lab's own (trained here) before imports
@@ -135,10 +136,10 @@ def offers(meta: dict | None, view: str) -> bool:
 
 
 def checkpoint_meta(name: str, store=None) -> dict | None:
-    """A stored checkpoint's provenance (source, parent, task, ...); None for one that cannot be
-    read."""
+    """A stored checkpoint's provenance (source, parent, task, ...); None for a damaged one (its
+    weights' verdict is kept, so this is cheap once made)."""
     try:
-        return checkpoints.read_config(checkpoints.resolve(name, store))[1]
+        return checkpoints.info(name, store)
     except (LabError, OSError, ValueError):
         return None
 
@@ -155,9 +156,8 @@ class ModelCache:
         if not isinstance(name, str):
             raise ConfigError(f"a checkpoint is chosen by its name, got {name!r}")
         path = checkpoints.resolve(name, store)
-        weights = path / checkpoints.WEIGHTS_FILE
-        try:
-            key = (str(path), weights.stat().st_mtime_ns)
+        try:                       # a write to the weights or the config loads (and checks) anew
+            key = (str(path), *health.fingerprint(path))
         except OSError:
             key = (str(path), 0)
         with self._lock:

@@ -149,7 +149,7 @@ def written(job: dict, store=None) -> str:
     try:
         m = checkpoints.info(job["name"], store)["metrics"]
     except checkpoints.CheckpointError as e:
-        return f"Checkpoint **{job['name']}** is damaged: {e}"
+        return f"{str(e)[:1].upper()}{str(e)[1:]}"          # "Checkpoint 'x' is damaged: ..."
     ppl = f", dev perplexity {m['dev_perplexity']:.2f}" if "dev_perplexity" in m else ""
     if "final_dev_perplexity" in m:
         ppl += f" ({m['final_dev_perplexity']:.2f} on all {m['final_dev_captions']:,} dev captions)"
