@@ -231,11 +231,20 @@ def test_import_smollm2_from_the_checkpoints_tab(page, server):
     """Flow 3 starts in the browser: SmolLM2 with a block selection, imported from the page."""
     _, store = server
     _tab(page, "Checkpoints")
-    page.locator("#checkpoints-smollm2").get_by_text("Import SmolLM2-135M").first.click()
-    page.locator("#smollm2-layers textarea, #smollm2-layers input").first.fill("1,30")
-    page.locator("#smollm2-name textarea, #smollm2-name input").first.fill("smol-1-30")
-    page.locator("#smollm2-import").click()
     from playwright.sync_api import expect
+    page.locator("#checkpoints-smollm2").get_by_text("Import SmolLM2-135M").first.click()
+    # the section's fields mount as it opens: type once they are there, as a person does, and
+    # see that what was typed stays
+    expect(page.locator("#smollm2-import")).to_be_enabled(timeout=30_000)
+    for field, value in (("#smollm2-layers", "1,30"), ("#smollm2-name", "smol-1-30")):
+        box = page.locator(f"{field} textarea, {field} input").first
+        expect(box).to_be_editable()
+        box.click()
+        box.fill("")
+        box.press_sequentially(value)
+    for field, value in (("#smollm2-layers", "1,30"), ("#smollm2-name", "smol-1-30")):
+        expect(page.locator(f"{field} textarea, {field} input").first).to_have_value(value)
+    page.locator("#smollm2-import").click()
     expect(page.locator("#checkpoints-message")).to_contain_text("Imported smol-1-30", timeout=180_000)
     expect(page.locator("#checkpoints-message")).to_contain_text("writes garbage until it is fine-tuned")
     expect(page.locator("#checkpoints-table")).to_contain_text("smol-1-30", timeout=30_000)

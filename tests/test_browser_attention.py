@@ -36,6 +36,11 @@ def server(tmp_path_factory):
     checkpoints.save(build(tiny_config(vocab_size=bp.vocab_size, n_positions=128, n_layer=1,
                                        n_head=2)).eval(), bp, "bp", store,
                      provenance={"source": "scratch", "task": "birthplace", "objective": "qa"})
+    # SmolLM2-135M's geometry (30 layers x 9 heads, llama family) at a tiny width: the views'
+    # size depends on layers, heads and tokens only
+    checkpoints.save(build(tiny_config(model="llama", vocab_size=50257, n_positions=64, n_layer=30,
+                                       n_head=9, n_embd=72)).eval(), tokenizers.gpt2(), "deep", store,
+                     provenance={"source": "scratch"})
     with serving(store) as url:
         yield url, store
 
@@ -82,6 +87,32 @@ def test_attention_of_two_checkpoints_side_by_side(page, server):
         expect(page.locator(f"#{elem} .js-plotly-plot")).to_contain_text(title, timeout=30_000)
     _shot(page, "attention-pair-grid")
     assert page.left_machine == [], f"requests tried to leave the machine: {page.left_machine}"
+
+
+def test_a_deep_model_is_drawn_whole(page, server):
+    """SmolLM2's 30 layers x 9 heads: the model view's frame holds the whole drawing (its last
+    layer's row included, nothing cut off at the bottom), and the grid draws every head of every
+    layer (270 heatmaps) at a height a page scrolls through."""
+    _tab(page, "Attention")
+    _choose(page, "attention-checkpoint", "deep")
+    page.locator("#attention-go").click()
+    page.frame_locator("#attention-head-view iframe").locator("svg text").first.wait_for(timeout=60_000)
+    page.get_by_role("tab", name="Model view").click()
+    frame = page.frame_locator("#attention-model-view iframe")
+    frame.locator("svg text").first.wait_for(timeout=30_000)
+    labels = frame.locator("svg > text").all_text_contents()
+    assert labels[-1] == "30" and labels[1:10] == list(map(str, range(1, 10)))
+    drawn = frame.locator("body").evaluate("b => b.scrollHeight")
+    box = page.locator("#attention-model-view iframe").bounding_box()
+    assert box["height"] >= drawn, f"the frame ({box['height']} px) cuts the drawing ({drawn} px)"
+    assert frame.locator("body").evaluate("b => b.scrollHeight <= window.innerHeight")
+    _shot(page, "attention-deep-model")
+    page.get_by_role("tab", name="Layer x head grid").click()
+    grid = page.locator("#attention-grid .js-plotly-plot")
+    expect(grid).to_contain_text("L30 H9", timeout=90_000)
+    assert grid.evaluate("p => p.data.length") == 30 * 9
+    assert grid.bounding_box()["height"] <= 2600
+    _shot(page, "attention-deep-grid")
 
 
 def test_a_birthplace_model_answers_the_question_it_is_shown(page, server):

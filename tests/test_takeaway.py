@@ -157,3 +157,27 @@ def test_score_downloads_hold_a_number_per_cell(store):
     assert [float(v) for v in back[1][3:]] == rows[0][3:]
     snap["provenance"]["perplexity_shown"] = "per word"           # tokenizers differ: not shown
     assert numeric_table(snap)[1][0][3:6] == [None, None, None]
+
+
+def test_scores_use_the_decoder_each_checkpoint_writes_its_captions_with(store):
+    """With a decoder per checkpoint, *Which is better?* scores each checkpoint with its own (the
+    one its captions beside it were drawn with), and its summary names each one."""
+    from lab.ui.compare import scores_form
+    from lab.ui.evaluate import scores
+    _save("a", 0, store)
+    _save("b", 1, store)
+    greedy, top_k = {"decoder": "greedy"}, {"decoder": "top_k", "top_k": 5}
+    *_, (rows, said, record) = scores(["a", "b"], greedy, 20, 0, "auto", store,
+                                      per_checkpoint={"b": top_k})
+    assert record["provenance"]["decoders"]["b"]["decoder"] == "top_k"
+    assert record["provenance"]["decoders"]["a"]["decoder"] == "greedy"
+    assert "decoders **a** greedy; **b** top_k (top_k 5, temperature 1.0)" in said
+    *_, (alone, _, _) = scores(["b"], top_k, 20, 0, "auto", store)
+    assert rows[1][1:] == alone[0][1:]              # b's figures are those of its own decoder
+    # the page's form: the per-checkpoint table ticked, as the Compare tab sends it
+    from lab.config import DecodeConfig
+    fields = [None] * len(DecodeConfig.setting_names())
+    table = [["b", "top_k", *[5 if n == "top_k" else None for n in DecodeConfig.setting_names()]]]
+    *_, (form_rows, _, _) = scores_form(["a", "b"], "greedy", *fields, 0, "", 8, True, table, 20, "auto",
+                                        store=store)
+    assert form_rows == rows

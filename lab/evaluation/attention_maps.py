@@ -162,11 +162,17 @@ def iframe(document: str, height: int = 620) -> str:
             f'srcdoc="{html.escape(document, quote=True)}"></iframe>')
 
 
-def heatmap_grid(cap: Capture, max_heads: int = 16, title: str = ""):
-    """A Plotly grid of heatmaps, layer by head; axes labelled with the tokens."""
+def grid_row_px(n_layer: int) -> int:
+    """A layer's row in the grid: 150 px for a shallow model, down to 80 px for a deep one, so
+    SmolLM2's 30 layers fit in 2,400 px (and every head of every layer is drawn)."""
+    return max(80, min(150, 1800 // max(n_layer, 1)))
+
+
+def heatmap_grid(cap: Capture, title: str = ""):
+    """A Plotly grid of heatmaps, layer by head, every one of them; axes labelled with the tokens."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
-    heads = min(cap.n_head, max_heads)
+    heads = cap.n_head
     groups = head_groups(cap.n_head, cap.kv_heads)
     group_of = {h: g for g, hs in enumerate(groups) for h in hs}
     titles = []
@@ -174,7 +180,7 @@ def heatmap_grid(cap: Capture, max_heads: int = 16, title: str = ""):
         for h in range(heads):
             kv = f" kv{group_of[h] + 1}" if cap.kv_heads != cap.n_head else ""
             titles.append(f"L{layer + 1} H{h + 1}{kv}")
-    height = max(260, 150 * cap.n_layer)
+    height = max(260, grid_row_px(cap.n_layer) * cap.n_layer)
     fig = make_subplots(rows=cap.n_layer, cols=heads, subplot_titles=titles,
                         horizontal_spacing=0.01, vertical_spacing=min(0.3, 24 / height))
     labels = [f"{i}:{t}" for i, t in enumerate(cap.tokens)]

@@ -104,7 +104,7 @@ def choose_bleu_tokens(tokenizer_kinds: list[str], requested: str = "auto") -> s
 
 def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test",
                   bleu_tokens: str = "auto", data_dir=None, chunk: int = 100, n_boot: int = 500,
-                  first: int | None = None):
+                  first: int | None = None, own: dict | None = None):
     """Score every model on the same seeded subset, yielding a snapshot after each chunk: `chunk`
     captions at a time or, with `first`, first that many (early figures in seconds), then each
     chunk twice the one before, up to `chunk` (later chunks generate in larger batches, which
@@ -113,7 +113,8 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     as many rows at once as the largest of `chunk` and the chunk at hand, a caption that ends
     giving its place to the next, so the batch does not thin out as they end.
 
-    models: {name: Checkpoint}. Forward BLEU scores each generated caption against the *full*
+    models: {name: Checkpoint}; own: {name: DecodeConfig}, a model's own decoder in place of
+    `decode` (whose seed draws the subset and every model's captions). Forward BLEU scores each generated caption against the *full*
     reference set (an unbiased estimate of the full figure); backward BLEU uses the n references
     of the subset against the n captions generated so far, and carries that n."""
     if n < 1:
@@ -133,9 +134,10 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
              for name in models}
     # each model's captions decode as one stream: a caption that ends gives its place to the next
     # one, so the batch stays full while captions end at different lengths
-    streams = {name: CaptionStream(ck.model, ck.tokenizer, len(subset), decode)
+    decoders = {name: (own or {}).get(name, decode) for name in models}
+    streams = {name: CaptionStream(ck.model, ck.tokenizer, len(subset), decoders[name])
                for name, ck in models.items()}
-    provenance = _live_provenance(split, subset, decode, tokens, per_word, streams)
+    provenance = _live_provenance(split, subset, decode, tokens, per_word, streams, decoders)
     for start, end in chunk_bounds(len(subset), chunk, first):
         part = subset[start:end]
         width = stream_width(start, end, chunk)
@@ -145,11 +147,13 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
 
 
 def _live_provenance(split: str, subset: list[str], decode: DecodeConfig, tokens: str, per_word: bool,
-                     streams: dict) -> dict:
-    """What a live evaluation scored, and how: the subset, the decoding, the figures shown."""
+                     streams: dict, decoders: dict) -> dict:
+    """What a live evaluation scored, and how: the subset, the decoding (shared, and each
+    model's), the figures shown."""
     return {"split": split, "n": len(subset), "seed": decode.seed,
             "subset_hash": data.subset_hash(subset), "bleu_tokens": tokens,
             "decode": decode.to_dict(), "checkpoints": list(streams),
+            "decoders": {name: cfg.to_dict() for name, cfg in decoders.items()},
             "perplexity_shown": "per word" if per_word else "per sentence (assignment)",
             # how the captions were drawn (a stream draws other captions for a seed than one batch
             # per chunk would: the same distribution, another draw)

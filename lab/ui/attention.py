@@ -105,7 +105,7 @@ def views(cap, ck, note: str) -> tuple:
     head = attention_maps.iframe(attention_maps.bertviz_html(cap, "head", asset_url(), title=ck.name),
                                  height=attention_maps.view_height(cap, "head"))
     model = attention_maps.iframe(attention_maps.bertviz_html(cap, "model", asset_url(), title=ck.name),
-                                  height=min(3000, attention_maps.view_height(cap, "model")))
+                                  height=attention_maps.view_height(cap, "model"))
     if cap.n_layer != ck.config.n_layer:     # a block applied more than once (recurrent steps)
         note += (f"; the views' {cap.n_layer} layers are its {ck.config.n_layer} block(s) at each "
                  f"step they were applied")

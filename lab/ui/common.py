@@ -336,6 +336,22 @@ def decode_of(decode, seed, what: str = "decode", lenient: bool = False) -> Deco
     return DecodeConfig.from_dict({**decode, "seed": seed}, lenient=lenient)
 
 
+def decoders_of(chosen: list[str], decode, per_checkpoint, seed) -> list[DecodeConfig]:
+    """Each chosen checkpoint's decoder: the shared one, with its own settings over it (a setting
+    of the shared decoder that its own decoder lacks is dropped)."""
+    decode_of(decode, seed)                                         # the shared one is whole
+    per_checkpoint = {} if per_checkpoint is None else per_checkpoint
+    if not isinstance(per_checkpoint, dict) or not all(isinstance(v, dict) for v in per_checkpoint.values()):
+        raise ConfigError("per_checkpoint: expected a JSON object of checkpoint name -> decoder "
+                          "settings, e.g. {\"scratch\": {\"decoder\": \"greedy\"}}")
+    stray = sorted(set(per_checkpoint) - set(chosen))
+    if stray:
+        raise ConfigError(f"per_checkpoint names {', '.join(stray)}, not among the chosen "
+                          f"checkpoints {', '.join(chosen)}"[:300])
+    return [decode_of({**decode, **per_checkpoint.get(name, {})}, seed, f"decoder of {name}",
+                      lenient=name in per_checkpoint) for name in chosen]
+
+
 def checkpoint_dropdown(ctx: Context, label: str, multiselect: bool = False, task: str | None = None,
                         **kw) -> gr.Dropdown:
     """The stored checkpoints `task` takes (a view such as "generate" that tasks offer their

@@ -10,6 +10,7 @@ import gradio as gr
 
 from lab.ui.evaluate import COLUMNS as EVAL_COLUMNS
 from lab.ui.evaluate import WIDTHS as EVAL_WIDTHS
+from lab.ui.evaluate import scores
 from lab.ui.evaluate import wire as wire_scores
 from lab.evaluation import attention_maps
 from lab.storage import checkpoints, exports
@@ -20,7 +21,7 @@ from lab.modeling.generate import MAX_PROMPT_CHARS, GenerationError, sample_capt
 from lab.ui.attention import MAX_TOKENS as MAX_ATTENTION_TOKENS
 from lab.presets import DECODE_TO_SHOW
 from lab.registry import DECODERS
-from lab.ui.common import (LOADED, Context, checkpoint_dropdown, decode_of, decoder_inputs,
+from lab.ui.common import (LOADED, Context, checkpoint_dropdown, decoder_inputs, decoders_of,
                            form_decode, friendly, names_list, text, whole)
 
 PER_MODEL_COLUMNS = ["checkpoint", "decoder", *DecodeConfig.setting_names()]
@@ -65,7 +66,7 @@ def compare(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
     n = whole(n, "number of captions", 1, 200)
     seed = whole(seed, "seed", 0, SEED_MAX)
     prefix = text(prefix, "prefix", MAX_PROMPT_CHARS).strip()
-    settings = _decoders(chosen, decode, per_checkpoint or {}, seed)   # all checked before any runs
+    settings = decoders_of(chosen, decode, per_checkpoint, seed)   # all checked before any runs
     columns, texts = [], {}
     for name, cfg in zip(chosen, settings):
         ck = LOADED.get(name, store)
@@ -78,34 +79,37 @@ def compare(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
     return table, record
 
 
-def _decoders(chosen: list[str], decode, per_checkpoint, seed) -> list[DecodeConfig]:
-    """Each chosen checkpoint's decoder: the shared one, with its own settings over it (a setting
-    of the shared decoder that its own decoder lacks is dropped)."""
-    decode_of(decode, seed)                                         # the shared one is whole
-    if not isinstance(per_checkpoint, dict) or not all(isinstance(v, dict) for v in per_checkpoint.values()):
-        raise ConfigError("per_checkpoint: expected a JSON object of checkpoint name -> decoder "
-                          "settings, e.g. {\"scratch\": {\"decoder\": \"greedy\"}}")
-    stray = sorted(set(per_checkpoint) - set(chosen))
-    if stray:
-        raise ConfigError(f"per_checkpoint names {', '.join(stray)}, not among the chosen "
-                          f"checkpoints {', '.join(chosen)}"[:300])
-    return [decode_of({**decode, **per_checkpoint.get(name, {})}, seed, f"decoder of {name}",
-                      lenient=name in per_checkpoint) for name in chosen]
+def _form(checkpoints_chosen, decoder, rest, what: str, store=None):
+    """What the Compare form's fields say: the chosen checkpoints, the shared decoder by name,
+    each checkpoint's own settings (the per-checkpoint table, while its box is ticked), and the
+    fields after the decoder's (seed, prefix, n, ...)."""
+    k = len(DecodeConfig.setting_names())
+    values, after = rest[:k], rest[k:]
+    per_model, per_model_rows = after[3], after[4]
+    chosen = names_list(checkpoints_chosen, what, store=store)
+    own = {}
+    if per_model and per_model_rows is not None:
+        for row in _rows(per_model_rows):
+            if row["checkpoint"] in chosen:
+                own[row["checkpoint"]] = {c: row[c] for c in PER_MODEL_COLUMNS[1:]
+                                          if _cell(row.get(c), None) is not None}
+    return chosen, form_decode(decoder, values), own, after
 
 
 def compare_form(checkpoints_chosen, decoder, *rest, store=None):
     """The page's Compare: rest is the decoder settings' fields (DecodeConfig.setting_names()),
     seed, prefix, n, the per-checkpoint checkbox and its table; read as compare() takes them."""
-    k = len(DecodeConfig.setting_names())
-    values, (seed, prefix, n, per_model, per_model_rows) = rest[:k], rest[k:]
-    own = {}
-    if per_model and per_model_rows is not None:
-        for row in _rows(per_model_rows):
-            own[row["checkpoint"]] = {c: row[c] for c in PER_MODEL_COLUMNS[1:]
-                                      if _cell(row.get(c), None) is not None}
-    chosen = names_list(checkpoints_chosen, "checkpoints to compare", store=store)
-    own = {name: settings for name, settings in own.items() if name in chosen}
-    return compare(chosen, form_decode(decoder, values), seed, prefix, n, own, store=store)
+    chosen, decode, own, (seed, prefix, n, _, _) = _form(checkpoints_chosen, decoder, rest,
+                                                         "checkpoints to compare", store)
+    return compare(chosen, decode, seed, prefix, n, own, store=store)
+
+
+def scores_form(checkpoints_chosen, decoder, *rest, store=None, data_dir=None):
+    """The page's *Which is better?*: the Compare form's fields, then the subset size and BLEU
+    tokens; each checkpoint is scored with the decoder its captions use."""
+    chosen, decode, own, (seed, _, _, _, _, score_n, bleu_tokens) = _form(
+        checkpoints_chosen, decoder, rest, "checkpoints to evaluate", store)
+    yield from scores(chosen, decode, score_n, seed, bleu_tokens, store, data_dir, own)
 
 
 def caption_files(record, store=None):
@@ -288,7 +292,7 @@ def build(ctx: Context) -> SideBySide:
             save, last, files, api_visibility="private")
     then(prefix.submit(lambda: None, None, None, api_visibility="private"))     # Enter generates
 
-    scored = _scores_section(ctx, [chosen, *dec.components()], seed)
+    scored = _scores_section(ctx, inputs)
     _report_section(ctx, last, scored)
     _matrix_section(ctx, chosen, seed, prefix)
     return SideBySide(chosen, then)
@@ -316,8 +320,9 @@ def _wire_api(ctx: Context) -> None:
     gr.api(friendly(compare_api), api_name="compare")
 
 
-def _scores_section(ctx: Context, models_and_decoder: list, seed) -> gr.State:
-    """'Which is better?': the chosen checkpoints scored on a seeded test subset, with verdicts."""
+def _scores_section(ctx: Context, compare_inputs: list) -> gr.State:
+    """'Which is better?': the chosen checkpoints scored on a seeded test subset, with verdicts,
+    each with the decoder its captions above use."""
     with gr.Accordion("Which is better? Score them on a seeded subset of the test split", open=False):
         with gr.Row():
             score_n = Radio([100, 500, 1000], value=100, label="test captions")
@@ -326,8 +331,8 @@ def _scores_section(ctx: Context, models_and_decoder: list, seed) -> gr.State:
                               elem_id="compare-scores", wrap=True, column_widths=EVAL_WIDTHS)
         said = gr.Markdown(elem_id="compare-verdicts")
         bleu_auto = gr.State("auto")
-        return wire_scores(go_s, [*models_and_decoder, score_n, seed, bleu_auto], [scores, said],
-                           ctx, "compare_scores")
+        return wire_scores(go_s, [*compare_inputs, score_n, bleu_auto], [scores, said],
+                           ctx, "compare_scores", form=scores_form)
 
 
 def _report_section(ctx: Context, last: gr.State, scored: gr.State) -> None:

@@ -13,7 +13,7 @@ from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.presets import DECODE_TO_SCORE
 from lab.evaluation.evaluate import evaluate_live, verdicts
 from lab.ui.common import (LOADED, Context, offers, checkpoint_dropdown, checkpoint_meta, decode_of,
-                           decoder_inputs, form_decode, friendly, names_list, whole)
+                           decoder_inputs, decoders_of, form_decode, friendly, names_list, whole)
 
 COLUMNS = ["checkpoint", "n", "perplexity ↓", "per-word perplexity ↓", "forward BLEU ↑",
            "backward BLEU (N) ↑", "harmonic BLEU (N) ↑"]
@@ -45,13 +45,24 @@ def table(snap: dict) -> list[list]:
     return rows
 
 
+def _decoder_words(d: dict) -> str:
+    settings = ", ".join(f"{k} {v}" for k, v in d.get("settings", {}).items())
+    return f"{d['decoder']}{f' ({settings})' if settings else ''}"
+
+
+def decoders_md(p: dict) -> str:
+    """The decoder the captions were drawn with: the shared one, or each checkpoint's."""
+    own = p.get("decoders") or {}
+    if len({_decoder_words(d) for d in own.values()}) > 1:
+        return "decoders " + "; ".join(f"**{name}** {_decoder_words(d)}" for name, d in own.items())
+    return "decoder " + _decoder_words(next(iter(own.values()), p["decode"]))
+
+
 def provenance_md(snap: dict) -> str:
     p = snap["provenance"]
-    d = p["decode"]
-    settings = ", ".join(f"{k} {v}" for k, v in d.get("settings", {}).items())
     lines = [f"**{snap['done']} / {snap['total']}** captions scored. Every model on the same subset: "
              f"{p['split']} split, n={p['n']}, seed {p['seed']}, subset hash `{p['subset_hash']}`; "
-             f"decoder {d['decoder']}{f' ({settings})' if settings else ''}; BLEU on "
+             f"{decoders_md(p)}; BLEU on "
              f"**{p['bleu_tokens']}** tokens; perplexity shown: {p['perplexity_shown']}. "
              f"↓ lower is better, ↑ higher is better.",
              "Forward BLEU scores each generated caption against all references (unbiased for the "
@@ -67,18 +78,22 @@ def provenance_md(snap: dict) -> str:
 BLEU_TOKENS = ("auto", "gpt2", "words")
 
 
-def scores(names, decode: dict, n=500, seed=0, bleu_tokens="auto", store=None, data_dir=None):
+def scores(names, decode: dict, n=500, seed=0, bleu_tokens="auto", store=None, data_dir=None,
+           per_checkpoint: dict | None = None):
     """Live scores of the chosen checkpoints on one seeded test subset, `decode` the decoder by
-    name ({"decoder": "random", "temperature": 1.0}): yields (rows, summary, the scores' record)."""
+    name ({"decoder": "random", "temperature": 1.0}), `per_checkpoint` a checkpoint's own
+    settings over it ({"scratch": {"decoder": "greedy"}}): yields (rows, summary, the scores'
+    record)."""
     names = names_list(names, "checkpoints to evaluate", store=store)
     n = whole(n, "subset size", 1, 5000)
-    cfg = decode_of(decode, whole(seed, "seed", 0, SEED_MAX))
+    seed = whole(seed, "seed", 0, SEED_MAX)
+    cfgs = dict(zip(names, decoders_of(names, decode, per_checkpoint, seed)))
     if bleu_tokens not in BLEU_TOKENS:
         raise ConfigError(f"bleu_tokens must be 'auto', 'gpt2' or 'words', got {bleu_tokens!r}"[:200])
     models = {name: LOADED.get(name, store) for name in names}
     first, chunk = chunks(n)
-    for snap in evaluate_live(models, n, cfg, bleu_tokens=bleu_tokens, data_dir=data_dir, chunk=chunk,
-                              first=first):
+    for snap in evaluate_live(models, n, decode_of(decode, seed), bleu_tokens=bleu_tokens,
+                              data_dir=data_dir, chunk=chunk, first=first, own=cfgs):
         rows = table(snap)
         yield rows, provenance_md(snap), {"headers": COLUMNS, "rows": rows, "verdicts": verdicts(snap),
                                           "provenance": snap["provenance"], "done": snap["done"],
@@ -120,9 +135,10 @@ def score_files(scores, store=None):
                                store, about)
 
 
-def wire(button, inputs, shown: list, ctx: Context, api_name: str) -> gr.State:
+def wire(button, inputs, shown: list, ctx: Context, api_name: str, form=run) -> gr.State:
     """Scores stream into `shown` (table, notes); at the end the CSV/JSON downloads appear.
-    Returns the state holding the last scores."""
+    form: reads `inputs` into scores (the Evaluate tab's `run`, or Compare's). Returns the state
+    holding the last scores."""
     last = gr.State(None)
     files = gr.File(label="download the scores (CSV, JSON)", file_count="multiple", interactive=False,
                     elem_id=f"{api_name}-files", visible=False)     # shown once there are scores
@@ -132,17 +148,18 @@ def wire(button, inputs, shown: list, ctx: Context, api_name: str) -> gr.State:
         return gr.update(value=paths, visible=bool(paths))
     # a new evaluation hides the last one's downloads until its own scores are in
     button.click(lambda: gr.update(visible=False), None, files, queue=False, api_visibility="private")
-    button.click(friendly(lambda *a: (yield from run(*a, store=ctx.store, data_dir=ctx.data_dir))),
+    button.click(friendly(lambda *a: (yield from form(*a, store=ctx.store, data_dir=ctx.data_dir))),
                  inputs, shown + [last], api_visibility="private").success(
         friendly(downloads), last, files, api_visibility="private")
 
     def scores_api(checkpoints: list[str], decode: dict, n: int = 500, seed: int = 0,
-                   bleu_tokens: str = "auto") -> dict:
+                   bleu_tokens: str = "auto", per_checkpoint: dict | None = None) -> dict:
         """Perplexity and BLEU with 95% intervals on a seeded test subset, streamed as samples
-        accumulate. decode: the decoder by name, e.g. {"decoder": "random", "temperature": 1.0}.
-        Each update: {"headers", "rows", "summary", "verdicts", "provenance", "done"}."""
+        accumulate. decode: the decoder by name, e.g. {"decoder": "random", "temperature": 1.0};
+        per_checkpoint: a checkpoint's own decoder settings over it. Each update: {"headers",
+        "rows", "summary", "verdicts", "provenance", "done"}."""
         for rows, summary, record in scores(checkpoints, decode, n, seed, bleu_tokens,
-                                            ctx.store, ctx.data_dir):
+                                            ctx.store, ctx.data_dir, per_checkpoint):
             yield {"headers": COLUMNS, "rows": rows, "summary": summary, "verdicts": record["verdicts"],
                    "provenance": record["provenance"], "done": record["done"]}
     gr.api(friendly(scores_api), api_name=api_name)
