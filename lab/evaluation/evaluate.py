@@ -132,9 +132,7 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     # per caption: nll = mean token NLL (the assignment's), cap_nll = summed NLL, cap_words = words + 1
     state = {name: {"nll": [], "cap_nll": [], "cap_words": [], "fwd": [], "gen": [], "refs": []}
              for name in models}
-    # each model's captions decode as one stream: a caption that ends gives its place to the next
-    # one, so the batch stays full while captions end at different lengths
-    decoders = {name: (own or {}).get(name, decode) for name in models}
+    decoders = {name: (own or {}).get(name, decode) for name in models}     # one stream each
     streams = {name: CaptionStream(ck.model, ck.tokenizer, len(subset), decoders[name])
                for name, ck in models.items()}
     provenance = _live_provenance(split, subset, decode, tokens, per_word, streams, decoders)
