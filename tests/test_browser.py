@@ -489,6 +489,19 @@ def test_compare_them_shows_the_captions_and_says_it_is_done(browser, tmp_path):
         page.close()
 
 
+def test_a_message_is_dismissed_when_the_tab_changes(page):
+    """An error said in one tab does not follow the person to the next."""
+    from playwright.sync_api import expect
+    from lab.modeling.generate import MAX_PROMPT_CHARS
+    _tab(page, "Attention")
+    page.locator("#attention-text textarea, #attention-text input").first.fill("x" * (MAX_PROMPT_CHARS + 1))
+    page.locator("#attention-go").click()
+    toast = page.get_by_test_id("toast-body")
+    expect(toast.first).to_contain_text("text", timeout=30_000)
+    _tab(page, "Evaluate")
+    expect(toast).to_have_count(0, timeout=5_000)
+
+
 def test_dark_theme_keeps_attention_and_charts_readable(browser, server):
     """In Gradio's dark theme bertviz's white drawing is inverted (hue turned back) and the Plotly
     charts are transparent, so no white panel sits in a dark page."""

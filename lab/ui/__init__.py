@@ -59,6 +59,8 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
                 table = checkpoints.build(ctx)
 
         _compare_them(ctx, panel, tabs, side_by_side)
+        # a message belongs to the tab it was said in: switching tabs dismisses it
+        tabs.select(None, None, None, js=DISMISS_MESSAGES)
         _carry_to_sweep(tabs, to_sweep, train_form, train_said, sweep_form, sweep_note)
         _follow_the_store(demo, ctx, table)
         demo.load(friendly(latest), None, attached, api_visibility="private")   # re-attach to the running job
@@ -67,6 +69,7 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
     return demo
 
 
+DISMISS_MESSAGES = "() => document.querySelectorAll('[data-testid=toast-close]').forEach(b => b.click())"
 # after the getting-started panel's "Compare them": the captions are below the panel, in view
 SCROLL_TO_CAPTIONS = "() => document.getElementById('compare-out')?.scrollIntoView({block: 'start'})"
 
