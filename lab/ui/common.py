@@ -69,9 +69,9 @@ class Context:
         names = sorted(names, key=lambda n: metas.get(n) is None)
         if fill == "task":
             return [n for n in names if offers(metas.get(n), task)][:2]
-        if task:        # its task's first, and of those the lab's own (trained here) before imports
-            names = sorted(names, key=lambda n: (not offers(metas.get(n), task),
-                                                 (metas.get(n) or {}).get("source") == "import"))
+        if task:        # its task's first; for one, the lab's own (trained here) before imports
+            names = sorted(names, key=lambda n: (not offers(metas.get(n), task), fill == "one" and (
+                metas.get(n) or {}).get("source") == "import"))
         if fill != "two":
             return names[0] if names else None
         return self.scratch_and_tuned(names, task, metas) or names[:2]
