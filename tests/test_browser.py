@@ -14,7 +14,7 @@ import torch
 from lab.storage import checkpoints
 from lab.inputs import tokenizers
 from lab.modeling.model import build
-from tests.conftest import serving, tiny_config
+from tests.conftest import serving, tiny_config, wait_job
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed "
@@ -623,3 +623,53 @@ def test_delete_picks_and_confirms_in_one_place(page, server):
     assert "to-delete" not in checkpoints.names(store)
     expect(page.locator("#checkpoints-table")).not_to_contain_text("to-delete", timeout=30_000)
     _shot(page, "checkpoints-delete")
+
+
+def test_a_birth_place_model_from_the_browser_alone(browser, tmp_path):
+    """Pretrain a birth-place model with the birthplace-vanilla preset and fine-tune it with
+    birthplace-finetune, both from the Train form (a one-step budget), then answer the questions
+    in the Evaluate tab, whose list offers only birth-place checkpoints."""
+    from playwright.sync_api import expect
+    from lab.worker import jobs
+    store = tmp_path / "store"
+    store.mkdir()
+    torch.manual_seed(0)
+    checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)).eval(), tokenizers.gpt2(),
+                     "captions-model", store, provenance={"source": "scratch"})
+
+    def train(name, preset, parent, items):
+        _choose(page, "#train-preset", preset)
+        expect(page.locator("#train-preset input")).to_have_value(preset)
+        if parent:
+            _choose(page, "#train-parent", parent)
+            expect(page.locator("#train-parent-note")).to_contain_text(f"Fine-tuning {parent}", timeout=30_000)
+        page.locator("#train-name textarea, #train-name input").first.fill(name)
+        for field, value in (("epochs", "1"), ("max_train_captions", str(items)), ("max_dev_captions", "20")):
+            box = page.locator(f"#train-{field} input")
+            box.fill(value)
+            box.press("Tab")
+        page.locator("#train-start").click()
+        expect(page.locator("#train-message")).to_contain_text("Queued job", timeout=60_000)
+        job = max(j["id"] for j in jobs.list_jobs(store))
+        wait_job(job, ("done", "failed"), timeout=300, store=store)
+        assert jobs.get(job, store)["status"] == "done", jobs.get(job, store)
+
+    with serving(store) as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url)
+        _tab(page, "Train")
+        train("bp-pre", "birthplace-vanilla", "", 128)
+        train("bp-tuned", "birthplace-finetune", "bp-pre", 256)
+        assert checkpoints.info("bp-tuned", store)["parent"] == "bp-pre"
+        _tab(page, "Evaluate")
+        chosen = page.locator("#birthplace-checkpoints")
+        expect(chosen).to_contain_text("bp-tuned", timeout=30_000)
+        chosen.locator("input").click()
+        expect(page.get_by_role("option", name="captions-model")).to_have_count(0)
+        page.keyboard.press("Escape")
+        page.locator("#birthplace-go").click()
+        table = page.locator("#birthplace-table")
+        expect(table).to_contain_text("London (baseline)", timeout=180_000)
+        expect(table).to_contain_text("bp-tuned")
+        _shot(page, "birthplace-from-the-browser")
+        page.close()
