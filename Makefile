@@ -53,6 +53,7 @@ bench: install
 	$(BIN)/python benchmarks/train_vs_hf.py
 	$(BIN)/python benchmarks/live_eval.py
 	$(BIN)/python benchmarks/stream_vs_batches.py
+	$(BIN)/python benchmarks/save_cost.py
 
 clean:
 	rm -rf $(VENV)

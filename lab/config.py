@@ -311,6 +311,10 @@ class TrainConfig(_Config):
     max_minutes: float | None = setting(None, "budget: stop after N minutes of training steps "
                                         "(resumes add up; evaluations do not count)", min=0.01,
                                         max=10 ** 6, unit="minutes", blank="no time limit")
+    save_every_minutes: float = setting(10.0, "save where the run stands (weights, optimizer, "
+                                        "place in the epoch) after this many minutes since its "
+                                        "last save, so a crash loses at most that; 0: never",
+                                        min=0.0, max=10 ** 6, unit="minutes")
     final_dev: bool = setting(False, "at the end, score the kept checkpoint on every dev example "
                               "(when max_dev_captions scored only some)")
     train_layers: str = setting("all", "'all', or the 1-based blocks that train, e.g. 1,3")

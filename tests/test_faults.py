@@ -2,6 +2,7 @@
 stopped far beyond any timeout, resumes racing, and the app stopped (SIGTERM) and killed (SIGKILL)
 then started again. Faults land at named points through LAB_FAULTS (lab/storage/store.py), so the waits are
 seconds, not the minutes a real run would take."""
+import json
 import os
 import signal
 import sqlite3
@@ -113,6 +114,70 @@ def test_a_kill_at_any_stage_loses_no_checkpoint_and_resume_goes_on(fault, store
     assert resumed["status"] == "done", resumed["error"]
     assert checkpoints.info("victim")["metrics"]["epoch"] == 3
     assert _leftovers(store) == []
+
+
+# a run killed in its first epoch after periodic saves (due every 0.12 s, each step made to take
+# at least 0.05 s, so one falls after step 3 at the latest): where the kill lands -> what recovery
+# says (None: nothing to mend)
+PERIODIC_KILLS = {
+    "kill@train.step#6": None,                        # between two saves
+    "kill@eval.batch#1": None,                        # inside epoch 1's dev evaluation
+    "kill@save.written#2": "removed 1 leftover",      # inside the second save: the first one stays
+}
+PERIODIC_TRAIN = dict(epochs=2, lr=1e-3, max_train_captions=320, max_dev_captions=60, patience=5,
+                      tokenizer="words", save_every_minutes=0.002)       # 10 steps an epoch
+PERIODIC_MODEL = dict(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48, dropout=0.1)
+KILLED_RUN = """
+import json, sys
+from lab.config import ModelConfig, TrainConfig
+from lab.training import runs
+for _ in runs.train("victim", ModelConfig.from_dict(json.loads(sys.argv[1])),
+                    TrainConfig.from_dict(json.loads(sys.argv[2]))):
+    pass
+"""
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """PERIODIC_TRAIN's two epochs run straight through, in a store of their own: the weights."""
+    store = tmp_path_factory.mktemp("uninterrupted")
+    list(runs.train("straight", jobs.ModelConfig.from_dict(PERIODIC_MODEL),
+                    jobs.TrainConfig.from_dict(PERIODIC_TRAIN), store=store))
+    return checkpoints.load("straight", store).model.state_dict()
+
+
+@pytest.mark.parametrize("fault", list(PERIODIC_KILLS))
+def test_a_kill_after_a_periodic_save_goes_on_from_it_exactly(fault, store, corpus_dir, uninterrupted):
+    """SIGKILLed in epoch 1, before any checkpoint: the run goes on from its newest periodic save
+    (not from step 0, and not 'saved nothing to go on from') and ends with the weights of an
+    uninterrupted run, bit for bit, dropout on."""
+    import torch
+    env = {**os.environ, "LAB_STORE": str(store), "LAB_FAULTS": f"sleep@train.step=0.05,{fault}",
+           "OMP_NUM_THREADS": str(torch.get_num_threads())}      # the threads of this process
+    done = subprocess.run([sys.executable, "-c", KILLED_RUN, json.dumps(PERIODIC_MODEL),
+                           json.dumps(PERIODIC_TRAIN)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    said, before = PERIODIC_KILLS[fault], runs.read_events(runs.run_dir_for("victim") / "metrics.jsonl")
+    lines = checkpoints.recover()
+    assert (said is None and lines == []) or any(said in line for line in lines), lines
+    assert not [p for p in runs.run_dir_for("victim").iterdir() if p.name.startswith(".")]
+    saves = [e["step"] for e in before if e["event"] == "saved"]
+    if fault.startswith("kill@eval"):
+        assert any(e.get("phase") == "evaluating" for e in before)
+    if fault.startswith("kill@save"):
+        assert len(saves) == 1                # the second save was cut short: the first one holds
+    state, _ = runs.newest_save("victim")
+    assert "victim" not in checkpoints.names()           # no dev score yet, so no checkpoint
+    assert (state["saved_by"], state["epoch"], state["batches_done"]) == ("periodic", 0, saves[-1])
+    assert 0 < state["step"] == saves[-1]
+    assert runs.going_on_from("victim") == \
+        f"step {saves[-1]}, {saves[-1]} batches into epoch 1 (its periodic save)"
+    events = list(runs.train("victim", None, jobs.TrainConfig.from_dict(PERIODIC_TRAIN), resume=True))
+    start = next(e for e in events if e["event"] == "start")
+    assert (start["first_step"], start["resumed_from"]) == (saves[-1], "periodic")
+    weights = checkpoints.load("victim").model.state_dict()
+    assert all(torch.equal(uninterrupted[k], weights[k]) for k in uninterrupted)
 
 
 def test_a_stopped_process_stays_running_and_no_second_writer_starts(store, monkeypatch):

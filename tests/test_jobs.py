@@ -72,6 +72,8 @@ def test_stop_now_and_resume_after_a_crash():
     resumed = jobs.get(new_id)
     assert resumed["spec"]["resume"] and resumed["resumed_from"] == job_id
     assert resumed["spec"]["train"]["epochs"] == 20           # the same run, going on
+    assert jobs.resumes_from(new_id).startswith(" from step ")
+    assert jobs.resumes_from(new_id).endswith("(its best checkpoint)")
     _wait(new_id, ("running",), worker=worker)
     jobs.request_stop(new_id, "now")
     job = _wait(new_id, jobs.FINAL, worker=worker)

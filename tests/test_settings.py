@@ -208,3 +208,20 @@ def test_a_stopped_job_says_where_it_stands_and_how_to_go_on():
     assert "nothing was saved: Resume starts it again" in progress_html(job)
     assert "stopped before its first step" in progress_html({"status": "stopped", "error": None,
                                                             "progress": None})
+
+
+def test_the_job_view_says_when_the_run_last_saved(store):
+    """The Train tab's line: how long ago the run saved where it stands, and a periodic save's
+    own line; a running job's last save is not called a stopped run's."""
+    from lab.training.runs import last_dir
+    from lab.ui.jobs_view import progress_html, written
+    step = {"event": "step", "epoch": 1, "step": 40, "total_steps": 200, "train_loss": 3.0,
+            "elapsed_s": 600, "eta_s": 60, "saved_s_ago": 252.0}
+    assert "ETA 1m00s, saved 4m12s ago" in progress_html({"status": "running", "error": None,
+                                                          "progress": step})
+    saved = {"event": "saved", "epoch": 1, "step": 40, "save_s": 0.3}
+    assert "running: saved where it stands at epoch 1, step 40" in progress_html(
+        {"status": "running", "error": None, "progress": saved})
+    last_dir("kept").mkdir(parents=True)
+    assert written({"name": "kept", "status": "running"}).startswith("No checkpoint yet (one is")
+    assert "saved where it stood. Resume goes on" in written({"name": "kept", "status": "interrupted"})

@@ -121,6 +121,48 @@ def test_stop_now_cuts_an_evaluation_short_and_resume_redoes_it(corpus_dir, stra
     assert _equal_to_straight("cut", straight)
 
 
+def test_periodic_saves_change_nothing_and_never_touch_the_best_checkpoint(corpus_dir, straight,
+                                                                             monkeypatch):
+    """A save after every step (save_every_minutes tiny) trains the same weights as none; each
+    goes to the run's last save, the best checkpoint stays the epoch's; a finished run drops it."""
+    written, write_dir = [], checkpoints.write_dir
+
+    def spy(final, model, tok, provenance=None, metrics=None, train_state=None):
+        written.append((final.name, train_state["step"], train_state["batches_done"],
+                        train_state["saved_by"]))
+        return write_dir(final, model, tok, provenance, metrics, train_state)
+    monkeypatch.setattr(checkpoints, "write_dir", spy)
+    events = _tiny_run("saver", 2, save_every_minutes=1e-9)
+    assert [e["step"] for e in events if e["event"] == "saved"] == list(range(1, 21))
+    assert all(e["save_s"] > 0 for e in events if e["event"] == "saved")
+    assert [w for w in written if w[0] != "last"] == [("saver", 10, 0, "best"), ("saver", 20, 0, "best")]
+    assert [w[1:] for w in written if w[0] == "last"] == [
+        (step, (step - 1) % 10 + 1, "periodic") for step in range(1, 21)]
+    assert _equal_to_straight("saver", straight)
+    assert not runs.last_dir("saver").exists()          # finished: the checkpoint is the state
+
+
+def test_the_progress_line_says_when_the_run_saved_and_where_a_resume_goes_on():
+    step = {"event": "step", "epoch": 1, "step": 40, "total_steps": 200, "train_loss": 3.0,
+            "tokens_per_s": 100.0, "mfu": None, "elapsed_s": 600, "eta_s": 60}
+    assert format_event({**step, "next_save_s": 359.0}).endswith("ETA 1m00s, next save in 5m59s")
+    assert format_event({**step, "saved_s_ago": 252.0}).endswith("ETA 1m00s, saved 4m12s ago")
+    assert format_event(step).endswith("ETA 1m00s")                  # periodic saves off
+    progress = {"event": "progress", "phase": "evaluating", "epoch": 1, "step": 40, "total_steps": 200,
+                "dev_items": 60, "unit": "captions", "eta_s": 60, "saved_s_ago": 5.0}
+    assert format_event(progress).endswith("evaluating 60 dev captions, ETA 1m00s, saved 0m05s ago")
+    start = {"event": "start", "device": "cpu", "epochs": 2, "steps_per_epoch": 10,
+             "first_epoch": 1, "first_step": 4, "first_batch": 4, "resumed_from": "periodic"}
+    assert format_event(start).endswith("2 epochs x 10 steps; going on from step 4, 4 batches into "
+                                        "epoch 1 (its periodic save)")
+    assert format_event({**start, "first_epoch": 2, "first_step": 10, "first_batch": 0,
+                         "resumed_from": "best"}).endswith("step 10, the start of epoch 2 (its best checkpoint)")
+    saved = {"event": "saved", "epoch": 1, "step": 40, "save_s": 0.25}
+    assert format_event(saved).startswith("epoch 1 step 40: saved where the run stands in 0.25 s")
+    with pytest.raises(ConfigError, match="save_every_minutes must be between 0.0 and"):
+        TrainConfig(save_every_minutes=-1).validate()
+
+
 def test_resume_without_dropout_control(corpus_dir, straight):
     """The comparison has teeth: a run with another dropout ends elsewhere."""
     _tiny_run("other", 2, dropout=0.0)
@@ -197,8 +239,10 @@ def test_progress_says_what_the_run_does_and_the_eta_counts_evaluation(corpus_di
     last_eval = next(e for e in events if e["event"] == "progress" and e["phase"] == "evaluating"
                      and e["step"] == 20)
     assert last_eval["eta_s"] > 0          # the last evaluation is still to come, so still counted
-    assert progress.format_event(evaluating[0]).endswith("evaluating 60 dev captions, ETA " +
-                                                         progress.format_duration(evaluating[0]["eta_s"]))
+    first, fd = evaluating[0], progress.format_duration    # before any save: when the first falls
+    assert progress.format_event(first).endswith(f"evaluating 60 dev captions, ETA {fd(first['eta_s'])}, "
+                                                 f"next save in {fd(first['next_save_s'])}")
+    assert "saved_s_ago" in last_eval               # epoch 1's checkpoint holds a resumable state
 
 
 def test_a_cpu_run_is_float32_and_reports_tokens_per_second_with_mfu_unknown(corpus_dir):

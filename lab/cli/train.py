@@ -57,7 +57,7 @@ def _resume_training(args):
     if m_over:
         raise ConfigError(f"--resume cannot change the model's architecture ({', '.join(sorted(m_over))})")
     checkpoints.check_name(args.resume)
-    _, folder = runs.resume_point(args.resume, args.store)
+    _, folder = runs.newest_save(args.resume, args.store)
     meta = checkpoints.read_config(folder)[1]
     train_cfg = TrainConfig.from_dict(meta.get("train") or {}).replace(**t_over)
     print_events(runs.train(args.resume, None, train_cfg, preset=meta.get("preset"), resume=True,
@@ -97,7 +97,8 @@ def cmd_jobs(args):
         job = jobs.request_stop(args.job_id, args.mode, args.store)
         print(f"job {job['id']}: {job['status']}, stop={job['stop']}")
     elif args.action == "resume":
-        print(f"queued job {jobs.resume(args.job_id, args.store)}")
+        new = jobs.resume(args.job_id, args.store)
+        print(f"queued job {new}{jobs.resumes_from(new, args.store)}")
 
 
 def _presets_epilog() -> str:

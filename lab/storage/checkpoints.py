@@ -446,7 +446,15 @@ def load_train_state(name: str, store=None) -> dict | None:
     return read_train_state(resolve(name, store))
 
 
-def read_train_state(folder: Path) -> dict | None:
+def read_train_position(folder: Path) -> dict | None:
+    """Where training stood (epoch, batches_done, step, saved_by, ...) without the optimizer's
+    state or the random states: the file's metadata alone, to choose between saves or say where
+    a run goes on from."""
+    meta = read_train_state(folder, tensors=False)
+    return meta and {k: v for k, v in meta.items() if k not in ("optimizer", "rng")}
+
+
+def read_train_state(folder: Path, tensors: bool = True) -> dict | None:
     from safetensors import SafetensorError, safe_open
     path = folder / TRAIN_STATE_FILE
     if not path.is_file():
@@ -456,7 +464,7 @@ def read_train_state(folder: Path) -> dict | None:
             meta = json.loads(f.metadata()["train_state"])
             state: dict = {}
             rng: dict = {}
-            for key in f.keys():
+            for key in f.keys() if tensors else ():
                 if key.startswith("rng."):
                     rng[key[4:]] = f.get_tensor(key)
                     continue

@@ -28,6 +28,28 @@ def rate_text(ev: dict) -> str:
             f"{flops.format_mfu(ev.get('mfu'))}")
 
 
+SAVED_BY = {"periodic": "its periodic save", "stop": "where its stop left it",
+            "best": "its best checkpoint"}
+
+
+def position_text(state: dict) -> str:
+    """Where a saved train state has a run go on: 'step 40, 10 batches into epoch 2 (its
+    periodic save)'."""
+    epoch, done = state["epoch"] + 1, state.get("batches_done", 0)
+    where = f"{done} batches into epoch {epoch}" if done else f"the start of epoch {epoch}"
+    by = SAVED_BY.get(state.get("saved_by"))
+    return f"step {state['step']}, {where}" + (f" ({by})" if by else "")
+
+
+def save_text(ev: dict) -> str:
+    """', saved 4m12s ago' or ', next save in 5m48s' (nothing when periodic saves are off)."""
+    if "saved_s_ago" in ev:
+        return f", saved {format_duration(ev['saved_s_ago'])} ago"
+    if "next_save_s" in ev:
+        return f", next save in {format_duration(ev['next_save_s'])}"
+    return ""
+
+
 def format_event(ev: dict, name: str = "") -> str:
     """One human line per trainer event: progress with ETA, dev scores, the end."""
     e = ev["event"]
@@ -36,15 +58,11 @@ def format_event(ev: dict, name: str = "") -> str:
                 f"{ev['params'] / 1e6:.1f}M parameters; run dir {ev['run_dir']}")
     if e == "start":
         return _start_text(ev)
-    if e == "step":
-        pct = 100 * ev["step"] / ev["total_steps"]
-        return (f"epoch {ev['epoch']} step {ev['step']}/{ev['total_steps']} ({pct:.1f}%) "
-                f"loss {ev['train_loss']:.4f} {rate_text(ev)} "
-                f"elapsed {format_duration(ev['elapsed_s'])} ETA {format_duration(ev['eta_s'])}")
-    if e == "progress":
-        rate = f", {rate_text(ev)}" if "tokens_per_s" in ev else ""
-        return (f"epoch {ev['epoch']} step {ev['step']}/{ev['total_steps']}: {phase_text(ev)}{rate}, "
-                f"ETA {format_duration(ev['eta_s'])}")
+    if e in ("step", "progress"):
+        return _training_text(ev)
+    if e == "saved":
+        return (f"epoch {ev['epoch']} step {ev['step']}: saved where the run stands in "
+                f"{ev['save_s']:.2f} s (a resume goes on from here)")
     if e == "eval":
         return _eval_text(ev)
     if e == "early_stop":
@@ -69,6 +87,20 @@ def format_event(ev: dict, name: str = "") -> str:
     return json.dumps(ev)
 
 
+def _training_text(ev: dict) -> str:
+    """A step line (the loss since the last one) or a progress line (what the run does now),
+    with the ETA and how long ago the run last saved."""
+    if ev["event"] == "step":
+        pct = 100 * ev["step"] / ev["total_steps"]
+        return (f"epoch {ev['epoch']} step {ev['step']}/{ev['total_steps']} ({pct:.1f}%) "
+                f"loss {ev['train_loss']:.4f} {rate_text(ev)} "
+                f"elapsed {format_duration(ev['elapsed_s'])} ETA {format_duration(ev['eta_s'])}"
+                + save_text(ev))
+    rate = f", {rate_text(ev)}" if "tokens_per_s" in ev else ""
+    return (f"epoch {ev['epoch']} step {ev['step']}/{ev['total_steps']}: {phase_text(ev)}{rate}, "
+            f"ETA {format_duration(ev['eta_s'])}{save_text(ev)}")
+
+
 def _start_text(ev: dict) -> str:
     """Where and how the run trains: device, precision, compiled, packed, processes."""
     procs = f" x {ev['processes']} processes (torchrun)" if ev.get("processes", 1) > 1 else ""
@@ -76,8 +108,11 @@ def _start_text(ev: dict) -> str:
         f", not packed: {ev['unpacked_why']}" if ev.get("unpacked_why") else ""
     how = f" ({ev['device_name']}, {ev['precision']}{', compiled' if ev.get('compiled') else ''}" \
           f"{packing})" if "precision" in ev else ""
+    going_on = "" if "resumed_from" not in ev else "; going on from " + position_text(
+        {"epoch": ev["first_epoch"] - 1, "batches_done": ev["first_batch"], "step": ev["first_step"],
+         "saved_by": ev["resumed_from"]})
     return (f"training on {ev['device']}{how}{procs}: {ev['epochs']} epochs x "
-            f"{ev['steps_per_epoch']} steps")
+            f"{ev['steps_per_epoch']} steps{going_on}")
 
 
 def _eval_text(ev: dict) -> str:

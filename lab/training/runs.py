@@ -3,15 +3,17 @@ build (or load) the model, train, keep the best checkpoint in the store."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
+import uuid
 from pathlib import Path
 from typing import Iterator
 
 import torch
 
 from lab.storage import checkpoints, smollm2
-from lab.training import distributed
+from lab.training import distributed, progress
 from lab.inputs import tasks, tokenizers
 from lab.storage import store as lab_store
 from lab.config import ConfigError, ModelConfig, TrainConfig, parse_blocks
@@ -77,9 +79,22 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
     ended = None
     for ended in trainer.run():
         yield ended
-    if prepared.final and distributed.rank() == 0 \
-            and ended and ended["event"] == "done" and name in checkpoints.names(store):
+    finished = distributed.rank() == 0 and ended and ended["event"] == "done"
+    if finished:
+        drop_last(name, store)
+    if finished and prepared.final and name in checkpoints.names(store):
         yield from prepared.final(name, trainer, store)
+
+
+def drop_last(name: str, store=None) -> None:
+    """A finished run's last save (periodic or a stop's) goes: its checkpoint holds the training
+    state a run given more epochs goes on from, as it did before any mid-way save. Moved aside
+    first, so a crash never leaves half a state (recover removes what is left)."""
+    last = last_dir(name, store)
+    if last.is_dir():
+        trash = last.parent / f".del-{last.name}-{uuid.uuid4().hex[:8]}"
+        os.replace(last, trash)
+        shutil.rmtree(trash, ignore_errors=True)
 
 
 def _model_to_train(task, root, model_cfg, train_cfg, parent, store, source_dir, state):
@@ -105,16 +120,19 @@ def _model_to_train(task, root, model_cfg, train_cfg, parent, store, source_dir,
 
 
 def _savers(name: str, model, tok, provenance: dict, also, store):
-    """The trainer's callbacks that write checkpoints: the best epoch (as `name`), where a stopped
-    run stands (its last save), and the best by the second metric `also` (as NAME-METRIC)."""
+    """The trainer's callbacks that write checkpoints: the best epoch (as `name`), where a run
+    stands when it stops or a periodic save is due (its last save, in its run folder), and the
+    best by the second metric `also` (as NAME-METRIC)."""
     def save_best(record: dict, train_state: dict):
         checkpoints.save(model, tok, name, store, provenance={**provenance, "epoch": record["epoch"]},
                          metrics={k: v for k, v in record.items() if k.startswith("dev_")}
                          | {"epoch": record["epoch"]}, overwrite=True, train_state=train_state)
 
     def save_last(train_state: dict):
+        """Where the run stands (a stop's, or a periodic save): never over the best checkpoint."""
         checkpoints.write_dir(last_dir(name, store), model, tok,
-                              provenance={**provenance, "stopped_at_step": train_state["step"]},
+                              provenance={**provenance, "saved_at_step": train_state["step"],
+                                          "saved_by": train_state["saved_by"]},
                               metrics={"step": train_state["step"]}, train_state=train_state)
 
     def save_also_best(record: dict, train_state: dict):
@@ -254,23 +272,36 @@ def resume_state(name: str, train_cfg: TrainConfig, store) -> tuple[dict, Path]:
 
 
 def resume_point(name: str, store=None) -> tuple[dict, Path]:
-    """Where the run `name` stands, from the later of its best checkpoint and the state its last
-    stop kept: (train state, folder to load the model from); or one message saying why training
-    cannot go on."""
+    """Where the run `name` stands, from the newer of its best checkpoint and its last save (a
+    stop's or a periodic one): (train state, folder to load the model from); or one message
+    saying why training cannot go on."""
+    _, path = newest_save(name, store)
+    return checkpoints.read_train_state(path), path
+
+
+def going_on_from(name: str, store=None) -> str:
+    """Where a resume of the run `name` goes on from, in words."""
+    return progress.position_text(newest_save(name, store)[0])
+
+
+def newest_save(name: str, store=None) -> tuple[dict, Path]:
+    """(where training stood, the folder) of the run's newest resumable save, read without its
+    tensors; at the same step an epoch's checkpoint is newer than a save before its evaluation."""
     candidates = []
     last = last_dir(name, store)
     if not last.is_dir() and name not in checkpoints.names(store):
         raise ConfigError(f"run {name!r} saved nothing to go on from (no checkpoint {name!r} in "
-                          f"the store, no state kept by a stop); start it again")
+                          f"the store, no state kept by a stop or a periodic save); start it again")
     if last.is_dir():
-        candidates.append((checkpoints.read_train_state(last), last))
+        candidates.append((checkpoints.read_train_position(last), last))
     if name in checkpoints.names(store):
-        candidates.append((checkpoints.load_train_state(name, store), checkpoints.resolve(name, store)))
+        path = checkpoints.resolve(name, store)
+        candidates.append((checkpoints.read_train_position(path), path))
     candidates = [(s, p) for s, p in candidates if s is not None]
     if not candidates:
         raise ConfigError(f"run {name!r} kept no training state to go on from (the checkpoint was "
                           f"imported, saved before checkpoints kept one, or the run ended before "
                           f"its first save); fine-tune from it with a new name, or start it again")
-    state, folder = max(candidates, key=lambda c: c[0]["step"])
+    state, folder = max(candidates, key=lambda c: (c[0]["step"], c[0]["epoch"]))
     checkpoints.check_folder(folder)          # whole weights, or one line saying what is wrong
     return state, folder

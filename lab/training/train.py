@@ -7,7 +7,9 @@ the CLI prints them, the job worker writes them to the ledger. Every dict also g
 train_state holds the optimizer state, where training stands and the random states, and `resume=`
 takes it back). `should_stop()` is polled every step and between evaluation batches: "now" stops
 within a step or an evaluation batch and hands `on_stop` the state to keep, "after_checkpoint" (or
-any other true value) after the current epoch's evaluation and checkpoint.
+any other true value) after the current epoch's evaluation and checkpoint. Every
+`save_every_minutes` of training `on_stop` also gets that state, and the run goes on (a periodic
+save, lab.training.saves).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from lab.config import ConfigError, TrainConfig, parse_blocks
 from lab.inputs.data import Batch, assignment_loss, pack, packable
 from lab.errors import Aborted
 from lab.modeling.device import autocast, pick_device, resolve_precision
+from lab.training.saves import SaveClock
 from lab.training.schedules import scheduled_inputs, scheduled_lr, teacher_forcing
 
 
@@ -107,7 +110,8 @@ def set_rng_state(state: dict, device: torch.device) -> None:
 
 class Trainer:
     """on_best(record, train_state): dev improved, save the model. on_stop(train_state): the run
-    stops before its end (stop now, stop after the checkpoint, shutdown); keep where it stands.
+    stops before its end (stop now, stop after the checkpoint, shutdown), or a periodic save is
+    due; keep where it stands (never over the best checkpoint).
     train_state: the optimizer state, `epoch` (epochs completed), `batches_done` (batches of the
     next epoch already trained), `step`, the best record and the random states: `resume=` takes
     it back and the run goes on exactly as if it had never stopped."""
@@ -225,11 +229,20 @@ class Trainer:
             return False, f"the {model.config.model} model's parts read one text per row"
         return True, None
 
-    def _train_state(self, epochs_completed: int, batches_done: int) -> dict:
+    def _train_state(self, epochs_completed: int, batches_done: int, saved_by: str = "stop") -> dict:
+        """saved_by: what kept it (stop, periodic, best), said when a run goes on from it."""
         return {"optimizer": self.opt.state_dict(), "epoch": epochs_completed, "step": self.step,
                 "batches_done": batches_done, "best": self.best, "bad_epochs": self.bad_epochs,
                 "also_best": self.also_best, "trained_s": self.trained_before + self.train_s,
-                "rng": rng_state(self.device)}
+                "rng": rng_state(self.device), "saved_by": saved_by}
+
+    def _save_periodic(self, epoch: int, batches_done: int, writer) -> dict:
+        """The state a stop keeps, kept without stopping (its save time measured and said)."""
+        t0 = time.monotonic()
+        self.on_stop(self._train_state(epoch - 1, batches_done, "periodic"))
+        self.clock.saved()
+        return self._log({"event": "saved", "epoch": epoch, "step": self.step,
+                          "save_s": time.monotonic() - t0}, writer)
 
     def _stop(self, writer, epochs_completed: int, batches_done: int, reason: str) -> dict:
         """Keep where the run stands (rank 0 saves) and say so."""
@@ -245,8 +258,11 @@ class Trainer:
         self._setup()
         writer = SummaryWriter(str(self.run_dir / "tb")) if self.main else None
         self.t_start, self.train_s, self.steps_timed, self.eval_s = time.time(), 0.0, 0, None
+        self.clock = SaveClock(cfg.save_every_minutes if self.on_stop else 0, saved=bool(self.resume))
+        resumed = {"resumed_from": self.resume.get("saved_by", "save"), "first_batch": self.skip} \
+            if self.resume else {}
         yield self._log({"event": "start", "epochs": self.epochs, "steps_per_epoch": self.steps_per_epoch,
-                         "first_epoch": self.epoch_done + 1, "first_step": self.step,
+                         "first_epoch": self.epoch_done + 1, "first_step": self.step, **resumed,
                          "trainable_params": sum(p.numel() for p in self.params),
                          "device": str(self.device), "device_name": self.device_name,
                          "precision": self.precision, "compiled": cfg.compile,
@@ -323,7 +339,7 @@ class Trainer:
     def progress(self, epoch: int, phase: str, **more) -> dict:
         return {"event": "progress", "phase": phase, "epoch": epoch, "step": self.step,
                 "total_steps": self.total_steps, "elapsed_s": time.time() - self.t_start,
-                "eta_s": self._eta(), **more}
+                "eta_s": self._eta(), **self.clock.said(), **more}
 
     def _epoch(self, epoch: int, writer):
         """Train one epoch (the batches after `skip` of it, when resuming mid-epoch); returns True
@@ -361,6 +377,8 @@ class Trainer:
             if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step % spe and self.main:
                 yield from self._mid_epoch_eval(epoch, writer)
                 t_said = time.time()
+            if self.main and self.clock.due():
+                yield self._save_periodic(epoch, i + 1, writer)
         return False
 
     def _step_record(self, epoch: int, train_loss: float, rates: dict, forcing: dict | None = None,
@@ -368,7 +386,7 @@ class Trainer:
         """A step event: the mean loss since the last one, the rates over that stretch, where the
         run stands (eta_s: the estimate, unless given)."""
         return {"event": "step", "epoch": epoch, "step": self.step, "total_steps": self.total_steps,
-                "train_loss": train_loss, **rates, **(forcing or {}),
+                "train_loss": train_loss, **rates, **(forcing or {}), **self.clock.said(),
                 "elapsed_s": time.time() - self.t_start, "eta_s": self._eta() if eta_s is None else eta_s}
 
     def _train_step(self, batch) -> tuple[float, int]:
@@ -439,7 +457,8 @@ class Trainer:
             self.best, self.bad_epochs, record["best"] = record, 0, True
             yield self._log(self.progress(epoch, "saving"), writer)
             if self.on_best:
-                self.on_best(record, self._train_state(epoch, 0))
+                self.on_best(record, self._train_state(epoch, 0, "best"))
+                self.clock.saved()
         else:
             self.bad_epochs += 1
         also = self.also_by
@@ -447,7 +466,7 @@ class Trainer:
                 self.also_best is None or also.better(record, self.also_best)):
             self.also_best, record["also_best"] = dict(record), also.name
             if self.on_also_best:
-                self.on_also_best(record, self._train_state(epoch, 0))
+                self.on_also_best(record, self._train_state(epoch, 0, "best"))
 
     def _stop_after_epoch(self, epoch: int, record: dict, evaluated: bool, writer) -> dict:
         """A stop asked for at the epoch's end: the checkpoint just saved is where the run stands,

@@ -13,7 +13,7 @@ import gradio as gr
 from lab.config import ConfigError
 from lab.storage import checkpoints
 from lab.storage import store as lab_store
-from lab.training.progress import format_duration, phase_text
+from lab.training.progress import format_duration, phase_text, save_text
 from lab.training.runs import run_dir_for
 from lab.ui.common import Context, friendly, whole
 from lab.ui.fields import Dropdown
@@ -35,7 +35,10 @@ def progress_html(job: dict) -> str:
     if event in ("step", "progress") and status == "running":
         doing = phase_text(p) if event == "progress" else f"training, loss {p['train_loss']:.3f}"
         text = (f"{doing} — epoch {p['epoch']}, step {p['step']}/{p['total_steps']}, "
-                f"elapsed {format_duration(p['elapsed_s'])}, ETA {format_duration(p['eta_s'])}")
+                f"elapsed {format_duration(p['elapsed_s'])}, ETA {format_duration(p['eta_s'])}"
+                + save_text(p))
+    elif event == "saved":
+        text = f"{status}: saved where it stands at epoch {p['epoch']}, step {p['step']}"
     elif event == "scoring":
         text = f"{status}: training ended; scoring {html.escape(p['what'])}"
     elif event == "scored":
@@ -142,10 +145,12 @@ def log_tail(job: dict, store=None, lines: int = 15, max_bytes: int = 65536) -> 
 
 def written(job: dict, store=None) -> str:
     if job["name"] not in checkpoints.names(store):
-        if (run_dir_for(job["name"], store) / "last").is_dir():
-            return ("No checkpoint yet: the run stopped before its first dev evaluation and saved "
+        ended = job["status"] not in ("queued", "running")
+        if ended and (run_dir_for(job["name"], store) / "last").is_dir():
+            return ("No checkpoint yet: the run ended before its first dev evaluation and saved "
                     "where it stood. Resume goes on from there.")
-        return "No checkpoint yet (one is written after each epoch whose dev score improves)."
+        return ("No checkpoint yet (one is written after each epoch whose dev score improves, and "
+                "where the run stands, to resume from, every save_every_minutes).")
     try:
         m = checkpoints.info(job["name"], store)["metrics"]
     except checkpoints.CheckpointError as e:
@@ -192,7 +197,8 @@ def stop(job_id, mode, store=None):
 
 def resume(job_id, store=None):
     new = jobs.resume(job_id_of(job_id), store)
-    return gr.update(choices=job_choices(store), value=str(new)), f"Queued job {new}, resuming job {job_id}."
+    return (gr.update(choices=job_choices(store), value=str(new)),
+            f"Queued job {new}, resuming job {job_id}{jobs.resumes_from(new, store)}.")
 
 
 def jobs_section(ctx: Context, message) -> Dropdown:

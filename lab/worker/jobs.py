@@ -178,6 +178,13 @@ def resume(job_id: int, store=None) -> int:
                   resumed_from=job_id, after=after, after_only=only)
 
 
+def resumes_from(job_id: int, store=None) -> str:
+    """Where a queued resume goes on from, as ' from step 40, 10 batches into epoch 2 (its
+    periodic save)'; nothing for one that goes on with the steps after training."""
+    job = get(job_id, store)
+    return f" from {runs.going_on_from(job['name'], store)}" if job["spec"].get("resume") else ""
+
+
 def mark_dead(store=None) -> list[int]:
     """Running jobs whose lock is free (their process is gone) become interrupted."""
     dead = []

@@ -1,0 +1,30 @@
+"""When a run saves where it stands: every `save_every_minutes` of wall time since its last save
+of resumable state (a periodic one, a stop's, or the best checkpoint's, which holds its training
+state too), so a crash loses at most that much training. Asked between steps: one clock read.
+"""
+from __future__ import annotations
+
+import time
+
+
+class SaveClock:
+    """minutes: the interval (0: never). saved: a resumable state is already on disk as training
+    starts (a resumed run's), so the time since it is what a crash would lose."""
+
+    def __init__(self, minutes: float, saved: bool = False):
+        self.every_s = max(minutes, 0.0) * 60
+        self.last, self.saved_any = time.monotonic(), saved
+
+    def due(self) -> bool:
+        return self.every_s > 0 and time.monotonic() - self.last >= self.every_s
+
+    def saved(self) -> None:
+        self.last, self.saved_any = time.monotonic(), True
+
+    def said(self) -> dict:
+        """What a progress line says about saving: seconds since the last save, or until the
+        first one; nothing when periodic saves are off."""
+        if not self.every_s:
+            return {}
+        ago = time.monotonic() - self.last
+        return {"saved_s_ago": ago} if self.saved_any else {"next_save_s": max(self.every_s - ago, 0.0)}
