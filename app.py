@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 
-from lab.storage import checkpoints, interop
+from lab.storage import checkpoints, uploads
 from lab.errors import LabError
 from lab.worker.jobs import shutdown_grace_s
 from lab.ui import build_app, launch_kwargs
@@ -52,7 +52,7 @@ def main() -> int:
         grace_s = shutdown_grace_s()
         for line in checkpoints.recover(os.environ.get("LAB_STORE")):
             print(f"store: {line}", flush=True)
-        interop.clear_uploads(os.environ.get("LAB_STORE"))
+        uploads.clear(os.environ.get("LAB_STORE"))
         demo = build_app(store=os.environ.get("LAB_STORE"), data_dir=os.environ.get("LAB_DATA_DIR"))
     except LabError as e:
         print(f"error: {e}", file=sys.stderr)

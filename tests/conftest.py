@@ -1,11 +1,13 @@
 import os
 import socket
+import struct
 from contextlib import contextmanager
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -124,16 +126,52 @@ def start_app(store: Path, log_path: Path, **env) -> tuple[subprocess.Popen, str
     pytest.fail("the app did not start: " + Path(log_path).read_text()[-2000:])
 
 
+SERVED: dict[str, subprocess.Popen] = {}        # the app process behind each URL serving() yields
+
+
 @contextmanager
 def serving(store: Path, log: Path | None = None, **env):
     """The app on `store` for as long as the block runs (a fixture's life): yields its URL.
     log: where its output goes (default: app.log in the store)."""
     proc, url = start_app(store, log or store / "app.log", **env)
+    SERVED[url] = proc
     try:
         yield url
     finally:
+        SERVED.pop(url, None)
         proc.terminate()
         proc.wait(timeout=90)
+
+
+def bytes_written(pid: int) -> int:
+    """What a process has written so far through write() and its kind (Linux's /proc/PID/io)."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("wchar:"):
+            return int(line.split()[1])
+    raise AssertionError(f"/proc/{pid}/io has no wchar")
+
+
+def zip_bomb(path: Path, config: Path, weights_bytes: int, lie: int | None = None) -> Path:
+    """A .zip of an HF GPT-2 folder: its real config.json, and a model.safetensors of
+    `weights_bytes` zeros (compressing about a thousandfold); lie: the size its headers give
+    instead (both the local header and the central directory say it)."""
+    zero = bytes(2 ** 20)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.write(config, "gpt2/config.json")
+        with z.open("gpt2/model.safetensors", "w", force_zip64=weights_bytes >= 2 ** 31) as out:
+            for start in range(0, weights_bytes, len(zero)):
+                out.write(zero[:weights_bytes - start])
+    if lie is not None:
+        data = bytearray(path.read_bytes())
+        with zipfile.ZipFile(path) as z:
+            info = z.getinfo("gpt2/model.safetensors")
+        struct.pack_into("<I", data, info.header_offset + 22, lie)             # local header
+        central = data.index(b"PK\x01\x02")
+        while data[central + 46:central + 46 + len(info.filename)] != info.filename.encode():
+            central = data.index(b"PK\x01\x02", central + 4)
+        struct.pack_into("<I", data, central + 24, lie)                        # central directory
+        path.write_bytes(bytes(data))
+    return path
 
 
 def wait_job(job_id: int, statuses, worker=None, timeout: float = 240, store=None) -> dict:

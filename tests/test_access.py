@@ -1,5 +1,8 @@
-"""What the web lab may touch beyond its store (LAB_ALLOWED_DIRS), its login (LAB_AUTH) and the
-warning when it is reachable without one; and concurrent first loads in a fresh process."""
+"""What the web lab may touch beyond its store (LAB_ALLOWED_DIRS), its login (LAB_AUTH): nothing but
+the login page before it, on every route the app has, and failed logins slowed per client address;
+the warning when it is reachable without one; and concurrent first loads in a fresh process."""
+import asyncio
+import re
 import subprocess
 import sys
 import zipfile
@@ -14,8 +17,9 @@ from lab.inputs import tokenizers
 from lab.storage import store as lab_store
 from lab.modeling.model import build
 from lab.ui import checkpoints as tab
-from lab.ui import launch_kwargs
-from tests.conftest import start_app, tiny_config
+from lab.ui import build_app, launch_kwargs
+from lab.ui.access import LoginGate, Throttle, client_address
+from tests.conftest import free_port, start_app, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,7 +72,9 @@ def test_login_and_the_warning_for_an_open_lab(monkeypatch, capsys):
     launch_kwargs()
     assert "warning: the lab listens on 0.0.0.0" in capsys.readouterr().err
     monkeypatch.setenv("LAB_AUTH", "ada:secret")
-    assert launch_kwargs()["auth"] == ("ada", "secret") and capsys.readouterr().err == ""
+    kwargs = launch_kwargs()
+    assert kwargs["auth"] == ("ada", "secret") and capsys.readouterr().err == ""
+    assert [m.cls for m in kwargs["app_kwargs"]["middleware"]] == [LoginGate]
     for bad in ("nocolon", ":pw", "user:"):
         monkeypatch.setenv("LAB_AUTH", bad)
         with pytest.raises(Exception, match="LAB_AUTH must be user:password"):
@@ -91,6 +97,153 @@ def test_the_app_with_a_login_refuses_api_calls_without_it(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def gated(tmp_path_factory):
+    """The app with a login, built and launched here as app.py does it (so that the test can list
+    the routes of the very app that serves): yields (the FastAPI app, its URL)."""
+    store = tmp_path_factory.mktemp("gated-store")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("LAB_AUTH", "ada:secret")
+        env.setenv("GRADIO_SERVER_PORT", str(free_port()))
+        kwargs = launch_kwargs()
+    demo = build_app(store=str(store))
+    demo.queue(default_concurrency_limit=4).launch(prevent_thread_lock=True, quiet=True, **kwargs)
+    try:
+        yield demo.app, f"http://127.0.0.1:{kwargs['server_port']}"
+    finally:
+        demo.close()
+
+
+def _routes(routes, prefix: str = ""):
+    """(path, methods) of every route an app answers: its own, its routers', its mounts'."""
+    from starlette.routing import Mount, WebSocketRoute
+    for r in routes:
+        if hasattr(r, "original_router"):                    # a router FastAPI includes lazily
+            yield from _routes(r.original_router.routes, prefix + r.include_context.prefix)
+        elif isinstance(r, Mount):
+            yield from _routes(r.routes, prefix + r.path) if r.routes else \
+                [(prefix + r.path + "/{rest:path}", {"GET"})]
+        elif isinstance(r, WebSocketRoute) or type(r).__name__ == "APIWebSocketRoute":
+            yield prefix + r.path, {"WEBSOCKET"}
+        else:
+            assert hasattr(r, "path"), f"a route of a kind this test does not know: {r!r}"
+            yield prefix + r.path, set(getattr(r, "methods", None) or {"GET"})
+
+
+# what answers before login: the login page, the files it draws with, the login itself
+LOGIN_PAGE = {("/", "GET"), ("/", "HEAD"), ("/theme.css", "GET"), ("/favicon.ico", "GET"),
+              ("/assets/{path:path}", "GET"), ("/static/{path:path}", "GET"),
+              ("/login", "POST"), ("/login/", "POST")}
+
+
+def _probe(client, path: str, method: str):
+    url = re.sub(r"\{[^}]*\}", "x", re.sub(r"\{[^}:]*:path\}", "x/y", path))
+    if method == "WEBSOCKET":
+        return client.get(url, headers={"connection": "upgrade", "upgrade": "websocket",
+                                        "sec-websocket-version": "13",
+                                        "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ=="})
+    return client.request(method, url)
+
+
+def test_before_login_every_route_but_the_login_page_is_refused(gated):
+    """Every route of the app (Gradio's, FastAPI's, any a later Gradio adds) without the login
+    cookie: refused (401, 403 or a redirect), except the login page and the files it needs."""
+    import httpx
+    app, url = gated
+    routes = sorted(_routes(app.routes))
+    assert len(routes) > 60 and ("/openapi.json", {"GET", "HEAD"}) in routes
+    answered = set()
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for path, methods in routes:
+            for method in sorted(methods):
+                status = _probe(client, path, method).status_code
+                if status not in (401, 403) and not 300 <= status < 400:
+                    answered.add((path, method))
+        page = client.get("/")
+        assert '{"auth_required":true' in page.text and "compare-out" not in page.text  # no lab
+        assert client.get("/gradio_api/file=" + str(ROOT / "README.md")).status_code == 401
+    assert answered == LOGIN_PAGE, answered ^ LOGIN_PAGE
+    with httpx.Client(base_url=url, timeout=30) as client:            # logged in: all of it
+        assert client.post("/login", data={"username": "ada", "password": "secret"}).status_code == 200
+        assert "compare-out" in client.get("/config").text
+        assert client.get("/openapi.json").status_code == 200
+
+
+def test_failed_logins_slow_down_per_client_address(gated):
+    """30 wrong passwords at once from one address (127.0.0.2): the first few are checked, the
+    rest refused unchecked with how long to wait, and so is the right password from there; another
+    address (127.0.0.1) logs in at once."""
+    import concurrent.futures
+    import time
+    import httpx
+    _, url = gated
+    attacker = httpx.Client(base_url=url, timeout=30,
+                            transport=httpx.HTTPTransport(local_address="127.0.0.2"))
+
+    def attempt(password):
+        return attacker.post("/login", data={"username": "ada", "password": password})
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(attempt, [f"guess{i}" for i in range(30)]))
+    took = time.perf_counter() - t0
+    checked = [a for a in answers if a.status_code == 400]
+    refused = [a for a in answers if a.status_code == 429]
+    assert len(checked) == Throttle.free + 1 and len(refused) == 30 - len(checked), \
+        [a.status_code for a in answers]
+    said = refused[-1].json()["detail"]
+    assert re.fullmatch(r"too many failed logins from 127\.0\.0\.2: try again in \d+ s", said), said
+    assert int(refused[-1].headers["retry-after"]) >= 1
+    assert attempt("secret").status_code == 429                       # the right one waits too
+    with httpx.Client(base_url=url, timeout=30) as other:
+        assert other.post("/login", data={"username": "ada", "password": "secret"}).status_code == 200
+        assert other.get("/config").status_code == 200
+    attacker.close()
+    print(f"30 wrong logins: {len(checked)} checked, {len(refused)} refused, {took:.2f} s")
+
+
+def test_the_wait_doubles_is_capped_forgotten_cleared_by_a_login_and_bounded_in_memory():
+    now = [0.0]
+    t = Throttle(free=3, first_wait_s=1, max_wait_s=8, forget_s=100, max_addresses=1000,
+                 clock=lambda: now[0])
+    assert [t.wait("a") for _ in range(3)] == [0, 0, 0]             # a person's typos
+    assert t.wait("a") == 0 and t.wait("a") == 1                      # the 4th try, then a wait
+    waits = []
+    for _ in range(6):
+        now[0] += t.wait("a")
+        assert t.wait("a") == 0                                       # its turn: counted
+        waits.append(t.wait("a"))
+    assert waits == [2, 4, 8, 8, 8, 8]                                # doubling, at most max_wait_s
+    assert t.wait("b") == 0                                           # another address: untouched
+    now[0] += 200                                                     # forgotten after forget_s
+    assert [t.wait("a") for _ in range(4)] == [0, 0, 0, 0] and t.wait("a") == 1
+    t.succeeded("a")
+    assert t.wait("a") == 0
+    for i in range(50_000):                                           # cycling addresses
+        t.wait(f"10.{i // 65536}.{i // 256 % 256}.{i % 256}")
+    assert len(t) == 1000
+    assert client_address({"client": ("2001:db8::1", 1)}) == client_address(
+        {"client": ("2001:db8::ffff:2", 1)}) == "2001:db8::/64"
+    assert client_address({"client": ("127.0.0.2", 1)}) == "127.0.0.2"
+    assert client_address({"client": ("::ffff:10.0.0.7", 1)}) == "10.0.0.7"
+
+
+def test_the_gate_closes_a_websocket_before_login():
+    """uvicorn here has no WebSocket library, so no websocket reaches the app; with one, the gate
+    closes them all before login."""
+    from types import SimpleNamespace
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def app(scope, receive, send):
+        raise AssertionError("reached the app")
+    scope = {"type": "websocket", "path": "/gradio_api/x", "headers": [],
+             "app": SimpleNamespace(auth={"ada": "secret"}, cookie_id="c", tokens={})}
+    asyncio.run(LoginGate(app)(scope, None, send))
+    assert sent == [{"type": "websocket.close", "code": 1008}]
 
 
 def test_concurrent_first_loads_in_a_fresh_process(store):

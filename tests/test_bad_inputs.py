@@ -723,3 +723,126 @@ def get_tiny():
     from lab.presets import get
     m, t = get("tiny")
     return m.to_dict(), t.to_dict()
+
+
+# ---------------------------------------------------------------- the server's log
+
+def _event(url: str, elem_id: str, output: str) -> tuple[int, list]:
+    """The page's event that reads the component `elem_id` and writes `output`: (its id, the
+    values the page would send)."""
+    import httpx
+    config = httpx.get(url + "config", timeout=30).json()
+    comps = {c["id"]: c for c in config["components"]}
+    for dep in config["dependencies"]:
+        ids = [comps[i]["props"].get("elem_id") for i in dep["inputs"]]
+        if elem_id in ids and output in [comps[i]["props"].get("elem_id") for i in dep["outputs"]]:
+            return dep["id"], [comps[i]["props"].get("value") for i in dep["inputs"]]
+    raise AssertionError(f"no event reads {elem_id} and writes {output}")
+
+
+def _queued(url: str, fn_index: int, data) -> str:
+    """What the app answers an event sent as the page sends it (the queue): its error, or 'ok'."""
+    import uuid
+    import httpx
+    session = uuid.uuid4().hex[:10]
+    joined = httpx.post(url + "gradio_api/queue/join", timeout=30, json={
+        "data": data, "fn_index": fn_index, "session_hash": session, "event_data": None,
+        "trigger_id": None})
+    assert joined.status_code == 200, joined.text
+    with httpx.stream("GET", url + f"gradio_api/queue/data?session_hash={session}", timeout=120) as s:
+        for line in s.iter_lines():
+            message = json.loads(line[5:]) if line.startswith("data:") else {}
+            if message.get("msg") == "process_completed":
+                return "ok" if message["success"] else str(message["output"].get("error"))
+    raise AssertionError("the event never completed")
+
+
+def _logged(log: Path, call) -> tuple[str, str]:
+    """(what `call` returns, the text the app's log gained meanwhile)."""
+    start = log.stat().st_size
+    said = call()
+    return said, log.read_text()[start:]
+
+
+def _refused_lines(logged: str) -> list[str]:
+    """The lines of the log that refuse a request (the worker may log its own lines meanwhile)."""
+    return [line for line in logged.splitlines() if line.startswith("refused: ")]
+
+
+def test_what_gradio_refuses_before_the_lab_is_one_line_on_the_page_and_in_the_log(api, tmp_path):
+    """A file of a type the upload does not take, text where the decoder table takes rows, a value
+    where the upload takes files, too few values for an event: Gradio refuses each before the
+    lab's code runs; each is one line for the caller and one line in the log, no traceback."""
+    from gradio_client import handle_file
+    client, url, store = api
+    log = store.parent / "app.log"
+    (tmp_path / "pic.png").write_bytes(b"not a picture")
+    (tmp_path / "notes.txt").write_text("not a checkpoint")
+    compare_form, values = _event(url, "compare-per-model", "compare-out")
+    upload, _ = _event(url, "gpt2-upload", "checkpoints-message")
+    table = values[:-1] + ["not a table"]
+    cases = [(lambda: _message(lambda: client.predict([handle_file(tmp_path / "pic.png")], "", "imp",
+                                                      api_name="/import_gpt2_upload")),
+              "wrote: pic.png is not a file it takes (it takes .json, .safetensors, .txt, .zip)"),
+             (lambda: _message(lambda: client.predict([handle_file(tmp_path / "notes.txt")], "", "imp",
+                                                      api_name="/import_gpt2_upload")),
+              "notes.txt: not a file of an HF GPT-2 checkpoint"),
+             (lambda: _queued(url, compare_form, table),
+              "decoder per checkpoint (blank cells take the shared setting): 'not a table' is not a "
+              "value this field takes"),
+             (lambda: _queued(url, upload, ["not files", "", "imp"]),
+              "save_pretrained wrote: 'not files' is not a value this field takes"),
+             (lambda: _queued(url, compare_form, values[:3]),
+              f"takes {len(values)} values (checkpoints, decoder, ")]
+    before = snapshot(store)
+    for call, expected in cases:
+        said, lines = _logged(log, call)
+        one_clear_line(said, expected)
+        assert "Traceback" not in lines and _refused_lines(lines) == [f"refused: {said}"], lines
+    assert snapshot(store) == before
+
+
+def test_a_zip_bomb_uploaded_to_the_app_writes_next_to_nothing(api, tmp_path):
+    """A 256 MiB model.safetensors of zeros in a 0.3 MB .zip, beside the config.json of a model
+    whose weights take 6.7 MB: refused in one line (page and log), with less than 2 MB written by
+    the app (the upload itself included), and the store as it was."""
+    from gradio_client import handle_file
+    from tests.conftest import SERVED, bytes_written, zip_bomb
+    client, url, store = api
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64,
+                                  "n_embd": 32, "n_layer": 2, "n_head": 4}))
+    bomb = zip_bomb(tmp_path / "bomb.zip", config, 256 * 2 ** 20)
+    pid, before = SERVED[url].pid, snapshot(store)
+    start = bytes_written(pid)
+    said, lines = _logged(store.parent / "app.log", lambda: _message(lambda: client.predict(
+        [handle_file(bomb)], "", "bomb", api_name="/import_gpt2_upload")))
+    written = bytes_written(pid) - start
+    one_clear_line(said, "model.safetensors in bomb.zip is 268.4 MB unpacked, more than a GPT-2 of "
+                         "its config.json (2 blocks of width 32, vocabulary 50257, 64 positions) can "
+                         "need (6.7 MB)")
+    assert "Traceback" not in lines and _refused_lines(lines) == [f"refused: {said}"], lines
+    assert written < 2 * 2 ** 20, written
+    assert snapshot(store) == before and not any((store / ".lab" / "uploads").iterdir())
+
+
+def test_a_bug_keeps_its_traceback_in_the_log_and_a_mistake_is_one_line(caplog):
+    import gradio as gr
+    from lab.config import ConfigError
+    from lab.ui.common import friendly
+
+    def bug():
+        return {}["missing"]
+
+    def mistake():
+        raise ConfigError("n must be a whole number from 1 to 200, got 0")
+    with pytest.raises(gr.Error) as shown:
+        friendly(bug)()
+    assert shown.value.message.startswith("Something went wrong (KeyError")
+    assert caplog.records[-1].exc_info is not None and "Traceback" in caplog.text
+    caplog.clear()
+    with pytest.raises(gr.Error) as shown:
+        friendly(mistake)()
+    assert shown.value.message == "n must be a whole number from 1 to 200, got 0"
+    assert [r.getMessage() for r in caplog.records] == [f"refused: {shown.value.message}"]
+    assert caplog.records[0].exc_info is None

@@ -1,12 +1,17 @@
-"""HF GPT-2 interop with real HF checkpoints that `transformers` itself creates (random weights)."""
+"""HF GPT-2 interop with real HF checkpoints that `transformers` itself creates (random weights),
+and uploads of them: bounded by what their config.json says the weights can need."""
+import os
+import zipfile
+
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from lab.storage import checkpoints, interop
+from lab.storage import checkpoints, interop, uploads
 from lab.storage.checkpoints import CheckpointError
-from lab.config import ConfigError, DecodeConfig
+from lab.config import ConfigError, DecodeConfig, ModelConfig
 from lab.modeling.generate import generate
+from tests.conftest import bytes_written, zip_bomb
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +115,8 @@ def test_an_uploaded_folder_or_zip_imports_like_the_folder(hf_dir, tmp_path, sto
     assert not any((store / ".lab" / "uploads").iterdir())              # the scratch folder went
 
 
-def test_a_hostile_or_wrong_upload_gets_one_message_and_writes_nothing_outside(hf_dir, tmp_path, store):
+def test_a_hostile_or_wrong_upload_gets_one_message_and_writes_nothing_outside(hf_dir, tmp_path, store,
+                                                                                monkeypatch):
     import zipfile
     evil = tmp_path / "evil.zip"
     with zipfile.ZipFile(evil, "w") as z:
@@ -142,12 +148,107 @@ def test_a_hostile_or_wrong_upload_gets_one_message_and_writes_nothing_outside(h
         with pytest.raises(CheckpointError, match=expected):
             interop.import_hf_gpt2_upload(files, "bad")
     assert "bad" not in checkpoints.names()
-    import lab.storage.interop
-    lab.storage.interop.MAX_UPLOAD_BYTES = 1000                                   # a bomb: refused unread
-    try:
-        with pytest.raises(CheckpointError, match="unpacks to more than"):
-            interop.import_hf_gpt2_upload([evil], "bomb")
-    finally:
-        lab.storage.interop.MAX_UPLOAD_BYTES = 8 * 2 ** 30
+    monkeypatch.setattr(uploads, "MAX_UPLOAD_BYTES", 1000)              # too large: refused unread
+    with pytest.raises(CheckpointError, match="evil.zip is .* unpacked, more than an upload may hold "
+                                              r"\(1,000 bytes\)"):
+        interop.import_hf_gpt2_upload([evil], "bomb")
     with pytest.raises(CheckpointError, match="'evil' already exists"):     # refused before unpacking
         interop.import_hf_gpt2_upload([not_zip], "evil")
+
+
+def _files(store) -> dict:
+    """The store's files (not the lab's lock files) with their sizes."""
+    return {p.relative_to(store).as_posix(): p.stat().st_size for p in store.rglob("*")
+            if p.is_file() and not p.relative_to(store).as_posix().startswith(".lab/locks")}
+
+
+def _import_measured(archive, store) -> tuple[str, int]:
+    """An upload's import that must be refused: (its one line, bytes this process wrote meanwhile)."""
+    before = bytes_written(os.getpid())
+    with pytest.raises(CheckpointError) as refused:
+        interop.import_hf_gpt2_upload([archive], "bomb")
+    return str(refused.value), bytes_written(os.getpid()) - before
+
+
+def test_a_zip_bomb_is_refused_before_it_fills_the_disk(hf_dir, tmp_path, store):
+    """A 1 GiB model.safetensors of zeros (a 1 MB .zip) beside the config.json of a model whose
+    weights take 10 MB: refused by its header, with next to nothing written, the store as it was."""
+    bomb = zip_bomb(tmp_path / "bomb.zip", hf_dir / "config.json", 2 ** 30)
+    assert bomb.stat().st_size < 2 * 2 ** 20
+    before = _files(store)
+    said, written = _import_measured(bomb, store)
+    assert said.startswith("model.safetensors in bomb.zip is 1,073.7 MB unpacked, more than a GPT-2 "
+                           "of its config.json (4 blocks of width 48, vocabulary 50257, 64 positions) "
+                           "can need (10.4 MB)") and "\n" not in said
+    assert written < 2 ** 20, written              # config.json, the ledger's lines
+    assert _files(store) == before and not any((store / ".lab" / "uploads").iterdir())
+
+
+def test_a_zip_whose_header_lies_unpacks_no_further_than_the_header_says(hf_dir, tmp_path, store):
+    """The same bomb with its headers saying 1 MiB: refused as the lie shows (Python's zipfile reads
+    no further than the header says, then finds the mismatch), with next to nothing written; and
+    the lab's own count refuses a member whose bytes pass its limit, whatever its header says."""
+    liar = zip_bomb(tmp_path / "liar.zip", hf_dir / "config.json", 2 ** 30, lie=2 ** 20)
+    before = _files(store)
+    said, written = _import_measured(liar, store)
+    assert said == "liar.zip is not a readable .zip (Bad CRC-32 for file 'gpt2/model.safetensors')"
+    assert written < 2 ** 20, written
+    assert _files(store) == before and not any((store / ".lab" / "uploads").iterdir())
+    dest = tmp_path / "unpacked"
+    dest.mkdir()
+    with zipfile.ZipFile(zip_bomb(tmp_path / "honest.zip", hf_dir / "config.json", 8 * 2 ** 20)) as z:
+        member = z.getinfo("gpt2/model.safetensors")
+        with pytest.raises(CheckpointError, match=r"model.safetensors in x.zip is more than its header "
+                                                  r"says \(8.4 MB\) unpacked, more than the test's "
+                                                  r"limit \(3.0 MB\)"):
+            uploads._unpack(z, member, dest, "x.zip", {"model.safetensors": (3_000_000, "the test's limit")},
+                            room=2 ** 40)
+    assert (dest / "model.safetensors").stat().st_size <= 3_000_000
+
+
+def test_an_upload_takes_its_tokenizer_files_up_to_a_small_limit(hf_dir, tmp_path, store):
+    archive = tmp_path / "big-vocab.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in hf_dir.iterdir():
+            z.write(f, f"gpt2/{f.name}")
+        z.writestr("gpt2/vocab.json", b" " * (interop.SMALL_FILE_LIMIT[0] + 1))
+    with pytest.raises(CheckpointError, match=r"^vocab.json in big-vocab.zip is 33.6 MB unpacked, more "
+                                              r"than a tokenizer or settings file may hold \(33.6 MB\)$"):
+        interop.import_hf_gpt2_upload([archive], "big")
+    (tmp_path / "files").mkdir()
+    big = tmp_path / "files" / "model.safetensors"
+    big.write_bytes(bytes(11 * 10 ** 6))
+    with pytest.raises(CheckpointError, match=r"^the uploaded model.safetensors is 11.0 MB, more than a "
+                                              r"GPT-2 of its config.json .* can need \(10.4 MB\)$"):
+        interop.import_hf_gpt2_upload([hf_dir / "config.json", big], "big")
+    assert "big" not in checkpoints.names() and not any((store / ".lab" / "uploads").iterdir())
+
+
+def test_the_weights_limit_holds_real_gpt2_files_with_little_room(tmp_path):
+    """The limit from config.json is at least the file save_pretrained writes, and within 3% of it;
+    for GPT-2 small, the hub's model.safetensors (548,105,171 bytes, masks included) fits too."""
+    for kw in (dict(n_embd=48, n_layer=4, n_head=4, n_positions=64),
+               dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, tie_word_embeddings=False)):
+        folder = tmp_path / str(len(kw))
+        GPT2LMHeadModel(GPT2Config(**kw)).save_pretrained(folder)
+        hf = interop._read_hf_config(folder)
+        limit = interop.weights_limit(interop._imported_config(folder, hf, None)[1], hf)
+        assert 1 <= limit / (folder / "model.safetensors").stat().st_size < 1.03
+    small = dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12)
+    limit = interop.weights_limit(ModelConfig.from_dict({"model": "gpt2", "tie_embeddings": True,
+                                                         **small}), small)
+    assert 548_105_171 <= limit < 1.02 * 548_105_171
+
+
+def test_an_upload_larger_than_the_free_disk_is_refused_before_unpacking(hf_dir, tmp_path, store,
+                                                                         monkeypatch):
+    archive = tmp_path / "gpt2.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in hf_dir.iterdir():
+            z.write(f, f"gpt2/{f.name}")
+    real = uploads.shutil.disk_usage
+    monkeypatch.setattr(uploads.shutil, "disk_usage", lambda p: real(p)._replace(free=10 ** 6))
+    with pytest.raises(CheckpointError, match=r"^gpt2.zip unpacks to 10.1 MB and the store's disk has "
+                                              r"1.0 MB free; free some space first$"):
+        interop.import_hf_gpt2_upload([archive], "full")
+    assert "full" not in checkpoints.names() and not any((store / ".lab" / "uploads").iterdir())

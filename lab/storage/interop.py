@@ -1,4 +1,5 @@
-"""HF GPT-2 interop: import a GPT-2 directory with a layer selection; export back to one that
+"""HF GPT-2 interop: import a GPT-2 directory with a layer selection, or one uploaded from the
+browser (unpacked no further than its config.json says its files can need); export back to one that
 `transformers.GPT2LMHeadModel.from_pretrained` loads.
 
 Our module names equal HF GPT-2's; only HF's Conv1D layers store their weight transposed
@@ -13,8 +14,7 @@ from pathlib import Path
 
 import torch
 
-from lab.storage import checkpoints
-from lab.storage import store as lab_store
+from lab.storage import checkpoints, uploads
 from lab.inputs import tokenizers
 from lab.storage.checkpoints import CheckpointError
 from lab.config import ConfigError, ModelConfig, family_defaults, parse_blocks
@@ -141,15 +141,17 @@ def _renamed_state(path: Path, state: dict, layers: list[int]) -> dict:
 
 UPLOAD_FILES = ("config.json", "model.safetensors", "vocab.json", "merges.txt", "tokenizer.json",
                 "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
-MAX_UPLOAD_BYTES = 8 * 2 ** 30      # unpacked; the web app takes uploads of at most 2 GB each
+CONFIG_LIMIT = (uploads.MiB, "an HF config.json may hold")
+SMALL_FILE_LIMIT = (32 * uploads.MiB, "a tokenizer or settings file may hold")
 
 
 def import_hf_gpt2_upload(files: list[str | Path], name: str, layers: list[int] | None = None,
                           store=None) -> Path:
     """An HF GPT-2 checkpoint uploaded from the browser: its files (config.json, model.safetensors
     and, if any, the tokenizer's), or one .zip holding them. Only those file names are taken, from
-    any folder inside the .zip; nothing is written outside a scratch folder of the store's, which
-    goes when the import ends."""
+    any folder inside the .zip, config.json first: it says how large the weights can be, and no
+    file is unpacked beyond what it may hold (lab/storage/uploads.py). Nothing is written outside
+    a scratch folder of the store's, which goes when the import ends."""
     paths = [Path(f) for f in files or []]
     if not paths:
         raise CheckpointError("upload the checkpoint's files (config.json and model.safetensors) or "
@@ -157,63 +159,54 @@ def import_hf_gpt2_upload(files: list[str | Path], name: str, layers: list[int] 
     checkpoints.check_name(name)
     checkpoints.refuse_existing(name, store)      # before any unpacking
     label = "upload: " + ", ".join(p.name for p in paths)
-    scratch = uploads_dir(store) / uuid.uuid4().hex
-    scratch.mkdir()
-    try:
-        if len(paths) == 1 and paths[0].suffix.lower() == ".zip":
-            _unzip_checkpoint(paths[0], scratch)
-        else:
-            _copy_upload(paths, scratch)
+    zipped = len(paths) == 1 and paths[0].suffix.lower() == ".zip"
+    if not zipped:
+        _check_upload_names(paths)
+    with uploads.scratch(store) as folder:
+        def take(limits):
+            return uploads.unzip(paths[0], folder, limits) if zipped else \
+                uploads.copy(paths, folder, limits)
         try:
-            return import_hf_gpt2(scratch, name, layers, store, label=label)
+            if not take({"config.json": CONFIG_LIMIT}):
+                raise CheckpointError(f"{paths[0].name} holds no config.json; zip the folder that "
+                                      f"save_pretrained wrote" if zipped else
+                                      f"no config.json among the uploaded files; upload it with "
+                                      f"model.safetensors")
+            take(_upload_limits(folder))
+            return import_hf_gpt2(folder, name, layers, store, label=label)
         except CheckpointError as e:        # say the upload, not the scratch folder it lay in
-            raise CheckpointError(str(e).replace(str(scratch), label)) from None
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+            raise CheckpointError(str(e).replace(str(folder), label)) from None
 
 
-def uploads_dir(store=None) -> Path:
-    return lab_store.state_dir(store, "uploads")
-
-
-def clear_uploads(store=None) -> None:
-    """Scratch folders an import left when its process died (the app calls this as it starts)."""
-    for leftover in uploads_dir(store).iterdir():
-        shutil.rmtree(leftover, ignore_errors=True)
-
-
-def _copy_upload(paths: list[Path], dest: Path) -> None:
+def _check_upload_names(paths: list[Path]) -> None:
     for p in paths:
         if p.name not in UPLOAD_FILES:
             raise CheckpointError(f"{p.name}: not a file of an HF GPT-2 checkpoint; upload "
                                   f"{', '.join(UPLOAD_FILES[:2])} (and the tokenizer's files)")
-        if (dest / p.name).exists():
-            raise CheckpointError(f"two files named {p.name} were uploaded; upload one checkpoint")
-        shutil.copyfile(p, dest / p.name)
 
 
-def _unzip_checkpoint(archive: Path, dest: Path) -> None:
-    """The checkpoint's files from a .zip, by their base names; bounded in size, no other paths."""
-    import zipfile
-    import zlib
-    try:
-        with zipfile.ZipFile(archive) as z:
-            members = [m for m in z.infolist() if not m.is_dir() and Path(m.filename).name in UPLOAD_FILES]
-            if sum(m.file_size for m in members) > MAX_UPLOAD_BYTES:
-                raise CheckpointError(f"{archive.name} unpacks to more than "
-                                      f"{MAX_UPLOAD_BYTES // 2 ** 30} GiB; too large a GPT-2")
-            for m in members:
-                target = dest / Path(m.filename).name
-                if target.exists():
-                    raise CheckpointError(f"{archive.name} holds two {target.name} files; zip one "
-                                          f"checkpoint folder")
-                with z.open(m) as src, open(target, "wb") as out:
-                    shutil.copyfileobj(src, out, 2 ** 20)
-    except (zipfile.BadZipFile, OSError, RuntimeError, NotImplementedError, EOFError, zlib.error) as e:
-        raise CheckpointError(f"{archive.name} is not a readable .zip ({e})") from None   # encrypted too
-    if not (dest / "config.json").exists():
-        raise CheckpointError(f"{archive.name} holds no config.json; zip the folder that "
-                              f"save_pretrained wrote")
+def _upload_limits(folder: Path) -> uploads.Limits:
+    """What each file of an uploaded GPT-2 may hold, by the config.json it came with."""
+    hf = _read_hf_config(folder)
+    _, cfg = _imported_config(folder, hf, None)
+    limits = {n: SMALL_FILE_LIMIT for n in UPLOAD_FILES if n not in ("config.json", "model.safetensors")}
+    limits["model.safetensors"] = (
+        weights_limit(cfg, hf),
+        f"a GPT-2 of its config.json ({cfg.n_layer} blocks of width {cfg.n_embd}, vocabulary "
+        f"{cfg.vocab_size}, {cfg.n_positions} positions) can need")
+    return limits
+
+
+def weights_limit(cfg: ModelConfig, hf: dict) -> int:
+    """The most bytes an HF GPT-2's model.safetensors of this config can hold: every weight at
+    the config's dtype (4 bytes, float32, unless it says float64), the causal-mask buffers older
+    saves keep (n_positions^2 a block), the header (64 KiB and 256 bytes a tensor), and 1% slack."""
+    C, P, V, L = cfg.n_embd, cfg.n_positions, cfg.vocab_size, cfg.n_layer
+    inner = cfg.n_inner or 4 * C
+    block = 4 * C + (3 * C * C + 3 * C) + (C * C + C) + (C * inner + inner) + (inner * C + C) + P * P + 1
+    values = V * C + P * C + L * block + 2 * C + (0 if cfg.tie_embeddings else V * C)
+    width = 8 if str(hf.get("torch_dtype") or hf.get("dtype")) == "float64" else 4
+    return 64 * 1024 + 256 * (4 + 14 * L) + int(values * width * 1.01)
 
 
 def _tokenizer_for(path: Path, vocab_size: int):

@@ -1,5 +1,6 @@
-"""The web lab: one file per tab; `build_app()` assembles them. The browser's face, on the top floor:
-it may import anything in lab/ and is the only Gradio code there; nothing imports it but app.py."""
+"""The web lab: one file per tab; `build_app()` assembles them, and `launch_kwargs()` puts the login
+gate (access.py) in front when there is a login. The browser's face, on the top floor: it may
+import anything in lab/ and is the only Gradio code there; nothing imports it but app.py."""
 from __future__ import annotations
 
 import ipaddress
@@ -7,6 +8,7 @@ import os
 import sys
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from lab.storage import store as lab_store
 from lab.evaluation.attention_maps import VENDOR_DIR
@@ -15,7 +17,9 @@ from lab.inputs.tokenizers import gpt2
 from lab.registry import load_plugins
 from lab.evaluation.report import CAPTIONS_CSS
 from lab.ui import attention, checkpoints, compare, evaluate, experiments, start, train
+from lab.ui.access import LoginGate, Throttle
 from lab.ui.common import Context, friendly, read_metas
+from lab.ui.fields import Blocks
 
 CSS = CAPTIONS_CSS + """
 .lab-matrix th:first-child { width: 15em; overflow-wrap: anywhere; }
@@ -41,7 +45,7 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
     warm_up()
     gr.set_static_paths([VENDOR_DIR])        # bertviz's d3, jQuery and require.js, served locally
     ctx = Context(store=store, data_dir=data_dir)
-    with gr.Blocks(title="tfmr-lab") as demo:
+    with Blocks(title="tfmr-lab") as demo:
         gr.Markdown("# tfmr-lab\nTrain, compare and understand small Transformer language models.")
         panel = start.build(ctx)
         with gr.Tabs() as tabs:
@@ -130,6 +134,11 @@ def _follow_the_store(demo, ctx: Context, table) -> None:
                        show_progress="hidden")
 
 
+LOGIN_NOTE = (f"After {Throttle.free} failed logins from one address, its next try waits "
+              f"{Throttle.first_wait_s:g} s, and each further failure doubles the wait (at most "
+              f"{Throttle.max_wait_s / 60:g} min).")
+
+
 def launch_kwargs() -> dict:
     """Where to listen, the login (LAB_AUTH=user:password), and a warning when the lab is reachable
     from other machines without one."""
@@ -146,6 +155,8 @@ def launch_kwargs() -> dict:
         if not sep or not user or not password:
             raise LabError("LAB_AUTH must be user:password (both non-empty)")
         kwargs["auth"] = (user, password)
+        kwargs["auth_message"] = LOGIN_NOTE
+        kwargs["app_kwargs"] = {"middleware": [Middleware(LoginGate)]}      # see lab/ui/access.py
     elif not _loopback(host):
         print(f"warning: the lab listens on {host}, reachable from other machines, with no login: "
               f"anyone who can reach it can train, delete and export. Set LAB_AUTH=user:password.",

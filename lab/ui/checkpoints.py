@@ -9,7 +9,7 @@ import shutil
 import gradio as gr
 
 from lab.storage import smollm2
-from lab.ui.fields import Dropdown, Textbox
+from lab.ui.fields import Dropdown, File, Textbox
 from lab.storage import checkpoints, exports, interop
 from lab.storage import store as lab_store
 from lab.config import ConfigError, ModelConfig
@@ -189,9 +189,9 @@ def _import_gpt2_section(ctx: Context, message, table) -> None:
         with gr.Row():
             layers = Textbox(label="layers (1-based, e.g. 1,6,12; blank: all)")
             new_name = Textbox(label="name", elem_id="gpt2-name")
-        upload = gr.File(label="upload config.json + model.safetensors (and the tokenizer's files), or "
-                               "one .zip of the folder save_pretrained wrote", file_count="multiple",
-                         file_types=[".json", ".safetensors", ".txt", ".zip"], elem_id="gpt2-upload")
+        upload = File(label="upload config.json + model.safetensors (and the tokenizer's files), or "
+                            "one .zip of the folder save_pretrained wrote", file_count="multiple",
+                      file_types=[".json", ".safetensors", ".txt", ".zip"], elem_id="gpt2-upload")
         gr.Button("Import the upload", elem_id="gpt2-import-upload").click(
             friendly(lambda *a: import_gpt2_upload(*a, store=ctx.store)), [upload, layers, new_name],
             [message, table], api_name="import_gpt2_upload")

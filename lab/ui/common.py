@@ -13,7 +13,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from lab.ui.fields import Dropdown, Number
+from lab.ui.fields import Dropdown, Number, refuse
 from lab.storage import checkpoints, exports, health
 from lab.inputs import tasks
 from lab.evaluation.attention_maps import VENDOR_DIR
@@ -181,11 +181,14 @@ class ModelCache:
 LOADED = ModelCache()      # the checkpoints loaded for the tabs (not the model registry)
 
 
-def _message(e: Exception) -> str:
+def _refusal(e: Exception) -> gr.Error:
+    """A person's mistake (a LabError) is one line on the page and one in the log; anything else
+    is a bug: its traceback goes to the log, and the page says so."""
     if isinstance(e, LabError):
-        return str(e)
+        return refuse(str(e))
     log.exception("unexpected error in a UI callback")
-    return f"Something went wrong ({type(e).__name__}: {e}). The server log has the details."
+    return gr.Error(f"Something went wrong ({type(e).__name__}: {e}). The server log has the details.",
+                    print_exception=False)
 
 
 def friendly(fn):
@@ -198,7 +201,7 @@ def friendly(fn):
             except gr.Error:
                 raise
             except Exception as e:
-                raise gr.Error(_message(e), print_exception=False) from None
+                raise _refusal(e) from None
         return gen
 
     @functools.wraps(fn)
@@ -208,7 +211,7 @@ def friendly(fn):
         except gr.Error:
             raise
         except Exception as e:
-            raise gr.Error(_message(e), print_exception=False) from None
+            raise _refusal(e) from None
     return wrapper
 
 
