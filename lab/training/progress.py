@@ -15,10 +15,25 @@ def format_duration(seconds: float) -> str:
 
 
 def phase_text(ev: dict) -> str:
-    """What a progress event says the run is doing."""
+    """What a progress event says the run is doing (a heartbeat's says it in words)."""
+    if "doing" in ev:
+        return ev["doing"]
     if ev["phase"] == "evaluating":
         return f"evaluating {ev['dev_items']:,} dev {ev.get('unit', 'examples')}"
     return "saving the checkpoint" if ev["phase"] == "saving" else "training"
+
+
+def step_text(step: int, total_steps: int, per_step: float) -> str:
+    """'training step 12 of 40 (steps take about 11 s)': the step under way, and the recent step
+    time once there is one."""
+    took = "" if not per_step else f" (steps take about {per_step:.0f} s)" if per_step >= 1.5 \
+        else f" ({1 / per_step:.1f} steps a second)"
+    return f"training step {step:,} of {total_steps:,}{took}"
+
+
+def beat_text(ev: dict) -> str:
+    """A heartbeat outside training: 'preparing the data: reading and tokenizing (0m12s in)'."""
+    return f"{ev['doing']} ({format_duration(ev['phase_s'])} in)"
 
 
 def rate_text(ev: dict) -> str:
@@ -58,6 +73,8 @@ def format_event(ev: dict, name: str = "") -> str:
                 f"{ev['params'] / 1e6:.1f}M parameters; run dir {ev['run_dir']}")
     if e == "start":
         return _start_text(ev)
+    if e == "progress" and "total_steps" not in ev:
+        return beat_text(ev)
     if e in ("step", "progress"):
         return _training_text(ev)
     if e == "saved":

@@ -2,6 +2,7 @@
 build (or load) the model, train, keep the best checkpoint in the store."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -13,7 +14,7 @@ from typing import Iterator
 import torch
 
 from lab.storage import checkpoints, smollm2
-from lab.training import distributed, progress
+from lab.training import distributed, heartbeat, progress
 from lab.inputs import tasks, tokenizers
 from lab.storage import store as lab_store
 from lab.config import ConfigError, ModelConfig, TrainConfig, parse_blocks
@@ -59,9 +60,12 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
     task = tasks.get(train_cfg.task)
     root = task.data_dir(data_dir)
     torch.manual_seed(train_cfg.seed)
-    model, tok, model_cfg, source = _model_to_train(task, root, model_cfg, train_cfg, parent, store,
-                                                    source_dir, state)
-    prepared = task.prepare(tasks.objective_of(train_cfg), train_cfg, tok, model_cfg, root)
+    with heartbeat.phase("loading the last save" if source_dir else f"loading the parent {parent}"
+                         if parent else "building the model and its tokenizer"):
+        model, tok, model_cfg, source = _model_to_train(task, root, model_cfg, train_cfg, parent, store,
+                                                        source_dir, state)
+    with heartbeat.phase("preparing the data: reading and tokenizing"):
+        prepared = task.prepare(tasks.objective_of(train_cfg), train_cfg, tok, model_cfg, root)
     run_dir = run_dir_for(name, store)
     provenance = {**source, "preset": preset, "train": train_cfg.to_dict(), "task": train_cfg.task,
                   "objective": tasks.objective_of(train_cfg),
@@ -83,7 +87,8 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
     if finished:
         drop_last(name, store)
     if finished and prepared.final and name in checkpoints.names(store):
-        yield from prepared.final(name, trainer, store)
+        with heartbeat.phase("scoring the kept checkpoint on the whole dev set"):
+            yield from prepared.final(name, trainer, store)
 
 
 def drop_last(name: str, store=None) -> None:
@@ -119,15 +124,28 @@ def _model_to_train(task, root, model_cfg, train_cfg, parent, store, source_dir,
     return build(model_cfg), tok, model_cfg, {"source": "scratch"}
 
 
+def _saying(what: str):
+    """A saver that the job's heartbeat names while it writes."""
+    def deco(fn):
+        @functools.wraps(fn)
+        def saver(*args):
+            with heartbeat.phase(what):
+                return fn(*args)
+        return saver
+    return deco
+
+
 def _savers(name: str, model, tok, provenance: dict, also, store):
     """The trainer's callbacks that write checkpoints: the best epoch (as `name`), where a run
     stands when it stops or a periodic save is due (its last save, in its run folder), and the
     best by the second metric `also` (as NAME-METRIC)."""
+    @_saying("saving the checkpoint")
     def save_best(record: dict, train_state: dict):
         checkpoints.save(model, tok, name, store, provenance={**provenance, "epoch": record["epoch"]},
                          metrics={k: v for k, v in record.items() if k.startswith("dev_")}
                          | {"epoch": record["epoch"]}, overwrite=True, train_state=train_state)
 
+    @_saying("saving where the run stands")
     def save_last(train_state: dict):
         """Where the run stands (a stop's, or a periodic save): never over the best checkpoint."""
         checkpoints.write_dir(last_dir(name, store), model, tok,
@@ -135,6 +153,7 @@ def _savers(name: str, model, tok, provenance: dict, also, store):
                                           "saved_by": train_state["saved_by"]},
                               metrics={"step": train_state["step"]}, train_state=train_state)
 
+    @_saying(f"saving the checkpoint best by {also and also.name}")
     def save_also_best(record: dict, train_state: dict):
         """The epoch with the best score by the second metric so far, as NAME-METRIC
         (keep_bleu_best: NAME-bleu)."""

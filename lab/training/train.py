@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from lab.training import distributed
+from lab.training import distributed, eta, heartbeat, progress
 from lab.modeling import flops
 from lab.storage import store
 from lab.inputs import tasks
@@ -30,7 +30,7 @@ from lab.config import ConfigError, TrainConfig, parse_blocks
 from lab.inputs.data import Batch, assignment_loss, pack, packable
 from lab.errors import Aborted
 from lab.modeling.device import autocast, pick_device, resolve_precision
-from lab.training.saves import SaveClock
+from lab.training.saves import SaveClock, rng_state, set_rng_state
 from lab.training.schedules import scheduled_inputs, scheduled_lr, teacher_forcing
 
 
@@ -92,22 +92,6 @@ def parse_train_layers(text: str, n_layer: int) -> list[int] | None:
     return parse_blocks(text, n_layer, "train_layers")
 
 
-def rng_state(device: torch.device) -> dict:
-    """The random states dropout draws from, so a resumed run draws what the unbroken one would."""
-    state = {"cpu": torch.get_rng_state()}
-    if device.type == "cuda":
-        state[f"cuda{device.index or 0}"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def set_rng_state(state: dict, device: torch.device) -> None:
-    if "cpu" in state:
-        torch.set_rng_state(state["cpu"])
-    key = f"cuda{device.index or 0}"
-    if device.type == "cuda" and key in state:
-        torch.cuda.set_rng_state(state[key], device)
-
-
 class Trainer:
     """on_best(record, train_state): dev improved, save the model. on_stop(train_state): the run
     stops before its end (stop now, stop after the checkpoint, shutdown), or a periodic save is
@@ -155,6 +139,7 @@ class Trainer:
     def abort_eval(self) -> bool:
         """Asked between evaluation batches: a stop-now request cuts an evaluation short."""
         store.fault("eval.batch")
+        self.eval_batches += 1
         return self.should_stop() == "now"
 
     def run(self) -> Iterator[dict]:
@@ -257,7 +242,8 @@ class Trainer:
         cfg = self.cfg
         self._setup()
         writer = SummaryWriter(str(self.run_dir / "tb")) if self.main else None
-        self.t_start, self.train_s, self.steps_timed, self.eval_s = time.time(), 0.0, 0, None
+        self.t_start, self.train_s, self.eval_s = time.time(), 0.0, None
+        self.steps, self.t_mark = eta.StepTimes(), time.time()   # the recent step time, from t_mark
         self.clock = SaveClock(cfg.save_every_minutes if self.on_stop else 0, saved=bool(self.resume))
         resumed = {"resumed_from": self.resume.get("saved_by", "save"), "first_batch": self.skip} \
             if self.resume else {}
@@ -268,12 +254,13 @@ class Trainer:
                          "precision": self.precision, "compiled": cfg.compile,
                          "packed": self.packed, "unpacked_why": self.unpacked_why,
                          "unit": self.task.unit, "peak_flops": self.peak, "processes": self.world}, writer)
-        failed = False
+        failed, self.epoch_now = False, self.epoch_done + 1
         try:
             for epoch in range(self.epoch_done + 1, self.epochs + 1):
-                if (yield from self._epoch(epoch, writer)):
-                    return                                  # stopped now, and saved
-                ended = yield from self._epoch_end(epoch, writer)
+                with heartbeat.phase(self._doing, lambda: self.progress(self.epoch_now, "training")):
+                    if (yield from self._epoch(epoch, writer)):
+                        return                                  # stopped now, and saved
+                    ended = yield from self._epoch_end(epoch, writer)
                 if ended == "stopped":
                     return
                 if ended == "early" or self.budget_spent:
@@ -292,20 +279,17 @@ class Trainer:
             distributed.teardown(together=not failed)
 
     def _eta(self) -> float:
-        """Seconds left: the remaining steps at the measured step time, plus the evaluations still
-        to come (end of each epoch, and every eval_every steps) at the last one's duration (before
-        the first, a forward pass over the dev captions estimated from the step time)."""
+        """Seconds left, from the recent step time and the evaluations still to come (lab.training.eta)."""
         cfg, left = self.cfg, self.total_steps - self.step
-        per_step = self.train_s / max(self.steps_timed, 1)
-        if cfg.max_minutes is not None and self.steps_timed:     # the steps the time budget allows
+        per_step = self.steps.per_step
+        if cfg.max_minutes is not None and self.steps.count:     # the steps the time budget allows
             left = min(left, math.ceil(max(self._time_left(), 0) / max(per_step, 1e-9)))
-        # epoch-end evaluations not yet done: the current epoch's counts until its evaluation ran
-        evals = math.ceil((self.step + left) / self.steps_per_epoch) \
-            - max(self.step - 1, 0) // self.steps_per_epoch \
-            + (left // cfg.eval_every if cfg.eval_every else 0)
-        per_eval = self.eval_s if self.eval_s is not None else \
-            per_step * len(self.task.dev_items) / cfg.batch_size / 3
-        return per_step * left + per_eval * evals
+        evals = eta.evals_left(self.step, left, self.steps_per_epoch, cfg.eval_every)
+        return eta.eta_s(per_step, left, evals, self.eval_s, len(self.task.dev_items) / cfg.batch_size)
+
+    def _doing(self) -> str:
+        """What a heartbeat says while training: the step under way and how long steps take."""
+        return progress.step_text(self.step + 1, self.total_steps, self.steps.per_step)
 
     def _forcing(self) -> dict:
         """Scheduled sampling's teacher-forcing probability at this step, when it is on."""
@@ -348,14 +332,14 @@ class Trainer:
         cfg, spe = self.cfg, self.steps_per_epoch
         self.model.train()
         g = torch.Generator().manual_seed(cfg.seed * 1000 + epoch)
-        skip, self.skip = self.skip, 0
-        run_loss, run_n, tokens, flop, t_log, t_said = 0.0, 0, 0, 0.0, time.time(), time.time()
+        skip, self.skip, self.epoch_now = self.skip, 0, epoch
+        run_loss, run_n, tokens, flop = 0.0, 0, 0, 0.0
+        t_log = t_said = self.t_mark = time.time()    # step times leave out evaluations and saves
         for i, batch in enumerate(self.task.batches(g)):
             if i < skip:
                 continue
             if self._stop_code() == STOP_NOW:
-                yield self._stop(writer, epoch - 1, i, f"stopped at step {self.step}, within "
-                                 f"epoch {epoch}")
+                yield self._stop(writer, epoch - 1, i, f"stopped at step {self.step}, within epoch {epoch}")
                 return True
             loss, n_tokens = self._train_step(batch)
             run_loss += loss; run_n += 1; tokens += n_tokens
@@ -376,9 +360,10 @@ class Trainer:
                 break
             if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step % spe and self.main:
                 yield from self._mid_epoch_eval(epoch, writer)
-                t_said = time.time()
+                t_said = self.t_mark = time.time()
             if self.main and self.clock.due():
                 yield self._save_periodic(epoch, i + 1, writer)
+                self.t_mark = time.time()
         return False
 
     def _step_record(self, epoch: int, train_loss: float, rates: dict, forcing: dict | None = None,
@@ -412,7 +397,9 @@ class Trainer:
         self.step += 1
         store.fault("train.step")
         value = distributed.mean(loss.item(), self.device)
-        self.train_s, self.steps_timed = self.train_s + time.time() - t0, self.steps_timed + 1
+        self.train_s += time.time() - t0
+        self.steps.add(time.time() - self.t_mark)     # wall time since the last step: batching too
+        self.t_mark = time.time()
         return value, int(batch.loss_mask.sum())
 
     def _mid_epoch_eval(self, epoch: int, writer):
@@ -480,9 +467,10 @@ class Trainer:
 
     def _evaluate(self, epoch: int, step: int) -> dict | None:
         """Dev scores, or None when a stop-now request cut the evaluation short."""
-        t0 = time.time()
+        t0, self.eval_batches, dev = time.time(), 0, len(self.task.dev_items)
         try:
-            with autocast(self.device, self.precision):
+            with autocast(self.device, self.precision), heartbeat.phase(
+                    lambda: f"evaluating {dev:,} dev {self.task.unit}: {self.eval_batches} batches done"):
                 scores = self.task.evaluate(self.model, self.abort_eval)
         except Aborted:
             return None

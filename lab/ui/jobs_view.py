@@ -13,7 +13,7 @@ import gradio as gr
 from lab.config import ConfigError
 from lab.storage import checkpoints
 from lab.storage import store as lab_store
-from lab.training.progress import format_duration, phase_text, save_text
+from lab.training.progress import beat_text, format_duration, phase_text, save_text
 from lab.training.runs import run_dir_for
 from lab.ui.common import Context, friendly, whole
 from lab.ui.fields import Dropdown
@@ -32,7 +32,9 @@ def progress_html(job: dict) -> str:
     frac = p["step"] / p["total_steps"] if p.get("total_steps") else 0.0
     text = {"queued": "queued: waiting for the worker"}.get(status, status)
     event = p.get("event")
-    if event in ("step", "progress") and status == "running":
+    if event == "progress" and "total_steps" not in p and status == "running":   # a heartbeat
+        text = f"running: {html.escape(beat_text(p))}"
+    elif event in ("step", "progress") and status == "running":
         doing = phase_text(p) if event == "progress" else f"training, loss {p['train_loss']:.3f}"
         text = (f"{doing} — epoch {p['epoch']}, step {p['step']}/{p['total_steps']}, "
                 f"elapsed {format_duration(p['elapsed_s'])}, ETA {format_duration(p['eta_s'])}"

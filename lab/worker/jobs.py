@@ -35,6 +35,7 @@ from lab.errors import LabError
 from lab.worker.executors import RayTasks, executor_name
 # the ledger's names that modules above and the tests read as jobs.X
 from lab.worker.ledger import FINAL, SCHEMA, add_tables, connect, read_row  # noqa: F401
+from lab.training import heartbeat
 from lab.training.progress import format_event
 from lab.training.train import parse_train_layers
 
@@ -302,16 +303,19 @@ def run_job(job_id: int, store=None, data_dir=None) -> str:
 
 
 def _follow(job_id: int, name: str, events, store=None) -> tuple[str, str | None]:
-    """Print the run's events to the job's log and the latest to the ledger: (status, error)."""
-    status = "done"
+    """Print the run's events to the job's log and the latest to the ledger: (status, error).
+    A heartbeat (lab.training.heartbeat) writes there too while a long phase is under way."""
+    def write(ev: dict) -> None:
+        print(format_event(ev, name), flush=True)
+        with connect(store) as con:
+            con.execute("UPDATE jobs SET progress=?, heartbeat=? WHERE id=?",
+                        (json.dumps(ev), time.time(), job_id))
+    status, beat = "done", heartbeat.start(write)
     try:
-        for ev in events:
-            print(format_event(ev, name), flush=True)
-            if ev["event"] == "stopped":
-                status = "stopped"
-            with connect(store) as con:
-                con.execute("UPDATE jobs SET progress=?, heartbeat=? WHERE id=?",
-                            (json.dumps(ev), time.time(), job_id))
+        with heartbeat.phase("starting the job"):
+            for ev in events:
+                beat.write(ev)
+                status = "stopped" if ev["event"] == "stopped" else status
     except LabError as e:      # a value the checks before queueing could not see; said in one line
         print(f"error: {e}", flush=True)
         return "failed", str(e)
@@ -319,6 +323,8 @@ def _follow(job_id: int, name: str, events, store=None) -> tuple[str, str | None
         import traceback
         traceback.print_exc()
         return "failed", f"{type(e).__name__}: {e}"
+    finally:
+        heartbeat.stop()
     return status, None
 
 
