@@ -28,20 +28,20 @@ def tfmr_scratch():
     return ModelConfig(model="gpt2", n_layer=3, n_head=12, n_embd=768), TrainConfig()
 
 
-@preset("tiny", "A tiny model on 2,000 captions: two epochs in about a minute on a CPU")
+@preset("tiny", "A tiny model on 2,000 captions: two epochs")
 def tiny():
     return (ModelConfig(model="gpt2", n_layer=2, n_head=4, n_embd=64, n_positions=64),
             TrainConfig(epochs=2, lr=1e-3, max_train_captions=2000, max_dev_captions=500))
 
 
 @preset("quick", "A first scratch model: 2 layers, width 128, one epoch over the first 12,000 "
-                 "training captions; about 5 minutes on 2 CPU cores, and it writes readable captions")
+                 "training captions; it writes readable captions")
 def quick():
     return (ModelConfig(model="gpt2", n_layer=2, n_head=4, n_embd=128, n_positions=64),
             TrainConfig(epochs=1, lr=1e-3, max_train_captions=12000, max_dev_captions=500, log_every=50))
 
 
-@preset("small", "A small 4-layer model on the full corpus: a few minutes an epoch on a CPU")
+@preset("small", "A small 4-layer model on the full corpus")
 def small():
     return (ModelConfig(model="gpt2", n_layer=4, n_head=4, n_embd=256, n_positions=64),
             TrainConfig(epochs=5, lr=5e-4))
@@ -55,8 +55,8 @@ def tfmr_finetune():
 
 
 @preset("smollm2-quick", "A quick fine-tune of a stored checkpoint such as SmolLM2: one pass over the "
-                         "first 800 training captions, 200 dev captions scored; about 3 minutes on "
-                         "2 CPU cores for all 30 SmolLM2 blocks")
+                         "first 800 training captions, 200 dev captions scored (all 30 SmolLM2 "
+                         "blocks)")
 def smollm2_quick():
     return (ModelConfig(model="llama"),
             TrainConfig(epochs=1, lr=2e-4, max_train_captions=800, max_dev_captions=200, log_every=5))

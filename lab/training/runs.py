@@ -14,7 +14,7 @@ from typing import Iterator
 import torch
 
 from lab.storage import checkpoints, smollm2
-from lab.training import distributed, heartbeat, progress
+from lab.training import distributed, estimate, heartbeat, progress
 from lab.inputs import tasks, tokenizers
 from lab.storage import store as lab_store
 from lab.config import ConfigError, ModelConfig, TrainConfig, parse_blocks
@@ -83,10 +83,17 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
     ended = None
     for ended in trainer.run():
         yield ended
-    finished = distributed.rank() == 0 and ended and ended["event"] == "done"
-    if finished:
-        drop_last(name, store)
-    if finished and prepared.final and name in checkpoints.names(store):
+    if distributed.rank() == 0 and ended and ended["event"] == "done":
+        yield from _finished(name, trainer, prepared, preset, store)
+
+
+def _finished(name: str, trainer: Trainer, prepared, preset: str | None, store):
+    """A run that ended done: its last save goes, its speed is kept for the next estimate of its
+    preset on this machine, and the task's last step runs (every dev caption)."""
+    drop_last(name, store)
+    if preset and trainer.steps.count:
+        estimate.record(preset, trainer.steps.per_step, trainer.eval_s, store)
+    if prepared.final and name in checkpoints.names(store):
         with heartbeat.phase("scoring the kept checkpoint on the whole dev set"):
             yield from prepared.final(name, trainer, store)
 

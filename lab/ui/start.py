@@ -15,6 +15,7 @@ from lab.storage import smollm2
 from lab.worker import jobs
 from lab.config import ConfigError
 from lab.presets import configs
+from lab.training import estimate
 from lab.training.runs import last_dir
 from lab.ui.common import Context, friendly
 from lab.ui.jobs_view import progress_html
@@ -23,9 +24,9 @@ SMOLLM2, SCRATCH, FINETUNE = "smollm2", "quick-scratch", "smollm2-captions"
 SCRATCH_PRESET, FINETUNE_PRESET = "quick", "smollm2-quick"
 
 INTRO = ("**New here?** These steps take you from an empty lab to a model trained from scratch and "
-         "a fine-tuned SmolLM2 side by side, in about 10 minutes on 2 CPU cores. Training jobs queue "
-         "and run one after another in the background: start steps 1 to 3 now (or press *Do steps "
-         "1-3*), then watch them here or in the Train tab. Closing the page stops nothing.")
+         "a fine-tuned SmolLM2 side by side{time}. Training jobs queue and run one after another in "
+         "the background: start steps 1 to 3 now (or press *Do steps 1-3*), then watch them here or "
+         "in the Train tab. Closing the page stops nothing.{busy}")
 
 
 def _job_for(name: str, store=None) -> dict | None:
@@ -78,7 +79,7 @@ def compare_status(store=None, compared: bool = False) -> str:
 
 
 def import_smollm2(store=None) -> str:
-    """Step 1 (about 15 s); nothing to do when it is already in the store."""
+    """Step 1; nothing to do when it is already in the store."""
     if SMOLLM2 not in checkpoints.names(store):
         smollm2.import_smollm2(SMOLLM2, None, store)
     return f"SmolLM2-135M is in the store as **{SMOLLM2}**."
@@ -124,12 +125,41 @@ def ready_to_compare(store=None) -> list[str]:
 
 
 STEPS = [
-    ("1. **Import SmolLM2-135M**, the lab's pretrained model (about 15 s)", "Import SmolLM2"),
+    ("1. **Import SmolLM2-135M**, the lab's pretrained model", "Import SmolLM2"),
     (f"2. **Train a small model from scratch** (preset `{SCRATCH_PRESET}`: 2 layers, width 128, one "
-     f"epoch over 12,000 training captions; about 5 minutes)", "Train from scratch"),
+     f"epoch over 12,000 training captions{{time}})", "Train from scratch"),
     (f"3. **Fine-tune SmolLM2 on the captions** (preset `{FINETUNE_PRESET}`: all 30 blocks, one pass "
-     f"over 800 captions; about 3 minutes once step 2 is done)", "Fine-tune SmolLM2"),
+     f"over 800 captions{{time}}; it starts once step 2 is done)", "Fine-tune SmolLM2"),
     ("4. **Compare the two side by side** in the Compare tab", "Compare them")]
+
+
+def minutes_text(seconds: float) -> str:
+    return f"about {max(1, round(seconds / 60))} minute{'s' if round(seconds / 60) > 1 else ''}"
+
+
+def preset_seconds(preset: str, store=None) -> float | None:
+    """The preset's run at the speed its last run on this machine measured (None before one)."""
+    speed = estimate.measured(preset, store)
+    return None if speed is None else estimate.run_seconds(speed, configs(preset)[1])
+
+
+def panel_texts(scratch_s: float | None, finetune_s: float | None, busy: str) -> list[str]:
+    """The intro and each step's text: the times this machine measured (or that the first run
+    here measures them), and what a busy machine means."""
+    both = scratch_s is not None and finetune_s is not None
+    time_ = f", in {minutes_text(scratch_s + finetune_s)} at the speed this machine measured" if both else ""
+    intro = INTRO.format(time=time_, busy=f" Now {busy}." if busy else "")
+    times = [None, scratch_s, finetune_s, None]
+    return [intro] + [what.format(time=f"; {minutes_text(t)} here, by its last run" if t is not None
+                                  else "; its first run here measures its time") if "{time}" in what
+                      else what for (what, _), t in zip(STEPS, times)]
+
+
+def texts(store=None) -> list[str]:
+    """panel_texts for now: the measured times, and the load (the lab's own running jobs apart)."""
+    own = sum(j["status"] == "running" for j in jobs.list_jobs(store))
+    return panel_texts(preset_seconds(SCRATCH_PRESET, store), preset_seconds(FINETUNE_PRESET, store),
+                       estimate.busy_text(*estimate.load(), own))
 
 
 @dataclass
@@ -148,14 +178,14 @@ def build(ctx: Context) -> Panel:
     """The panel and its steps."""
     built_open = not ctx.checkpoint_names()
     with gr.Accordion("Getting started", open=built_open, elem_id="start") as panel:
-        gr.Markdown(INTRO)
+        gr.Markdown(lambda: texts(ctx.store)[0])       # computed as each page loads
         every = gr.Button("Do steps 1-3", elem_id="start-all", variant="primary", size="md")
         said = gr.Markdown(elem_id="start-message")
         buttons, shown = [], []
-        for i, (what, button) in enumerate(STEPS):
+        for i, (_, button) in enumerate(STEPS):
             with gr.Row():
                 with gr.Column(scale=5, min_width=300):
-                    gr.Markdown(what)
+                    gr.Markdown(lambda i=i: texts(ctx.store)[i + 1])
                     shown.append(gr.HTML(elem_id=f"start-status-{i + 1}"))
                 buttons.append(gr.Button(button, elem_id=f"start-step-{i + 1}", scale=1, size="md",
                                          min_width=180))
@@ -167,8 +197,8 @@ def build(ctx: Context) -> Panel:
         button.click(lambda: "Working on it …", None, said, api_visibility="private").then(
             friendly(lambda a=action: a(ctx.store)), None, said, api_name=api).then(
             refresh, compared, shown, api_visibility="private")
-    every.click(lambda: "Queuing the scratch job, importing SmolLM2 (about 15 s), then queuing the "
-                        "fine-tune …", None, said, api_visibility="private").then(
+    every.click(lambda: "Queuing the scratch job, importing SmolLM2, then queuing the fine-tune …",
+                None, said, api_visibility="private").then(
         friendly(lambda: all_steps(ctx.store)), None, said, api_name="start_all").then(
         refresh, compared, shown, api_visibility="private")
     gr.Timer(2.0).tick(refresh, compared, shown, api_visibility="private", show_progress="hidden")

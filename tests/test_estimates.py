@@ -1,0 +1,55 @@
+"""Estimates that fit the machine: a finished run keeps its measured speed per machine and
+preset, the getting-started panel turns it into minutes (or says the first run measures them),
+and a busy machine is named with its load, the lab's own jobs counted apart."""
+import pytest
+
+from lab.config import TrainConfig
+from lab.training import estimate
+
+
+def test_a_run_time_is_the_measured_steps_and_evaluations():
+    cfg = TrainConfig(epochs=2, batch_size=32, max_train_captions=640, max_dev_captions=256,
+                      eval_batch_size=128)
+    speed = {"step_s": 1.5, "eval_s": 20.0}
+    assert estimate.run_seconds(speed, cfg) == pytest.approx(40 * 1.5 + 2 * 20.0)
+    no_eval = estimate.run_seconds({"step_s": 1.5, "eval_s": None}, cfg)
+    assert no_eval == pytest.approx(40 * 1.5 + 2 * 2 * 1.5 * estimate.eta.EVAL_SHARE)
+    assert estimate.run_seconds(speed, TrainConfig()) is None      # the whole corpus: not fixed
+
+
+def test_a_measured_speed_is_kept_per_preset(store):
+    assert estimate.measured("quick", store) is None
+    estimate.record("quick", 1.8, 50.0, store)
+    estimate.record("smollm2-quick", 11.0, None, store)
+    assert estimate.measured("quick", store)["step_s"] == 1.8
+    assert estimate.measured("smollm2-quick", store)["eval_s"] is None
+
+
+def test_busy_or_idle_wording():
+    assert estimate.busy_text(0.3, 2) == ""
+    assert estimate.busy_text(4.1, 2) == "the machine is busy (load 4.1 on 2 cores): expect longer"
+    assert estimate.busy_text(1.2, 2, own_jobs=1) == ""           # the lab's own job alone
+    assert estimate.busy_text(3.2, 2, own_jobs=1) == \
+        "the machine is busy (load 3.2 on 2 cores, 1 of it this lab's job): expect longer"
+
+
+def test_the_panel_says_the_measured_time_or_that_the_first_run_measures_it():
+    from lab.ui import start
+    intro, one, two, three, four = start.panel_texts(400.0, 200.0, "")
+    assert "side by side, in about 10 minutes at the speed this machine measured." in intro
+    assert "Now" not in intro and "about 15 s" not in one
+    assert two.endswith("training captions; about 7 minutes here, by its last run)")
+    assert "over 800 captions; about 3 minutes here, by its last run; it starts" in three
+    intro, _, two, three, _ = start.panel_texts(None, 200.0,
+                                                estimate.busy_text(4.1, 2))
+    assert "side by side. Training" in intro
+    assert intro.endswith("Now the machine is busy (load 4.1 on 2 cores): expect longer.")
+    assert "its first run here measures its time" in two
+    assert "minutes" not in intro
+
+
+def test_the_panel_reads_the_store(store):
+    from lab.ui import start
+    assert "its first run here measures its time" in start.texts(store)[2]
+    estimate.record(start.SCRATCH_PRESET, 1.5, 50.0, store)
+    assert "here, by its last run" in start.texts(store)[2]
