@@ -104,6 +104,13 @@ def test_heartbeat_lines_read_as_what_the_job_does():
     ev = {"event": "progress", "phase": "working", "doing": "preparing the data: reading and "
           "tokenizing", "phase_s": 12.4, "time": 1.0}
     assert progress.format_event(ev) == "preparing the data: reading and tokenizing (0m12s in)"
+    from lab.ui.jobs_view import progress_html
+    assert "running: preparing the data: reading and tokenizing (0m12s in) (updated" in \
+        progress_html({"status": "running", "progress": ev, "error": None})
+    during = {**ev, "doing": "training step 12 of 40 (steps take about 11 s)", "epoch": 1,
+              "step": 11, "total_steps": 40, "elapsed_s": 130.0, "eta_s": 320.0}
+    assert "training step 12 of 40 (steps take about 11 s) — epoch 1, step 11/40" in \
+        progress_html({"status": "running", "progress": during, "error": None})
     assert progress.step_text(12, 40, 11.2) == "training step 12 of 40 (steps take about 11 s)"
     assert progress.step_text(1, 40, 0.0) == "training step 1 of 40"
     assert progress.step_text(5, 40, 0.25) == "training step 5 of 40 (4.0 steps a second)"

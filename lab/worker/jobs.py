@@ -281,7 +281,7 @@ def run_job(job_id: int, store=None, data_dir=None) -> str:
         if spec.get("after") and distributed.rank() == 0 and (spec.get("after_only") or (
                 ended and ended["event"] in ("done", "final_dev", "final_dev_aborted"))):
             with lab_store.hold(lab_store.name_lock(job["name"], store), f"checkpoint {job['name']!r}",
-                                wait_s=10):
+                                wait_s=10), heartbeat.phase("the steps after training"):
                 yield from steps.run(job["name"], spec["after"], store=store, data_dir=data_dir,
                                      should_stop=should_stop)
     if distributed.rank() != 0:
