@@ -204,7 +204,7 @@ class ModelConfig(_Config):
     def _carry_moved_keys(d: dict, settings: dict) -> None:
         """An older config's top-level key goes to the plugin that declares it (`legacy_keys` in
         its registration) when that plugin is the chosen one; otherwise it meant nothing."""
-        model = d.get("model", "gpt2")
+        model = d.get("model", ModelConfig.default("model"))
         family = family_defaults(model) if isinstance(model, str) else {}
         for kind, plugin, old, new in legacy_keys(ModelConfig.PLUGIN_KINDS):
             if old not in d:
