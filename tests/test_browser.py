@@ -673,3 +673,22 @@ def test_a_birth_place_model_from_the_browser_alone(browser, tmp_path):
         expect(table).to_contain_text("bp-tuned")
         _shot(page, "birthplace-from-the-browser")
         page.close()
+
+
+def test_the_store_table_keeps_every_column_in_view(page, server):
+    """A long checkpoint name folds inside its cell instead of pushing the last columns past the
+    table's right edge (where there was no way to scroll to them)."""
+    from playwright.sync_api import expect
+    _, store = server
+    torch.manual_seed(5)
+    name = "a-checkpoint-with-a-rather-long-name-indeed"
+    checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)).eval(), tokenizers.gpt2(),
+                     name, store, provenance={"source": "scratch"})
+    _tab(page, "Checkpoints")
+    table = page.locator("#checkpoints-table")
+    expect(table).to_contain_text("rather-long-name", timeout=30_000)
+    expect(table).to_contain_text("created")
+    view = table.locator(".virtual-table-viewport").first
+    assert view.evaluate("v => v.scrollWidth <= v.clientWidth + 1"), view.evaluate(
+        "v => [v.scrollWidth, v.clientWidth]")
+    checkpoints.delete(name, store)

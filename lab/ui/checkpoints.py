@@ -18,6 +18,7 @@ from lab.ui.common import EMPTY_STORE, Context, friendly, need, text
 
 COLUMNS = ["name", "model", "layers x width", "heads (kv)", "norm", "attention", "positional", "mlp",
            "source", "parent / pretrained", "dev perplexity", "weights MB", "created"]
+WIDTHS = ["13%", "5%", "8%", "6%", "8%", "8%", "9%", "5%", "7%", "9%", "8%", "7%", "7%"]     # every column in view at 1400 px
 
 
 def rows(store=None) -> list[list]:
@@ -157,8 +158,10 @@ def _delete_section(ctx: Context, chosen, message, table, info) -> None:
 
 def _store_table(ctx: Context):
     """The store's table, with its Refresh and Download buttons."""
+    # wide: its cells wrap so every column is in view (a long name folds instead of pushing the
+    # last columns past the edge)
     table = gr.Dataframe(rows(ctx.store), headers=COLUMNS, label="the store", interactive=False,
-                         elem_id="checkpoints-table")
+                         wrap=True, column_widths=WIDTHS, elem_id="checkpoints-table")
     with gr.Row():
         refresh = gr.Button("Refresh")
         download = gr.Button("Download the table (CSV, JSON)", elem_id="checkpoints-download")

@@ -283,7 +283,7 @@ def _watch(ctx: Context):
     runs_view = gr.HTML("<p>No sweep chosen. Start one above, or pick one.</p>", elem_id="sweep-runs")
     plot = gr.Plot(label="curves of every run", visible=False)
     table = gr.Dataframe(label="results (best rows marked; Δ: paired difference against the baseline row)",
-                         interactive=False, wrap=False, elem_id="sweep-table", visible=False)
+                         interactive=False, wrap=True, elem_id="sweep-table", visible=False)
     how = gr.Markdown(elem_id="sweep-how")
     files = gr.File(label="downloads", file_count="multiple", elem_id="sweep-files", visible=False)
     outputs = [runs_view, plot, table, how]
