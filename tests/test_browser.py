@@ -692,3 +692,21 @@ def test_the_store_table_keeps_every_column_in_view(page, server):
     assert view.evaluate("v => v.scrollWidth <= v.clientWidth + 1"), view.evaluate(
         "v => [v.scrollWidth, v.clientWidth]")
     checkpoints.delete(name, store)
+
+
+def test_a_new_action_clears_the_last_ones_error_mark(page):
+    """A failed Generate marks the caption table "Error"; the next action (here in another tab)
+    clears the mark instead of leaving it over the table."""
+    from playwright.sync_api import expect
+    _tab(page, "Compare")
+    box = page.get_by_label("captions").first
+    box.fill("0")
+    box.press("Tab")
+    page.locator("#compare-go").click()
+    mark = page.locator("#compare-out [data-testid=status-tracker] .error")
+    expect(mark).to_have_count(1, timeout=30_000)
+    _tab(page, "Attention")
+    page.locator("#attention-go").click()
+    page.frame_locator("#attention-head-view iframe").locator("svg text").first.wait_for(timeout=60_000)
+    _tab(page, "Compare")
+    expect(mark).to_have_count(0)

@@ -73,6 +73,18 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
     return demo
 
 
+# a new action clears the last one's "Error" marks: pressing any button (but a mark's own Clear)
+# presses Clear on every output still marked by an earlier failure
+HEAD = """<script>
+document.addEventListener("click", (e) => {
+  const pressed = e.target.closest("button");
+  if (!pressed || pressed.closest(".clear-status")) return;
+  document.querySelectorAll("[data-testid=status-tracker]").forEach((tracker) => {
+    const clear = tracker.querySelector(".clear-status button");
+    if (clear && tracker.querySelector(".error")) clear.click();
+  });
+}, true);
+</script>"""
 DISMISS_MESSAGES = "() => document.querySelectorAll('[data-testid=toast-close]').forEach(b => b.click())"
 # after the getting-started panel's "Compare them": the captions are below the panel, in view
 SCROLL_TO_CAPTIONS = "() => document.getElementById('compare-out')?.scrollIntoView({block: 'start'})"
@@ -146,7 +158,7 @@ def launch_kwargs() -> dict:
     port = os.environ.get("GRADIO_SERVER_PORT", "7860")
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise LabError(f"GRADIO_SERVER_PORT must be a port number (1-65535), got {port!r}")
-    kwargs = {"css": CSS, "server_name": host, "server_port": int(port),
+    kwargs = {"css": CSS, "head": HEAD, "server_name": host, "server_port": int(port),
               "allowed_paths": [str(lab_store.state_dir(None, "exports"))],
               "max_file_size": "2gb"}
     auth = os.environ.get("LAB_AUTH")
