@@ -8,8 +8,10 @@ LAB_AUTH=user:password (a login page) and LAB_ALLOWED_DIRS (folders the web UI m
 outside the store, separated by ':'; none by default).
 
 Ctrl-C or SIGTERM stops the app, its worker and the worker's jobs cleanly: each job saves where it
-stands and is left interrupted, ready to resume. If the app is killed outright, its worker notices
-and does the same; a new app's worker waits for an old one instead of running beside it.
+stands and is left interrupted, ready to resume. Requests in flight stop at their next decoding
+step (their callers are told the app is stopping), and the app waits for them before it exits. If
+the app is killed outright, its worker notices and does the same; a new app's worker waits for an
+old one instead of running beside it.
 """
 import os
 import signal
@@ -19,7 +21,7 @@ import sys
 from lab.storage import checkpoints, uploads
 from lab.errors import LabError
 from lab.worker.jobs import shutdown_grace_s
-from lab.ui import build_app, launch_kwargs
+from lab.ui import build_app, launch_kwargs, work
 
 
 def start_worker():
@@ -42,7 +44,19 @@ def stop_worker(proc, grace_s: float) -> None:
         proc.kill()
 
 
+def stop_requests(grace_s: float) -> int:
+    """Every request's work stops at its next step; wait up to grace_s for them. How many are
+    still running."""
+    work.stop_every_request()
+    left = work.wait_for_requests(grace_s)
+    if left:
+        print(f"{left} request(s) still running after {grace_s:g} s; exiting without them",
+              flush=True)
+    return left
+
+
 def _interrupt(*_):
+    work.stop_every_request()   # the requests' work stops while the server closes
     raise KeyboardInterrupt     # Gradio's launch() closes the server on it and returns
 
 
@@ -58,13 +72,18 @@ def main() -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     worker = start_worker()
     try:
         demo.queue(default_concurrency_limit=4).launch(**kwargs)
     except KeyboardInterrupt:
         pass
     finally:
+        left = stop_requests(grace_s)
         stop_worker(worker, grace_s)
+    if left:        # a thread inside torch while the interpreter finalizes would abort the exit
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

@@ -89,6 +89,28 @@ def test_compare_two_checkpoints_side_by_side(page, server):
     assert page.left_machine == []
 
 
+def test_a_long_comparison_shows_its_progress_and_stops_on_stop(page, server):
+    """Beam search over 200 captions a checkpoint streams a progress line, with a Stop button
+    beside Generate; Stop ends it, the page says so, and the next comparison runs at once."""
+    from playwright.sync_api import expect
+    _choose(page, "#compare-decoder", "beam")
+    n = page.locator("#compare-n input")
+    n.fill("200")
+    n.press("Tab")
+    page.locator("#compare-go").click()
+    out, stop = page.locator("#compare-out"), page.locator("#compare-stop")
+    expect(out.locator(".lab-progress-text")).to_contain_text("of 200 captions", timeout=60_000)
+    expect(stop).to_be_visible()
+    stop.click()
+    expect(out).to_contain_text("Stopped", timeout=30_000)
+    expect(stop).to_be_hidden()
+    n.fill("2")
+    n.press("Tab")
+    page.locator("#compare-go").click()
+    expect(out.locator("table.lab-compare tbody tr")).to_have_count(2, timeout=120_000)
+    expect(stop).to_be_hidden(timeout=30_000)
+
+
 def test_a_decoder_per_checkpoint_lists_the_chosen_ones(page, server):
     """The per-checkpoint decoder table appears with a row for each chosen checkpoint."""
     from playwright.sync_api import expect

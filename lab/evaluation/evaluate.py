@@ -104,7 +104,7 @@ def choose_bleu_tokens(tokenizer_kinds: list[str], requested: str = "auto") -> s
 
 def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test",
                   bleu_tokens: str = "auto", data_dir=None, chunk: int = 100, n_boot: int = 500,
-                  first: int | None = None, own: dict | None = None):
+                  first: int | None = None, own: dict | None = None, abort=None):
     """Score every model on the same seeded subset, yielding a snapshot after each chunk: `chunk`
     captions at a time or, with `first`, first that many (early figures in seconds), then each
     chunk twice the one before, up to `chunk` (later chunks generate in larger batches, which
@@ -114,13 +114,12 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     giving its place to the next, so the batch does not thin out as they end.
 
     models: {name: Checkpoint}; own: {name: DecodeConfig}, a model's own decoder in place of
-    `decode` (whose seed draws the subset and every model's captions). Forward BLEU scores each generated caption against the *full*
-    reference set (an unbiased estimate of the full figure); backward BLEU uses the n references
-    of the subset against the n captions generated so far, and carries that n."""
-    if n < 1:
-        raise ConfigError(f"subset size must be at least 1, got {n}")
-    if chunk < 1 or first is not None and first < 1:
-        raise ConfigError(f"chunks must hold at least 1 caption, got chunk={chunk}, first={first}")
+    `decode` (whose seed draws the subset and every model's captions); abort: asked before each
+    decoding step, True raises Aborted (a caller that left). Forward BLEU scores each generated
+    caption against the *full* reference set (an unbiased estimate of the full figure); backward
+    BLEU uses the n references of the subset against the n captions generated so far, and
+    carries that n."""
+    _check_sizes(n, chunk, first)
     for ck in models.values():
         check_captions_model(ck)
     caps = data.load_split(split, data_dir)
@@ -140,8 +139,16 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
         part = subset[start:end]
         width = stream_width(start, end, chunk)
         for name, ck in models.items():
-            _score_chunk(state[name], ck, part, streams[name].take(len(part), width), references, tokens)
+            gen = streams[name].take(len(part), width, abort)
+            _score_chunk(state[name], ck, part, gen, references, tokens)
         yield _snapshot(state, provenance, per_word, n_boot, done=end)
+
+
+def _check_sizes(n: int, chunk: int, first: int | None) -> None:
+    if n < 1:
+        raise ConfigError(f"subset size must be at least 1, got {n}")
+    if chunk < 1 or first is not None and first < 1:
+        raise ConfigError(f"chunks must hold at least 1 caption, got chunk={chunk}, first={first}")
 
 
 def _live_provenance(split: str, subset: list[str], decode: DecodeConfig, tokens: str, per_word: bool,

@@ -83,10 +83,12 @@ def _sample_group(model, prompt: torch.Tensor, decoder, max_new: int, eos_id: in
 
 @torch.no_grad()
 def generate(model, prompts: list[list[int]], cfg: DecodeConfig, eos_id: int,
-             batch_size: int = 500, abort=None,
-             probs: bool = False) -> list[tuple[list[int], list[float], bool]]:
+             batch_size: int = 500, abort=None, probs: bool = False,
+             done=None) -> list[tuple[list[int], list[float], bool]]:
     """Continue each prompt (token ids, BOS included). Prompts of equal length share a batch.
-    probs: also each new token's probability at tau=1 (otherwise an empty list)."""
+    probs: also each new token's probability at tau=1 (otherwise an empty list). abort: asked
+    before each step (and each searched prompt); True raises Aborted. done: told how many
+    prompts are complete after each batch (each prompt, for a search decoder)."""
     decoder = make_decoder(cfg)
     device = _device(model)
     n_ctx = model.config.n_positions
@@ -104,19 +106,52 @@ def generate(model, prompts: list[list[int]], cfg: DecodeConfig, eos_id: int,
             for s in range(0, len(rows), batch_size):
                 chunk = rows[s:s + batch_size]
                 if getattr(decoder, "search", False):
-                    for i in chunk:
-                        ids = decoder.run(model, torch.tensor(prompts[i], device=device), max_new, eos_id)
-                        results[i] = (ids, _probs_of(model, prompts[i], ids) if probs else [],
-                                      len(ids) < max_new)
+                    _search(model, decoder, prompts, chunk, results, max_new, eos_id, abort, probs, done)
                     continue
                 prompt = torch.tensor([prompts[i] for i in chunk], device=device)
                 new, ps, fin = _sample_group(model, prompt, decoder, max_new, eos_id, generator,
                                              abort, probs)
                 for j, i in enumerate(chunk):
                     results[i] = (new[j], ps[j], fin[j])
+                if done is not None:
+                    done(sum(r is not None for r in results))
     finally:
         model.train(was_training)
     return results
+
+
+def _search(model, decoder, prompts, chunk, results, max_new, eos_id, abort, probs, done) -> None:
+    """A search decoder (beam) drives the model itself, one prompt at a time: results[i] for each
+    i of chunk. The model it drives asks abort before each step."""
+    device = _device(model)
+    driven = model if abort is None else _Asking(model, abort)
+    for i in chunk:
+        ids = decoder.run(driven, torch.tensor(prompts[i], device=device), max_new, eos_id)
+        results[i] = (ids, _probs_of(model, prompts[i], ids) if probs else [], len(ids) < max_new)
+        if done is not None:
+            done(sum(r is not None for r in results))
+
+
+class _Asking:
+    """A model that asks `abort` before each forward (True raises Aborted): what a search decoder
+    drives, so that it stops within a step without knowing why."""
+
+    def __init__(self, model, abort):
+        self.model, self.abort = model, abort
+
+    def __call__(self, *args, **kwargs):
+        if self.abort():
+            raise Aborted()
+        return self.model(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def rows_per_caption(cfg: DecodeConfig) -> int:
+    """How many rows a caption decodes at each step: a search decoder's beams (its `num_beams`),
+    one for a decoder that draws a token per row."""
+    return max(1, int(getattr(make_decoder(cfg), "num_beams", 1)))
 
 
 class CaptionStream:
@@ -298,13 +333,15 @@ def check_prompt(prompt: str) -> str:
 
 
 def sample_captions(model, tokenizer, n: int, cfg: DecodeConfig, prompt: str = "",
-                    batch_size: int = 500, abort=None, probs: bool = False) -> list[Generated]:
+                    batch_size: int = 500, abort=None, probs: bool = False,
+                    done=None) -> list[Generated]:
     """n captions, each starting with `prompt` (may be empty), decoded as `cfg` says; with
-    probs, each new token's probability too (for a display; scoring needs none)."""
+    probs, each new token's probability too (for a display; scoring needs none). abort and
+    done: as generate() takes them."""
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CAPTIONS:
         raise GenerationError(f"the number of captions must be a whole number from 1 to "
                               f"{MAX_CAPTIONS}, got {n!r}")
     prefix, ids = caption_prompt(tokenizer, prompt)
-    outs = generate(model, [ids] * n, cfg, tokenizer.eos_id, batch_size, abort, probs)
+    outs = generate(model, [ids] * n, cfg, tokenizer.eos_id, batch_size, abort, probs, done)
     return [Generated(prefix + new, tokenizer.decode(prefix + new), len(prefix), ps, fin)
             for new, ps, fin in outs]

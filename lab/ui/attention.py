@@ -14,6 +14,7 @@ from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.errors import LabError
 from lab.presets import DECODE_TO_SHOW
 from lab.modeling.generate import MAX_PROMPT_CHARS, sample_captions
+from lab.ui.work import streamed
 from lab.ui.common import (LOADED, Context, asset_url, checkpoint_dropdown, friendly,
                            need, need_checkpoint, table_files, whole)
 from lab.ui.common import text as bounded_text
@@ -122,6 +123,14 @@ def show(name, text, generate, seed, store=None):
     return *views(cap, ck, note), shown
 
 
+def show_stream(name, text, generate, seed, store=None):
+    """show() as a stream: a note saying what is under way at least every POLL_S (the views
+    blank), then show()'s views and text."""
+    under_way = (f"*Reading the text with {name} and drawing its attention …*", *NO_VIEWS[1:], "")
+    yield (yield from streamed(lambda work: show(name, text, generate, seed, store),
+                               lambda said: under_way))
+
+
 def show_beside(other, shown, generated, store=None):
     """The views of the checkpoint side by side with the first, on the text the first showed."""
     if not other:
@@ -207,7 +216,7 @@ def build(ctx: Context):
     shown = gr.State("")      # the text the first checkpoint showed: the second shows the same
     outs_a, outs_b = view_columns()
     go.click(lambda: NO_VIEWS, None, outs_b, api_visibility="private", queue=False).then(
-        friendly(lambda *v: show(*v, store=ctx.store)), [name, text, generate, seed],
+        friendly(lambda *v: (yield from show_stream(*v, store=ctx.store))), [name, text, generate, seed],
         outs_a + [shown], api_name="attention").success(
         friendly(lambda o, s, g: show_beside(o, s, g, store=ctx.store)), [other, shown, generate],
         outs_b, api_visibility="private")

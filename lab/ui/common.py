@@ -13,6 +13,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from lab.ui import work
 from lab.ui.fields import Dropdown, Number, refuse
 from lab.storage import checkpoints, exports, health
 from lab.inputs import tasks
@@ -192,27 +193,72 @@ def _refusal(e: Exception) -> gr.Error:
 
 
 def friendly(fn):
-    """Turn every exception into one gr.Error message: no traceback reaches the browser."""
+    """Turn every exception into one gr.Error message: no traceback reaches the browser. The call
+    (each step of a generator) counts as in flight until it returns: the app waits for it before
+    it exits."""
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def gen(*args, **kwargs):
+            steps = fn(*args, **kwargs)
             try:
-                yield from fn(*args, **kwargs)
+                while True:
+                    with work.call():
+                        value = next(steps, _END)
+                    if value is _END:
+                        return
+                    yield value
             except gr.Error:
                 raise
             except Exception as e:
                 raise _refusal(e) from None
+            finally:
+                steps.close()           # closed early (its caller left, or Stop): its work stops
         return gen
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            with work.call():
+                return fn(*args, **kwargs)
         except gr.Error:
             raise
         except Exception as e:
             raise _refusal(e) from None
     return wrapper
+
+
+_END = object()      # a generator's end, as next() returns it
+
+
+def stop_button(elem_id: str) -> gr.Button:
+    """The Stop button of a long action, beside the button that starts it; shown while it runs."""
+    return gr.Button("Stop", variant="stop", visible=False, elem_id=elem_id, scale=0, min_width=90)
+
+
+RUNNING = "running"      # what a request's kept record holds until it ends (see `stoppable`)
+
+
+def stoppable(go: gr.Button, stop: gr.Button, start, reads, writes: list, after):
+    """`stop` shows while the request `start()` makes (go's click) runs; pressing it cancels the
+    request, whose work stops at its next step. When the request ends (done, failed or stopped),
+    the components `writes` get after(the value of `reads`): what the page says of a request
+    stopped before its end (gr.skip() each to leave them). Returns the request's event."""
+    # registered before the request: in Gradio 6.31 a quick update registered after a streaming
+    # one on the same trigger did not show
+    go.click(lambda: gr.update(visible=True), None, stop, queue=False, api_visibility="private")
+    running = start()
+    hidden = gr.update(visible=False)
+    # `.then` runs after a stop too, on the last values the request sent
+    running.then(lambda value: [hidden, *after(value)], reads, [stop, *writes], queue=False,
+                 api_visibility="private")
+    stop.click(lambda: hidden, None, stop, cancels=[running], queue=False, api_visibility="private")
+    return running
+
+
+def unfinished(kept, said: str) -> list:
+    """After a request whose record is kept in a state (RUNNING until its end): one stopped (or
+    failed) before its end leaves `said` in place of its progress line, and no record."""
+    return [said, None] if kept == RUNNING else [gr.skip(), gr.skip()]
 
 
 def need(value, what: str):

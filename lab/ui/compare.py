@@ -21,10 +21,13 @@ from lab.modeling.generate import MAX_PROMPT_CHARS, GenerationError, sample_capt
 from lab.ui.attention import MAX_TOKENS as MAX_ATTENTION_TOKENS
 from lab.presets import DECODE_TO_SHOW
 from lab.registry import DECODERS
-from lab.ui.common import (LOADED, Context, checkpoint_dropdown, decoder_inputs, decoders_of,
-                           form_decode, friendly, names_list, text, whole)
+from lab.ui.work import Work, progress_bar, streamed, within_budget
+from lab.ui.common import (LOADED, RUNNING, Context, checkpoint_dropdown, decoder_inputs,
+                           decoders_of, form_decode, friendly, names_list, stop_button, stoppable,
+                           text, unfinished, whole)
 
 PER_MODEL_COLUMNS = ["checkpoint", "decoder", *DecodeConfig.setting_names()]
+STOPPED = "<p class='lab-stopped'>Stopped before the end: nothing more is drawn.</p>"
 
 
 class RowsTable(Dataframe):
@@ -57,26 +60,71 @@ def captions_table(columns: list[tuple[str, str, list[str]]]) -> str:
             f"<tbody>{rows}</tbody></table>")
 
 
-def compare(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
-            per_checkpoint: dict | None = None, store=None):
-    """Captions of each chosen checkpoint side by side: `decode` the shared decoder by name
-    ({"decoder": "top_p", "temperature": 0.7}), `per_checkpoint` a checkpoint's own settings over
-    it ({"scratch": {"decoder": "greedy"}})."""
+@dataclass
+class Comparison:
+    """What a comparison draws: checked, and within the budget, before anything runs."""
+    chosen: list[str]
+    settings: list[DecodeConfig]        # each checkpoint's decoder
+    seed: int
+    prefix: str
+    n: int
+
+
+def plan(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
+         per_checkpoint: dict | None = None, store=None) -> Comparison:
+    """A comparison's values, each checked where it enters, and its work within the budget (the
+    API's and the form's one check)."""
     chosen = names_list(checkpoints_chosen, "checkpoints to compare", store=store)
     n = whole(n, "number of captions", 1, 200)
     seed = whole(seed, "seed", 0, SEED_MAX)
     prefix = text(prefix, "prefix", MAX_PROMPT_CHARS).strip()
     settings = decoders_of(chosen, decode, per_checkpoint, seed)   # all checked before any runs
+    within_budget("this comparison", n, settings, "fewer captions, beams or checkpoints")
+    return Comparison(chosen, settings, seed, prefix, n)
+
+
+def compare(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
+            per_checkpoint: dict | None = None, store=None):
+    """Captions of each chosen checkpoint side by side: `decode` the shared decoder by name
+    ({"decoder": "top_p", "temperature": 0.7}), `per_checkpoint` a checkpoint's own settings over
+    it ({"scratch": {"decoder": "greedy"}}). Returns (the table's HTML, the record)."""
+    return captions(plan(checkpoints_chosen, decode, seed, prefix, n, per_checkpoint, store),
+                    Work(), store)
+
+
+def compare_stream(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
+                   per_checkpoint: dict | None = None, store=None):
+    """compare() as a stream: (a progress line, RUNNING) at least every POLL_S while the captions
+    are drawn, then compare()'s (table, record). Closed early, the drawing stops."""
+    todo = plan(checkpoints_chosen, decode, seed, prefix, n, per_checkpoint, store)
+    yield (yield from streamed(lambda work: captions(todo, work, store),
+                               lambda said: (captions_progress(todo, said), RUNNING)))
+
+
+def captions(todo: Comparison, work: Work, store=None):
+    """The comparison's captions, a checkpoint after another, saying how far it is to `work` and
+    stopping when it asks."""
     columns, texts = [], {}
-    for name, cfg in zip(chosen, settings):
+    for i, (name, cfg) in enumerate(zip(todo.chosen, todo.settings)):
+        work.say((i, 0))
         ck = LOADED.get(name, store)
-        caps = sample_captions(ck.model, ck.tokenizer, n, cfg, prompt=prefix, probs=True)
+        caps = sample_captions(ck.model, ck.tokenizer, todo.n, cfg, prompt=todo.prefix, probs=True,
+                               abort=work.stop_asked, done=lambda k, i=i: work.say((i, k)))
         columns.append((name, cfg.label(), [shade(ck.tokenizer, c) for c in caps]))
         texts[name] = [c.text for c in caps]
     table = captions_table(columns)
-    record = {"html": table, "captions": texts, "seed": seed, "prefix": prefix, "n": n,
-              "decoders": {name: cfg.to_dict() for name, cfg in zip(chosen, settings)}}
+    decoders = {name: cfg.to_dict() for name, cfg in zip(todo.chosen, todo.settings)}
+    record = {"html": table, "captions": texts, "seed": todo.seed, "prefix": todo.prefix,
+              "n": todo.n, "decoders": decoders}
     return table, record
+
+
+def captions_progress(todo: Comparison, said) -> str:
+    """How far the captions are: (checkpoint index, its captions done)."""
+    i, k = said or (0, 0)
+    return progress_bar((i + k / todo.n) / len(todo.chosen),
+                        f"checkpoint {i + 1} of {len(todo.chosen)}: {todo.chosen[i]}, "
+                        f"{k} of {todo.n} captions …")
 
 
 def _form(checkpoints_chosen, decoder, rest, what: str, store=None):
@@ -98,10 +146,11 @@ def _form(checkpoints_chosen, decoder, rest, what: str, store=None):
 
 def compare_form(checkpoints_chosen, decoder, *rest, store=None):
     """The page's Compare: rest is the decoder settings' fields (DecodeConfig.setting_names()),
-    seed, prefix, n, the per-checkpoint checkbox and its table; read as compare() takes them."""
+    seed, prefix, n, the per-checkpoint checkbox and its table; read as compare() takes them,
+    streamed as compare_stream() streams."""
     chosen, decode, own, (seed, prefix, n, _, _) = _form(checkpoints_chosen, decoder, rest,
                                                          "checkpoints to compare", store)
-    return compare(chosen, decode, seed, prefix, n, own, store=store)
+    yield from compare_stream(chosen, decode, seed, prefix, n, own, store=store)
 
 
 def scores_form(checkpoints_chosen, decoder, *rest, store=None, data_dir=None):
@@ -114,7 +163,7 @@ def scores_form(checkpoints_chosen, decoder, *rest, store=None, data_dir=None):
 
 def caption_files(record, store=None):
     """The last comparison's captions as CSV and JSON (one row per position, one column each)."""
-    if not record:
+    if not isinstance(record, dict):
         return None
     names = list(record["captions"])
     rows = [[i + 1] + [record["captions"][n][i] for n in names] for i in range(record["n"])]
@@ -125,7 +174,7 @@ def caption_files(record, store=None):
 def save_report(record, scores, row, store=None) -> str:
     """The last comparison as one self-contained HTML file; scores only when they are of the same
     checkpoints."""
-    if not record:
+    if not isinstance(record, dict):        # none yet, or one under way (RUNNING)
         raise ConfigError("generate captions side by side first; the report holds that comparison")
     names = list(record["captions"])
     k = whole(row, "caption row", 1, record["n"]) - 1
@@ -205,6 +254,27 @@ MATRIX_MAX_CAPTIONS, MATRIX_MAX_TEMPERATURES = 10, 6
 
 
 def decoder_matrix(checkpoints_chosen, temperatures, n, seed, prefix, store=None):
+    """Every decoder plugin x temperature, a row each, a column per checkpoint: streams the
+    matrix so far (with a line saying which row is under way) at least every POLL_S, then the
+    whole matrix and its captions for the downloads. Closed early, the drawing stops."""
+    chosen, settings, n, prefix = _matrix_plan(checkpoints_chosen, temperatures, n, seed, prefix, store)
+    texts = []                   # (settings label, checkpoint, caption, shaded) for the downloads
+
+    def draw(work: Work):
+        for i, cfg in enumerate(settings):
+            work.say(i)
+            for name in chosen:
+                ck = LOADED.get(name, store)
+                for c in sample_captions(ck.model, ck.tokenizer, n, cfg, prompt=prefix, probs=True,
+                                         abort=work.stop_asked):
+                    texts.append((cfg.label(), name, c.text, shade(ck.tokenizer, c)))
+    yield from streamed(draw, lambda i: (matrix_table(chosen, settings, list(texts), doing=i or 0),
+                                         RUNNING))
+    yield matrix_table(chosen, settings, texts), texts
+
+
+def _matrix_plan(checkpoints_chosen, temperatures, n, seed, prefix, store=None):
+    """The matrix's checkpoints, its rows' decoders, captions per cell and prefix, checked."""
     chosen = names_list(checkpoints_chosen, "checkpoints", limit=4, store=store)
     n = whole(n, "captions per cell", 1, MATRIX_MAX_CAPTIONS)
     seed = whole(seed, "seed", 0, SEED_MAX)
@@ -219,14 +289,9 @@ def decoder_matrix(checkpoints_chosen, temperatures, n, seed, prefix, store=None
         for t in (raw if sampling else [None]):
             settings.append(DecodeConfig.from_dict({"decoder": dec, "seed": seed,
                                                     **({"temperature": t} if sampling else {})}))
-    texts = []                   # (settings label, checkpoint, caption) for the downloads
-    for i, cfg in enumerate(settings):
-        yield matrix_table(chosen, settings, texts, doing=i), None
-        for name in chosen:
-            ck = LOADED.get(name, store)
-            for c in sample_captions(ck.model, ck.tokenizer, n, cfg, prompt=prefix, probs=True):
-                texts.append((cfg.label(), name, c.text, shade(ck.tokenizer, c)))
-    yield matrix_table(chosen, settings, texts), texts
+    within_budget("this matrix", n, settings * len(chosen), "fewer captions per cell, "
+                  "temperatures or checkpoints", unit="cell")
+    return chosen, settings, n, prefix
 
 
 def matrix_table(chosen, settings, texts, doing: int | None = None) -> str:
@@ -238,10 +303,8 @@ def matrix_table(chosen, settings, texts, doing: int | None = None) -> str:
         label = cfg.label()
         cells = ["<br>".join(t[3] for t in texts if t[0] == label and t[1] == name) for name in chosen]
         rows.append(f"<tr><th>{html.escape(label)}</th>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    note = "" if doing is None else (
-        f"<div class='lab-progress'><div class='bar' style='width:{100 * doing / len(settings):.0f}%'>"
-        f"</div></div><p class='lab-progress-text'>row {doing + 1} of {len(settings)}: "
-        f"{html.escape(settings[doing].label())} …</p>")
+    note = "" if doing is None else progress_bar(
+        doing / len(settings), f"row {doing + 1} of {len(settings)}: {settings[doing].label()} …")
     return (f"{note}<table class='lab-compare lab-matrix'><thead><tr><th>decoder</th>{head}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>")
 
@@ -273,23 +336,27 @@ def build(ctx: Context) -> SideBySide:
     with gr.Row():
         seed = Number(0, label="seed", step=1)
         prefix = Textbox("", label="prefix (optional)", placeholder="A man")
-        n = Number(8, label="captions", step=1)
+        n = Number(8, label="captions", step=1, elem_id="compare-n")
     per_model, per_model_rows = _per_model_table(chosen)
-    go = gr.Button("Generate side by side", variant="primary", elem_id="compare-go")
+    with gr.Row():
+        go = gr.Button("Generate side by side", variant="primary", elem_id="compare-go")
+        stop = stop_button("compare-stop")
     out = gr.HTML(elem_id="compare-out")
     inputs = [chosen, *dec.components(), seed, prefix, n, per_model, per_model_rows]
     last = gr.State(None)            # the last comparison, for its downloads and the report
     files = gr.File(label="download the captions (CSV, JSON)", file_count="multiple",
                     interactive=False, elem_id="compare-files")
-    run = friendly(lambda *a: compare_form(*a, store=ctx.store))
+    run = friendly(lambda *a: (yield from compare_form(*a, store=ctx.store)))
     save = friendly(lambda r: caption_files(r, ctx.store))
-    go.click(run, inputs, [out, last], api_visibility="private").success(
-        save, last, files, api_visibility="private")
+    drawing = stoppable(go, stop, lambda: go.click(run, inputs, [out, last], api_visibility="private",
+                                                   show_progress="minimal"),
+                        last, [out, last], lambda kept: unfinished(kept, STOPPED))
+    drawing.success(save, last, files, api_visibility="private")
     _wire_api(ctx)
 
     def then(event):
-        return event.success(run, inputs, [out, last], api_visibility="private").success(
-            save, last, files, api_visibility="private")
+        return event.success(run, inputs, [out, last], api_visibility="private",
+                             show_progress="minimal").success(save, last, files, api_visibility="private")
     then(prefix.submit(lambda: None, None, None, api_visibility="private"))     # Enter generates
 
     scored = _scores_section(ctx, inputs)
@@ -314,9 +381,13 @@ def _per_model_table(chosen):
 def _wire_api(ctx: Context) -> None:
     def compare_api(checkpoints: list[str], decode: dict, seed: int = 0, prefix: str = "",
                     n: int = 8, per_checkpoint: dict | None = None) -> str:
-        """Captions side by side (HTML). decode: the shared decoder by name, e.g. {"decoder":
-        "top_p", "temperature": 0.7}; per_checkpoint: {checkpoint: its own decoder settings}."""
-        return compare(checkpoints, decode, seed, prefix, n, per_checkpoint, store=ctx.store)[0]
+        """Captions side by side (HTML), streamed: a progress line (HTML) at least every half
+        second while they are drawn, then the captions. decode: the shared decoder by name, e.g.
+        {"decoder": "top_p", "temperature": 0.7}; per_checkpoint: {checkpoint: its own decoder
+        settings}."""
+        for shown, _ in compare_stream(checkpoints, decode, seed, prefix, n, per_checkpoint,
+                                       store=ctx.store):
+            yield shown
     gr.api(friendly(compare_api), api_name="compare")
 
 
@@ -327,11 +398,12 @@ def _scores_section(ctx: Context, compare_inputs: list) -> gr.State:
         with gr.Row():
             score_n = Radio([100, 500, 1000], value=100, label="test captions")
             go_s = gr.Button("Score and compare", elem_id="compare-score")
+            stop_s = stop_button("compare-score-stop")
         scores = gr.Dataframe(headers=EVAL_COLUMNS, label="scores (live): each value with its 95% interval",
                               elem_id="compare-scores", wrap=True, column_widths=EVAL_WIDTHS)
         said = gr.Markdown(elem_id="compare-verdicts")
         bleu_auto = gr.State("auto")
-        return wire_scores(go_s, [*compare_inputs, score_n, bleu_auto], [scores, said],
+        return wire_scores(go_s, stop_s, [*compare_inputs, score_n, bleu_auto], [scores, said],
                            ctx, "compare_scores", form=scores_form)
 
 
@@ -352,11 +424,15 @@ def _matrix_section(ctx: Context, chosen, seed, prefix) -> None:
         with gr.Row():
             temps = Textbox("0.7, 1.0", label="temperatures")
             n_m = Number(3, label="captions per cell", step=1)
-        go_m = gr.Button("Build the matrix", elem_id="compare-matrix")
+        with gr.Row():
+            go_m = gr.Button("Build the matrix", elem_id="compare-matrix")
+            stop_m = stop_button("compare-matrix-stop")
         out_m = gr.HTML(elem_id="compare-matrix-out")
         matrix = gr.State(None)
         files_m = gr.File(label="download the matrix (CSV, JSON)", file_count="multiple", interactive=False)
-        go_m.click(friendly(lambda *a: (yield from decoder_matrix(*a, store=ctx.store))),
-                   [chosen, temps, n_m, seed, prefix], [out_m, matrix], api_name="decoder_matrix",
-                   show_progress="minimal").success(
-            friendly(lambda t: matrix_files(t, ctx.store)), matrix, files_m, api_visibility="private")
+        build_it = friendly(lambda *a: (yield from decoder_matrix(*a, store=ctx.store)))
+        building = stoppable(go_m, stop_m, lambda: go_m.click(
+            build_it, [chosen, temps, n_m, seed, prefix], [out_m, matrix], api_name="decoder_matrix",
+            show_progress="minimal"), matrix, [out_m, matrix], lambda kept: unfinished(kept, STOPPED))
+        building.success(friendly(lambda t: matrix_files(t, ctx.store)), matrix, files_m,
+                         api_visibility="private")

@@ -11,9 +11,11 @@ from lab.storage import exports
 from lab.ui.fields import Number, Radio
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.presets import DECODE_TO_SCORE
-from lab.evaluation.evaluate import evaluate_live, verdicts
+from lab.evaluation.evaluate import chunk_bounds, evaluate_live, verdicts
+from lab.ui.work import Work, streamed, within_budget
 from lab.ui.common import (LOADED, Context, offers, checkpoint_dropdown, checkpoint_meta, decode_of,
-                           decoder_inputs, decoders_of, form_decode, friendly, names_list, whole)
+                           decoder_inputs, decoders_of, form_decode, friendly, names_list,
+                           stop_button, stoppable, whole)
 
 COLUMNS = ["checkpoint", "n", "perplexity ↓", "per-word perplexity ↓", "forward BLEU ↑",
            "backward BLEU (N) ↑", "harmonic BLEU (N) ↑"]
@@ -83,21 +85,47 @@ def scores(names, decode: dict, n=500, seed=0, bleu_tokens="auto", store=None, d
     """Live scores of the chosen checkpoints on one seeded test subset, `decode` the decoder by
     name ({"decoder": "random", "temperature": 1.0}), `per_checkpoint` a checkpoint's own
     settings over it ({"scratch": {"decoder": "greedy"}}): yields (rows, summary, the scores'
-    record)."""
+    record) at least every POLL_S, the summary saying which captions are under way (before the
+    first figures: no rows, no record), and last the whole scores. Closed early, scoring stops."""
     names = names_list(names, "checkpoints to evaluate", store=store)
     n = whole(n, "subset size", 1, 5000)
     seed = whole(seed, "seed", 0, SEED_MAX)
     cfgs = dict(zip(names, decoders_of(names, decode, per_checkpoint, seed)))
     if bleu_tokens not in BLEU_TOKENS:
         raise ConfigError(f"bleu_tokens must be 'auto', 'gpt2' or 'words', got {bleu_tokens!r}"[:200])
+    within_budget("this evaluation", n, list(cfgs.values()),
+                  "a smaller subset, fewer checkpoints or beams")
+    shared = decode_of(decode, seed)
     models = {name: LOADED.get(name, store) for name in names}
     first, chunk = chunks(n)
-    for snap in evaluate_live(models, n, decode_of(decode, seed), bleu_tokens=bleu_tokens,
-                              data_dir=data_dir, chunk=chunk, first=first, own=cfgs):
-        rows = table(snap)
-        yield rows, provenance_md(snap), {"headers": COLUMNS, "rows": rows, "verdicts": verdicts(snap),
-                                          "provenance": snap["provenance"], "done": snap["done"],
-                                          "snapshot": snap}
+
+    def score(work: Work):
+        for snap in evaluate_live(models, n, shared, bleu_tokens=bleu_tokens, data_dir=data_dir,
+                                  chunk=chunk, first=first, own=cfgs, abort=work.stop_asked):
+            work.say(snap)
+        return work.said
+    last = yield from streamed(score, lambda snap: shown(snap, under_way(snap, n, chunk, first)))
+    yield shown(last)
+
+
+UNDER_WAY = "*Scoring captions"        # how the summary's line of the captions under way begins
+
+
+def under_way(snap: dict | None, n: int, chunk: int, first: int) -> str:
+    """The line saying which captions are being scored now."""
+    done = snap["done"] if snap else 0
+    end = next((e for s, e in chunk_bounds(n, chunk, first) if s == done), n)
+    return f"{UNDER_WAY} {done + 1} to {end} of {n} of each checkpoint …*"
+
+
+def shown(snap: dict | None, doing: str = "") -> tuple:
+    """(rows, summary, record) of a snapshot, the summary ending with `doing`."""
+    if snap is None:
+        return [], doing, None
+    rows = table(snap)
+    return rows, provenance_md(snap) + (f"\n\n{doing}" if doing else ""), {
+        "headers": COLUMNS, "rows": rows, "verdicts": verdicts(snap),
+        "provenance": snap["provenance"], "done": snap["done"], "snapshot": snap}
 
 
 def run(names, decoder, *rest, store=None, data_dir=None):
@@ -135,10 +163,20 @@ def score_files(scores, store=None):
                                store, about)
 
 
-def wire(button, inputs, shown: list, ctx: Context, api_name: str, form=run) -> gr.State:
+STOPPED = "**Stopped before the end**: the figures are of the captions scored before the stop."
+
+
+def stopped_summary(said):
+    """The summary once scoring ended: a line of captions still under way says it stopped."""
+    if not isinstance(said, str) or UNDER_WAY not in said:
+        return gr.skip()
+    return said.split(UNDER_WAY)[0] + STOPPED
+
+
+def wire(button, stop, inputs, shown: list, ctx: Context, api_name: str, form=run) -> gr.State:
     """Scores stream into `shown` (table, notes); at the end the CSV/JSON downloads appear.
-    form: reads `inputs` into scores (the Evaluate tab's `run`, or Compare's). Returns the state
-    holding the last scores."""
+    stop: the Stop button beside `button`; form: reads `inputs` into scores (the Evaluate tab's
+    `run`, or Compare's). Returns the state holding the last scores."""
     last = gr.State(None)
     files = gr.File(label="download the scores (CSV, JSON)", file_count="multiple", interactive=False,
                     elem_id=f"{api_name}-files", visible=False)     # shown once there are scores
@@ -148,20 +186,25 @@ def wire(button, inputs, shown: list, ctx: Context, api_name: str, form=run) -> 
         return gr.update(value=paths, visible=bool(paths))
     # a new evaluation hides the last one's downloads until its own scores are in
     button.click(lambda: gr.update(visible=False), None, files, queue=False, api_visibility="private")
-    button.click(friendly(lambda *a: (yield from form(*a, store=ctx.store, data_dir=ctx.data_dir))),
-                 inputs, shown + [last], api_visibility="private").success(
-        friendly(downloads), last, files, api_visibility="private")
+    score = friendly(lambda *a: (yield from form(*a, store=ctx.store, data_dir=ctx.data_dir)))
+    scoring = stoppable(button, stop, lambda: button.click(score, inputs, shown + [last],
+                                                           api_visibility="private"),
+                        shown[1], [shown[1]], lambda said: [stopped_summary(said)])
+    scoring.success(friendly(downloads), last, files, api_visibility="private")
 
     def scores_api(checkpoints: list[str], decode: dict, n: int = 500, seed: int = 0,
                    bleu_tokens: str = "auto", per_checkpoint: dict | None = None) -> dict:
         """Perplexity and BLEU with 95% intervals on a seeded test subset, streamed as samples
         accumulate. decode: the decoder by name, e.g. {"decoder": "random", "temperature": 1.0};
-        per_checkpoint: a checkpoint's own decoder settings over it. Each update: {"headers",
-        "rows", "summary", "verdicts", "provenance", "done"}."""
+        per_checkpoint: a checkpoint's own decoder settings over it. Each update (at least every
+        half second): {"headers", "rows", "summary", "verdicts", "provenance", "done"}; before
+        the first figures no rows, provenance None and done 0."""
         for rows, summary, record in scores(checkpoints, decode, n, seed, bleu_tokens,
                                             ctx.store, ctx.data_dir, per_checkpoint):
-            yield {"headers": COLUMNS, "rows": rows, "summary": summary, "verdicts": record["verdicts"],
-                   "provenance": record["provenance"], "done": record["done"]}
+            yield {"headers": COLUMNS, "rows": rows, "summary": summary,
+                   "verdicts": record["verdicts"] if record else [],
+                   "provenance": record["provenance"] if record else None,
+                   "done": record["done"] if record else 0}
     gr.api(friendly(scores_api), api_name=api_name)
     return last
 
@@ -247,11 +290,13 @@ def build(ctx: Context):
         seed = Number(0, label="seed", step=1)
         bleu_tokens = Radio(["auto", "gpt2", "words"], value="auto", label="BLEU tokens",
                                info="auto: GPT-2 tokens when every model uses GPT-2 BPE, words otherwise")
-    go = gr.Button("Evaluate", variant="primary", elem_id="evaluate-go")
+    with gr.Row():
+        go = gr.Button("Evaluate", variant="primary", elem_id="evaluate-go")
+        stop = stop_button("evaluate-stop")
     out = gr.Dataframe(headers=COLUMNS, label="results (live): each value with its 95% interval",
                        elem_id="evaluate-table", wrap=True, column_widths=WIDTHS)
     prov = gr.Markdown(elem_id="evaluate-provenance")
-    wire(go, [names, *dec.components(), n, seed, bleu_tokens], [out, prov], ctx, "evaluate")
+    wire(go, stop, [names, *dec.components(), n, seed, bleu_tokens], [out, prov], ctx, "evaluate")
     _exposure_section(ctx)
     for task in tasks.offering("answers"):
         _answers_section(ctx, task)
