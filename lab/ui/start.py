@@ -172,20 +172,22 @@ class Panel:
     shown: list
     accordion: gr.Accordion
     built_open: bool
+    texts: list             # the intro and each step's words: texts() as each page loads
 
 
 def build(ctx: Context) -> Panel:
     """The panel and its steps."""
     built_open = not ctx.checkpoint_names()
     with gr.Accordion("Getting started", open=built_open, elem_id="start") as panel:
-        gr.Markdown(lambda: texts(ctx.store)[0])       # computed as each page loads
+        words = texts(ctx.store)
+        said_texts = [gr.Markdown(words[0])]
         every = gr.Button("Do steps 1-3", elem_id="start-all", variant="primary", size="md")
         said = gr.Markdown(elem_id="start-message")
         buttons, shown = [], []
         for i, (_, button) in enumerate(STEPS):
             with gr.Row():
                 with gr.Column(scale=5, min_width=300):
-                    gr.Markdown(lambda i=i: texts(ctx.store)[i + 1])
+                    said_texts.append(gr.Markdown(words[i + 1]))
                     shown.append(gr.HTML(elem_id=f"start-status-{i + 1}"))
                 buttons.append(gr.Button(button, elem_id=f"start-step-{i + 1}", scale=1, size="md",
                                          min_width=180))
@@ -202,4 +204,4 @@ def build(ctx: Context) -> Panel:
         friendly(lambda: all_steps(ctx.store)), None, said, api_name="start_all").then(
         refresh, compared, shown, api_visibility="private")
     gr.Timer(2.0).tick(refresh, compared, shown, api_visibility="private", show_progress="hidden")
-    return Panel(buttons[3], compared, shown, panel, built_open)
+    return Panel(buttons[3], compared, shown, panel, built_open, said_texts)
