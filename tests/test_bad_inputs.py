@@ -22,7 +22,7 @@ from lab import cli
 from lab.worker import jobs
 from lab.inputs import tokenizers
 from lab.modeling.model import build
-from tests.conftest import WEIGHT_DAMAGES, damage_weights, serving, tiny_config
+from tests.conftest import WEIGHT_DAMAGES, damage_weights, serving, tiny_config, wait_job
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -715,6 +715,8 @@ def test_eight_concurrent_clients_during_a_job_all_succeed(api):
     [t.join(timeout=600) for t in threads]
     job = jobs.get(job_id, store)
     jobs.request_stop(job_id, "now", store) if job["status"] in ("queued", "running") else None
+    # the job ends here, its save written: later tests compare the store before and after an input
+    wait_job(job_id, ("stopped", "done", "interrupted", "failed"), timeout=300, store=store)
     assert errors == [] and results == [True] * 24
     assert job["status"] in ("running", "done"), job
 
