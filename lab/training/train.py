@@ -45,7 +45,7 @@ def make_optimizer(params, cfg: TrainConfig, device: torch.device) -> torch.opti
 
 
 GO, STOP_NOW, STOP_AFTER = 0, 1, 2       # what rank 0 tells every rank between steps
-PROGRESS_EVERY_S = 3.0                   # a progress line at least this often while training
+PROGRESS_EVERY_S = heartbeat.BEAT_S     # a progress line this often between steps (the beat covers a long step)
 
 
 def shard_loss(model, batch: Batch, rank: int = 0, world: int = 1, loss_fn=assignment_loss,
