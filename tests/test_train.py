@@ -317,7 +317,7 @@ def test_a_time_budget_counts_training_time_across_resumes(corpus_dir, monkeypat
     assert evals[-1]["step"] == done["step"]        # the epoch under way was evaluated at the end
     state = checkpoints.load_train_state("clock")
     assert state["trained_s"] > 0
-    monkeypatch.setattr(runs, "resume_point", lambda name, store=None: (
+    monkeypatch.setattr(runs, "resume_point", lambda name, store=None, tensors=True: (
         {"epoch": 3, "step": 30, "trained_s": 61.0}, None))
     with pytest.raises(ConfigError, match="already trained 1.02 minutes, its budget max_minutes=1;"):
         runs.resume_state("clock", cfg.replace(max_minutes=1), None)

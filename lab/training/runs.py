@@ -281,9 +281,10 @@ def load_parent(parent: str, store=None):
     return model, ck.tokenizer, meta
 
 
-def resume_state(name: str, train_cfg: TrainConfig, store) -> tuple[dict, Path]:
-    """Where the run `name` stands (see resume_point), checked against the epochs to train."""
-    state, path = resume_point(name, store)
+def resume_state(name: str, train_cfg: TrainConfig, store, tensors: bool = True) -> tuple[dict, Path]:
+    """Where the run `name` stands (see resume_point), checked against the epochs to train.
+    tensors=False: the position alone (a check before queueing reads no optimizer state)."""
+    state, path = resume_point(name, store, tensors)
     if state["epoch"] >= train_cfg.epochs:
         raise ConfigError(f"run {name!r} has already trained {state['epoch']} of "
                           f"{train_cfg.epochs} epochs; set epochs above {state['epoch']} to go on")
@@ -297,12 +298,12 @@ def resume_state(name: str, train_cfg: TrainConfig, store) -> tuple[dict, Path]:
     return state, path
 
 
-def resume_point(name: str, store=None) -> tuple[dict, Path]:
+def resume_point(name: str, store=None, tensors: bool = True) -> tuple[dict, Path]:
     """Where the run `name` stands, from the newer of its best checkpoint and its last save (a
     stop's or a periodic one): (train state, folder to load the model from); or one message
-    saying why training cannot go on."""
-    _, path = newest_save(name, store)
-    return checkpoints.read_train_state(path), path
+    saying why training cannot go on. tensors=False: the position, read without the optimizer."""
+    position, path = newest_save(name, store)
+    return (checkpoints.read_train_state(path) if tensors else position), path
 
 
 def going_on_from(name: str, store=None) -> str:

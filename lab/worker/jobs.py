@@ -72,7 +72,7 @@ def validate_spec(name: str, model: dict | None, train: dict, parent: str | None
                               "use 'auto' or 'cpu'")
     model_cfg = None
     if resume:
-        _, folder = runs.resume_state(name, train_cfg, store)
+        _, folder = runs.resume_state(name, train_cfg, store, tensors=False)
         n_layer = checkpoints.read_config(folder)[0].n_layer
     else:
         runs.refuse_taken(name, train_cfg, store)
