@@ -169,6 +169,7 @@ def test_the_weights_verdict_is_kept_until_the_files_change(store, monkeypatch):
     does another process (the sidecar in .lab/health/); a write to the weights, even one that
     keeps the size and the mtime, or to the config, is checked again."""
     _save("m")
+    health.forget(store / "m")                  # as a checkpoint copied into the store: no verdict
     read, real = [], health.nonfinite
     monkeypatch.setattr(health, "nonfinite", lambda path: read.append(path.parent.name) or real(path))
     assert "model" in checkpoints.listing()[0] and read == ["m"]
@@ -191,6 +192,23 @@ def test_the_weights_verdict_is_kept_until_the_files_change(store, monkeypatch):
     assert "wrong shapes" in checkpoints.listing()[0]["damaged"]
     checkpoints.delete("m")
     assert not (store / ".lab" / "health" / "m.json").exists()
+
+
+def test_a_save_keeps_its_verdict_from_the_tensors_it_wrote(store, monkeypatch):
+    """What the lab writes is judged from the tensors in memory as it writes them: the first look
+    (the page's poll after a job's save) reads no tensor, and NaN weights saved are listed as such."""
+    read, real = [], health.nonfinite
+    monkeypatch.setattr(health, "nonfinite", lambda path: read.append(path.parent.name) or real(path))
+    _save("m")
+    checkpoints.listing()
+    checkpoints.load("m")
+    assert read == [] and json.loads((store / ".lab" / "health" / "m.json").read_text())["problem"] == ""
+    model = build(tiny_config(vocab_size=50257)).eval()
+    with torch.no_grad():
+        model.transformer.h[0].mlp.c_fc.weight[0, 0] = float("nan")
+    checkpoints.save(model, tokenizers.gpt2(), "n", store)
+    damaged = {r["name"]: r.get("damaged") for r in checkpoints.listing()}
+    assert "holds NaN in transformer.h.0.mlp.c_fc.weight (1 of" in damaged["n"] and read == []
 
 
 def test_a_damaged_resume_state_is_refused_before_the_run_goes_on(store):

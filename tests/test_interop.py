@@ -127,7 +127,9 @@ def test_a_hostile_or_wrong_upload_gets_one_message_and_writes_nothing_outside(h
     interop.import_hf_gpt2_upload([evil], "evil")                         # only the base names count
     after = {p for p in store.rglob("*")} | {p for p in tmp_path.rglob("*")}
     new = {p.relative_to(store) for p in after - before if p.is_file()}
-    assert all(p.parts[0] == "evil" or p.parts[:2] == (".lab", "locks") for p in new), new
+    # the checkpoint, its name's lock, and the verdict on the weights the import wrote
+    assert all(p.parts[0] == "evil" or p.parts[:2] == (".lab", "locks")
+               or p.parts == (".lab", "health", "evil.json") for p in new), new
     assert not any((store / ".lab" / "uploads").iterdir())              # the scratch folder went
     assert not any(p.name == "run.sh" for p in after)
     assert checkpoints.info("evil")["pretrained"] == "upload: evil.zip"

@@ -410,6 +410,7 @@ def write_dir(final: Path, model, tokenizer, provenance: dict | None = None,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    health_mod.written(final, model.config, state)      # its verdict, from what it wrote
     return final
 
 

@@ -187,16 +187,17 @@ def nonfinite(path: Path) -> str:
     summing is about ten times faster than testing each value, which is done only where a sum is
     not finite (a sum of finite values may overflow)."""
     from safetensors import SafetensorError, safe_open
-    bad = []
     try:
         with safe_open(str(path), "pt") as f:
-            for name in f.keys():
-                t = f.get_tensor(name)
-                if t.is_floating_point() and not bool(torch.isfinite(t.sum())) \
-                        and not bool(torch.isfinite(t).all()):
-                    bad.append((name, t))
+            return _nonfinite_in((name, f.get_tensor(name)) for name in f.keys())
     except SafetensorError as e:
         raise Damage(f"{WEIGHTS_FILE} is corrupt ({e})") from None
+
+
+def _nonfinite_in(tensors) -> str:
+    """nonfinite's test on (name, tensor) pairs, read from a file or still in memory."""
+    bad = [(name, t) for name, t in tensors if t.is_floating_point()
+           and not bool(torch.isfinite(t.sum())) and not bool(torch.isfinite(t).all())]
     if not bad:
         return ""
     name, t = bad[0]
@@ -205,6 +206,19 @@ def nonfinite(path: Path) -> str:
     count = int((~torch.isfinite(t)).sum())
     more = f"; {len(bad) - 1} more tensor(s) too" if len(bad) > 1 else ""
     return f"{WEIGHTS_FILE} holds {kinds} in {name} ({count:,} of {t.numel():,} values){more}"
+
+
+def written(folder: Path, config: ModelConfig, state: dict) -> None:
+    """Keep the verdict on weights the lab has just written to `folder`, from the tensors it wrote
+    (still in memory): the first look after a save (a job's best checkpoint, shown by the page's
+    poll) then reads nothing. The header and size are save_file's own; shapes and values are
+    checked as `problem` checks them."""
+    mismatch = describe_mismatch(expected_shapes(config), {k: tuple(v.shape) for k, v in state.items()})
+    found = (f"{WEIGHTS_FILE} does not match its {CONFIG_FILE}: {mismatch}" if mismatch
+             else _nonfinite_in(state.items()))
+    key = fingerprint(folder)
+    _write(verdict_file(folder), key, found)
+    _memory[str(folder)] = (key, found)
 
 
 def _read(verdicts: Path | None) -> tuple[list, str] | None:

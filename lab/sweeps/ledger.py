@@ -11,7 +11,7 @@ import time
 from lab.config import ConfigError
 from lab.storage import checkpoints
 from lab.storage import store as lab_store
-from lab.sweeps.plan import Run, plan
+from lab.sweeps.plan import Run, plan, typed
 from lab.sweeps.scoring import results_path
 from lab.sweeps.spec import SweepSpec, check_sweep_name, describe_run
 from lab.training import runs
@@ -113,9 +113,10 @@ def get(name: str, store=None) -> tuple[SweepSpec, list[dict]]:
                 "SELECT 1 FROM json_each(spec, '$.after') WHERE json_extract(value, '$.step')='score' "
                 "AND json_extract(value, '$.sweep')=?)) ORDER BY id DESC LIMIT 1",
                 (r["run"], name, name)).fetchone()
-            runs.append({"index": r["idx"], "name": r["run"], "values": json.loads(r["vals"]),
-                         "seed": r["seed"], "model": json.loads(r["model"]),
-                         "train": json.loads(r["train"]), "parent": r["parent"],
+            model, train = json.loads(r["model"]), json.loads(r["train"])
+            values = {k: typed(k, v, model, train) for k, v in json.loads(r["vals"]).items()}
+            runs.append({"index": r["idx"], "name": r["run"], "values": values, "seed": r["seed"],
+                         "model": model, "train": train, "parent": r["parent"],
                          "job": jobs.read_row(job)})
     return spec, runs
 

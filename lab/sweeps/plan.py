@@ -71,9 +71,9 @@ def plan(spec: SweepSpec, store=None) -> list[Run]:
         if not slug or len(name) > 100 or name in names:
             name = f"{spec.name}-{i + 1:03d}"
         names.add(name)
-        typed = {k: _typed(k, v, model_cfg, train_cfg) for k, v in point.items()}
-        runs.append(Run(i, name, typed, seed, None if parent else model_cfg.to_dict(),
-                        train_cfg.to_dict(), parent))
+        model, train = model_cfg.to_dict(), train_cfg.to_dict()
+        typed_values = {k: typed(k, v, model, train) for k, v in point.items()}
+        runs.append(Run(i, name, typed_values, seed, None if parent else model, train, parent))
     return runs
 
 
@@ -98,14 +98,15 @@ def _check_scored(task: str, objective: str | None, score: dict, where: str) -> 
     plugin.sweep_check(objective, score, where)
 
 
-def _typed(key: str, value, model_cfg, train_cfg):
+def typed(key: str, value, model: dict | None, train: dict):
     """A swept value as the run's config read it: a grid line gives text ("2"), the table and
-    its JSON show the setting's own type (2)."""
+    its JSON show the setting's own type (2). model and train: the run's configs as dicts (model
+    None for a fine-tune, whose values stay as given). Sweeps written before runs kept typed
+    values are read through this too."""
     if not isinstance(value, str):
         return value
-    for cfg in (train_cfg, model_cfg):
-        if key in type(cfg).__dataclass_fields__ and key != "settings":
-            return getattr(cfg, key)
+    for cfg in (train, model or {}):
+        if key in cfg and key != "settings":
+            return cfg[key]
     kind, _, setting = key.partition(".")
-    settings = model_cfg.to_dict().get("settings", {}).get(kind, {})
-    return settings.get(setting, value)
+    return (model or {}).get("settings", {}).get(kind, {}).get(setting, value)

@@ -1,0 +1,81 @@
+"""What a person already has keeps working: a store written by the lab before its settings were
+described once (tests/fixtures/older_store, made by the commands in its README, with the code of
+that time) is read by today's code. Its checkpoints list healthy, load and write captions; its
+stopped run resumes from the step it stopped at; its queued job and its queued sweep run, scored
+as their sweep asked; its finished sweep's table reads, grid values as numbers; and a config file
+of that time gives the same configs."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lab.config import DecodeConfig
+from lab.modeling.generate import sample_captions
+from lab.presets import configs
+from lab.storage import checkpoints
+from lab import sweeps
+from lab.worker import jobs
+from tests.conftest import wait_job
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture
+def older(store):
+    shutil.copytree(FIXTURES / "older_store", store)
+    return store
+
+
+def test_older_checkpoints_list_healthy_load_and_write(older):
+    listed = {r["name"]: r for r in checkpoints.listing()}
+    assert {"old-done", "old-sweep-n_head1", "old-sweep-n_head2"} <= set(listed)
+    assert not any(r.get("damaged") for r in listed.values()), listed
+    ck = checkpoints.load("old-done")
+    assert (ck.config.attention, ck.config.positional) == ("gqa", "rotary")
+    assert ck.config.settings["attention"]["kv_groups"] == 1
+    out = sample_captions(ck.model, ck.tokenizer, 2, DecodeConfig(decoder="greedy", max_new_tokens=8))
+    assert len(out) == 2
+
+
+def test_an_older_stopped_run_goes_on_from_its_step(older):
+    stopped = jobs.get(3)
+    assert (stopped["name"], stopped["status"]) == ("old-stopped", "stopped")
+    new_id = jobs.resume(3)
+    assert jobs.resumes_from(new_id).startswith(" from step 19")
+    worker = jobs.Worker(poll_s=0.2)
+    # epoch 1 ends at step 20: its checkpoint is the resumed run's first save
+    job = wait_job(new_id, ("running",), worker)
+    while "old-stopped" not in checkpoints.names() and job["status"] == "running":
+        job = wait_job(new_id, ("running",) + jobs.FINAL, worker)
+    jobs.request_stop(new_id, "now")
+    job = wait_job(new_id, jobs.FINAL, worker)
+    assert job["status"] == "stopped", job["error"]
+    assert checkpoints.info("old-stopped")["metrics"]["epoch"] == 1
+    events = [json.loads(line) for line in
+              (older / "_runs" / "old-stopped" / "metrics.jsonl").read_text().splitlines()]
+    starts = [e for e in events if e["event"] == "start"]
+    assert [s["first_step"] for s in starts] == [0, 19]       # the old run's, and the resumed one
+
+
+def test_older_queued_jobs_and_sweeps_run_and_read(older):
+    queued = {j["name"]: j for j in jobs.list_jobs() if j["status"] == "queued"}
+    assert set(queued) == {"old-queued", "old-pending-n_head2"}
+    # the sweep's scoring, kept as the job's field `score` then, is its step `score` now
+    assert queued["old-pending-n_head2"]["spec"]["after"][0]["step"] == "score"
+    worker = jobs.Worker(poll_s=0.2)
+    for job in queued.values():
+        done = wait_job(job["id"], jobs.FINAL, worker)
+        assert done["status"] == "done", done["error"]
+    assert checkpoints.info("old-queued")["model"]["positional"] == "rotary"
+    for name, runs in (("old-sweep", 2), ("old-pending", 1)):
+        rows = sweeps.table(name, n_boot=50)["rows"]
+        assert len(rows) == runs and all(r["status"] == "done" for r in rows), rows
+        assert all(type(r["n_head"]) is int and r["dev_perplexity"] > 1 for r in rows), rows
+
+
+def test_an_older_config_file_gives_the_same_configs():
+    doc = json.loads((FIXTURES / "older_config.json").read_text())
+    model, train, _ = configs(None, None, doc)
+    assert model.to_dict() == doc["model"]
+    assert {k: v for k, v in train.to_dict().items() if k in doc["train"]} == doc["train"]
