@@ -35,18 +35,18 @@ def test_the_ui_reads_and_writes_server_folders_only_where_allowed(tmp_path, mon
     outside = _hf_dir(tmp_path / "outside" / "gpt2")
     monkeypatch.delenv("LAB_ALLOWED_DIRS", raising=False)
     with pytest.raises(lab_store.StoreError, match="unless it is started with LAB_ALLOWED_DIRS") as off:
-        tab.import_gpt2(str(outside), "", "imp")
+        tab.import_hf(str(outside), "", "imp")
     with pytest.raises(lab_store.StoreError) as missing:
-        tab.import_gpt2(str(tmp_path / "no-such-folder"), "", "imp")
+        tab.import_hf(str(tmp_path / "no-such-folder"), "", "imp")
     assert str(off.value) == str(missing.value)        # nothing said about what exists
     allowed = tmp_path / "allowed"
     monkeypatch.setenv("LAB_ALLOWED_DIRS", str(allowed))
     with pytest.raises(lab_store.StoreError, match="is outside the folders this lab may use"):
-        tab.import_gpt2(str(outside), "", "imp")
+        tab.import_hf(str(outside), "", "imp")
     with pytest.raises(lab_store.StoreError, match="is outside"):
-        tab.import_gpt2(str(allowed / ".." / "outside" / "gpt2"), "", "imp")     # no escaping by ..
+        tab.import_hf(str(allowed / ".." / "outside" / "gpt2"), "", "imp")     # no escaping by ..
     _hf_dir(allowed / "gpt2")
-    message, _ = tab.import_gpt2(str(allowed / "gpt2"), "1", "imp")
+    message, _ = tab.import_hf(str(allowed / "gpt2"), "1", "imp")
     assert "Imported **imp**" in message and checkpoints.info("imp")["model"]["n_layer"] == 1
     with pytest.raises(lab_store.StoreError, match="is outside"):
         tab.export_hf("imp", str(tmp_path / "elsewhere"))

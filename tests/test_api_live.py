@@ -84,9 +84,9 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     _refused(lambda: call("/resume_job", job), "only interrupted, stopped or failed jobs resume")
     said, archive = call("/export_hf", "made-later", "")
     assert "download the .zip" in said and zipfile.is_zipfile(archive)
-    said, _ = call("/import_gpt2_upload", [handle_file(archive)], "1", "re-imported")
+    said, _ = call("/import_hf_upload", [handle_file(archive)], "1", "re-imported")
     assert "Imported" in said and "re-imported" in str(call("/checkpoints")["data"])
-    _refused(lambda: call("/import_gpt2", str(tmp_path), "", "nope"), "LAB_ALLOWED_DIRS")
+    _refused(lambda: call("/import_hf", str(tmp_path), "", "nope"), "LAB_ALLOWED_DIRS")
     _refused(lambda: call("/import_smollm2", "0", "smol"), "1 to 30")
     child = call("/start_job", **_start("child", parent="made-later"))["job"]   # a fine-tune of it
     said = call("/stop_job", child)                          # queued: stopped at once; running: asked

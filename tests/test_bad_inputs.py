@@ -488,9 +488,9 @@ def _api_cases():
                            ("notok", "tokenizer.json is missing"), ("x\n", "is not allowed")):
         cases.append(("/checkpoint_info", [name], expected))
     for path in ("/etc", "/nonexistent", "", "a\0b", "/root"):
-        cases.append(("/import_gpt2", [path, "", "imp"], "import"))
-    cases += [("/import_gpt2", ["/etc", "", "../x"], "is not allowed"),
-              ("/import_gpt2", ["/etc", "", "good"], "import"),
+        cases.append(("/import_hf", [path, "", "imp"], "import"))
+    cases += [("/import_hf", ["/etc", "", "../x"], "is not allowed"),
+              ("/import_hf", ["/etc", "", "good"], "import"),
               ("/export_hf", ["missing", ""], "no checkpoint 'missing'"),
               ("/export_hf", ["badconfig", ""], "holds a list"),
               ("/export_hf", ["../x", ""], "is not allowed"),
@@ -784,11 +784,11 @@ def test_what_gradio_refuses_before_the_lab_is_one_line_on_the_page_and_in_the_l
     upload, _ = _event(url, "gpt2-upload", "checkpoints-message")
     table = values[:-1] + ["not a table"]
     cases = [(lambda: _message(lambda: client.predict([handle_file(tmp_path / "pic.png")], "", "imp",
-                                                      api_name="/import_gpt2_upload")),
+                                                      api_name="/import_hf_upload")),
               "wrote: pic.png is not a file it takes (it takes .json, .safetensors, .txt, .zip)"),
              (lambda: _message(lambda: client.predict([handle_file(tmp_path / "notes.txt")], "", "imp",
-                                                      api_name="/import_gpt2_upload")),
-              "notes.txt: not a file of an HF GPT-2 checkpoint"),
+                                                      api_name="/import_hf_upload")),
+              "notes.txt: not a file of an HF GPT-2 or Llama checkpoint"),
              (lambda: _queued(url, compare_form, table),
               "decoder per checkpoint (blank cells take the shared setting): 'not a table' is not a "
               "value this field takes"),
@@ -818,7 +818,7 @@ def test_a_zip_bomb_uploaded_to_the_app_writes_next_to_nothing(api, tmp_path):
     pid, before = SERVED[url].pid, snapshot(store)
     start = bytes_written(pid)
     said, lines = _logged(store.parent / "app.log", lambda: _message(lambda: client.predict(
-        [handle_file(bomb)], "", "bomb", api_name="/import_gpt2_upload")))
+        [handle_file(bomb)], "", "bomb", api_name="/import_hf_upload")))
     written = bytes_written(pid) - start
     one_clear_line(said, "model.safetensors in bomb.zip is 268.4 MB unpacked, more than a GPT-2 of "
                          "its config.json (2 blocks of width 32, vocabulary 50257, 64 positions) can "

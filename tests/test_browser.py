@@ -346,7 +346,7 @@ def test_named_endpoints_through_gradio_client(server):
     named = set(client.view_api(return_format="dict", print_info=False)["named_endpoints"])
     assert {"/compare", "/decoder_matrix", "/attention", "/head_differences", "/evaluate",
             "/start_job", "/job_status", "/stop_job", "/resume_job", "/checkpoints",
-            "/checkpoint_info", "/import_gpt2", "/export_hf", "/delete_checkpoint"} <= named
+            "/checkpoint_info", "/import_hf", "/export_hf", "/delete_checkpoint"} <= named
     html = client.predict(["scratch-a", "scratch-b"], {"decoder": "greedy"}, 0, "A man", 3,
                           api_name="/compare")
     assert "scratch-a" in html and "scratch-b" in html and html.count("A man") >= 6
@@ -671,8 +671,9 @@ def test_a_birth_place_model_from_the_browser_alone(browser, tmp_path):
             box.fill(value)
             box.press("Tab")
         page.locator("#train-start").click()
-        expect(page.locator("#train-message")).to_contain_text("Queued job", timeout=60_000)
-        job = max(j["id"] for j in jobs.list_jobs(store))
+        # this job's own line (the message of the job before it says "Queued job" too)
+        expect(page.locator("#train-message")).to_contain_text(f"({name}).", timeout=60_000)
+        job = max(j["id"] for j in jobs.list_jobs(store) if j["name"] == name)
         wait_job(job, ("done", "failed"), timeout=300, store=store)
         assert jobs.get(job, store)["status"] == "done", jobs.get(job, store)
 

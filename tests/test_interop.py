@@ -107,8 +107,8 @@ def test_an_uploaded_folder_or_zip_imports_like_the_folder(hf_dir, tmp_path, sto
     with zipfile.ZipFile(archive, "w") as z:
         for f in hf_dir.iterdir():
             z.write(f, f"my-gpt2/{f.name}")
-    interop.import_hf_gpt2_upload([archive], "from-zip", [1, 3])
-    interop.import_hf_gpt2_upload([hf_dir / "config.json", hf_dir / "model.safetensors"], "from-files")
+    interop.import_hf_upload([archive], "from-zip", [1, 3])
+    interop.import_hf_upload([hf_dir / "config.json", hf_dir / "model.safetensors"], "from-files")
     with torch.no_grad():
         assert (checkpoints.load("from-zip").model(IDS).logits - _hf(hf_dir, [1, 3])(IDS).logits).abs().max() < 1e-5
         assert (checkpoints.load("from-files").model(IDS).logits - _hf(hf_dir)(IDS).logits).abs().max() < 1e-5
@@ -124,7 +124,7 @@ def test_a_hostile_or_wrong_upload_gets_one_message_and_writes_nothing_outside(h
         z.write(hf_dir / "model.safetensors", "/abs/model.safetensors")
         z.writestr("../../outside/run.sh", "echo owned")
     before = {p for p in store.rglob("*")} | {p for p in tmp_path.rglob("*")}
-    interop.import_hf_gpt2_upload([evil], "evil")                         # only the base names count
+    interop.import_hf_upload([evil], "evil")                         # only the base names count
     after = {p for p in store.rglob("*")} | {p for p in tmp_path.rglob("*")}
     new = {p.relative_to(store) for p in after - before if p.is_file()}
     # the checkpoint, its name's lock, and the verdict on the weights the import wrote
@@ -144,18 +144,18 @@ def test_a_hostile_or_wrong_upload_gets_one_message_and_writes_nothing_outside(h
         z.write(hf_dir / "config.json", "a/config.json")
         z.write(hf_dir / "config.json", "b/config.json")
     for files, expected in (([not_zip], "not a readable .zip"), ([empty], "holds no config.json"),
-                            ([other], "not a file of an HF GPT-2 checkpoint"), ([], "upload the"),
+                            ([other], "not a file of an HF GPT-2 or Llama checkpoint"), ([], "upload the"),
                             ([twice], "holds two config.json"),
                             ([hf_dir / "config.json", hf_dir / "config.json"], "two files named config.json")):
         with pytest.raises(CheckpointError, match=expected):
-            interop.import_hf_gpt2_upload(files, "bad")
+            interop.import_hf_upload(files, "bad")
     assert "bad" not in checkpoints.names()
     monkeypatch.setattr(uploads, "MAX_UPLOAD_BYTES", 1000)              # too large: refused unread
     with pytest.raises(CheckpointError, match="evil.zip is .* unpacked, more than an upload may hold "
                                               r"\(1,000 bytes\)"):
-        interop.import_hf_gpt2_upload([evil], "bomb")
+        interop.import_hf_upload([evil], "bomb")
     with pytest.raises(CheckpointError, match="'evil' already exists"):     # refused before unpacking
-        interop.import_hf_gpt2_upload([not_zip], "evil")
+        interop.import_hf_upload([not_zip], "evil")
 
 
 def _files(store) -> dict:
@@ -168,7 +168,7 @@ def _import_measured(archive, store) -> tuple[str, int]:
     """An upload's import that must be refused: (its one line, bytes this process wrote meanwhile)."""
     before = bytes_written(os.getpid())
     with pytest.raises(CheckpointError) as refused:
-        interop.import_hf_gpt2_upload([archive], "bomb")
+        interop.import_hf_upload([archive], "bomb")
     return str(refused.value), bytes_written(os.getpid()) - before
 
 
@@ -216,13 +216,13 @@ def test_an_upload_takes_its_tokenizer_files_up_to_a_small_limit(hf_dir, tmp_pat
         z.writestr("gpt2/vocab.json", b" " * (interop.SMALL_FILE_LIMIT[0] + 1))
     with pytest.raises(CheckpointError, match=r"^vocab.json in big-vocab.zip is 33.6 MB unpacked, more "
                                               r"than a tokenizer or settings file may hold \(33.6 MB\)$"):
-        interop.import_hf_gpt2_upload([archive], "big")
+        interop.import_hf_upload([archive], "big")
     (tmp_path / "files").mkdir()
     big = tmp_path / "files" / "model.safetensors"
     big.write_bytes(bytes(11 * 10 ** 6))
     with pytest.raises(CheckpointError, match=r"^the uploaded model.safetensors is 11.0 MB, more than a "
                                               r"GPT-2 of its config.json .* can need \(10.4 MB\)$"):
-        interop.import_hf_gpt2_upload([hf_dir / "config.json", big], "big")
+        interop.import_hf_upload([hf_dir / "config.json", big], "big")
     assert "big" not in checkpoints.names() and not any((store / ".lab" / "uploads").iterdir())
 
 
@@ -252,5 +252,5 @@ def test_an_upload_larger_than_the_free_disk_is_refused_before_unpacking(hf_dir,
     monkeypatch.setattr(uploads.shutil, "disk_usage", lambda p: real(p)._replace(free=10 ** 6))
     with pytest.raises(CheckpointError, match=r"^gpt2.zip unpacks to 10.1 MB and the store's disk has "
                                               r"1.0 MB free; free some space first$"):
-        interop.import_hf_gpt2_upload([archive], "full")
+        interop.import_hf_upload([archive], "full")
     assert "full" not in checkpoints.names() and not any((store / ".lab" / "uploads").iterdir())

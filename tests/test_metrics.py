@@ -200,3 +200,22 @@ def test_live_evaluation_gives_bleu_intervals_and_verdicts(store, corpus_dir):
     assert lo <= d["harmonic_bleu_diff"] <= hi
     said = verdicts(snap)
     assert len(said) == 4 and any("per-word perplexity" in v for v in said)
+
+
+def test_bits_per_byte_is_the_log2_token_perplexity_when_a_token_is_a_byte(corpus_dir):
+    """With one token per character on ASCII captions, the targets are the bytes and one
+    end-of-text each (the line's newline), so bits per byte is log2 of the token-weighted
+    perplexity."""
+    from lab.inputs.data import encode_captions, load_split
+    from lab.evaluation.metrics import perplexity
+    from lab.modeling.model import build
+    from tests.conftest import tiny_config
+    caps = [c for c in load_split("dev", corpus_dir)[:200] if c.isascii()]
+    tok = tokenizers.CharTokenizer("".join(sorted(set("".join(caps)))))
+    torch.manual_seed(0)
+    model = build(tiny_config(vocab_size=tok.vocab_size, n_positions=256)).eval()
+    seqs = encode_captions(caps, tok, 256)
+    p = perplexity(model, seqs, tok.eos_id, n_words=[len(c.split()) for c in caps],
+                   n_bytes=[len(c.encode()) for c in caps])
+    assert p["bits_per_byte"] == pytest.approx(math.log2(p["token_perplexity"]), rel=1e-9)
+    assert 0 < p["bits_per_byte"] < math.log2(tok.vocab_size) + 1

@@ -44,7 +44,7 @@ def cmd_evaluate(args):
     p = result["perplexity"]
     print(f"{result['checkpoint']} on {args.split} ({p['sentences']} captions): perplexity "
           f"{p['perplexity']:.3f}, token-weighted {p['token_perplexity']:.3f}, "
-          f"per word {p['word_perplexity']:.3f}")
+          f"per word {p['word_perplexity']:.3f}, {p['bits_per_byte']:.4f} bits per byte")
     if "bleu" in result:
         b = result["bleu"]
         print(f"BLEU-4 ({result['provenance']['bleu_tokens']} tokens, {b['n_generated']} generated "

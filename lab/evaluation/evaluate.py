@@ -64,7 +64,8 @@ def _perplexity_figures(ck, caps: list[str]) -> dict:
     model, tok, t0 = ck.model, ck.tokenizer, time.time()
     seqs = data.encode_captions(caps, tok, ck.config.n_positions)
     ppl = perplexity(model, seqs, tok.eos_id, n_words=[len(c.split()) for c in caps],
-                     device=next(model.parameters()).device)
+                     device=next(model.parameters()).device,
+                     n_bytes=[len(c.encode("utf-8")) for c in caps])
     return {"perplexity": ppl, "perplexity_s": round(time.time() - t0, 2)}
 
 

@@ -51,7 +51,12 @@ def sentence_nlls(model, seqs: list[list[int]], pad_id: int, batch_size: int = 1
 
 
 def perplexity(model, seqs, pad_id, batch_size=128, device="cpu", n_words: list[int] | None = None,
-               nll_counts=None, abort=None) -> dict:
+               nll_counts=None, abort=None, n_bytes: list[int] | None = None) -> dict:
+    """The assignment's perplexity (mean over sentences of the per-token loss, then exp), the
+    token-weighted one, and given each sentence's words and UTF-8 bytes, per word and bits per
+    byte (lm-evaluation-harness's bits_per_byte: the summed NLL in bits over the text's bytes, so
+    models with different tokenizers compare). Each sentence's end-of-text counts as one more word
+    and one more byte: it predicts the newline that ends the sentence's line in the corpus."""
     nll, n = nll_counts if nll_counts is not None else sentence_nlls(model, seqs, pad_id, batch_size,
                                                                      device, abort)
     per_sentence = nll / n
@@ -61,6 +66,8 @@ def perplexity(model, seqs, pad_id, batch_size=128, device="cpu", n_words: list[
            "sentences": len(seqs)}
     if n_words is not None:
         out["word_perplexity"] = math.exp(nll.sum().item() / (sum(n_words) + len(n_words)))
+    if n_bytes is not None:
+        out["bits_per_byte"] = nll.sum().item() / math.log(2) / (sum(n_bytes) + len(n_bytes))
     return out
 
 

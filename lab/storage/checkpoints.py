@@ -335,7 +335,7 @@ def keep_blocks(model, blocks: list[int]):
             i, rest = k[len("transformer.h."):].split(".", 1)
             if int(i) + 1 in blocks:
                 state[f"transformer.h.{blocks.index(int(i) + 1)}.{rest}"] = v
-        else:
+        elif not (k == "lm_head.weight" and cfg.tie_embeddings):     # tied: wte's own tensor
             state[k] = v
     out = build(cfg)
     load_state(out, state, where="the kept blocks")

@@ -1,12 +1,15 @@
-"""HF GPT-2 interop: import a GPT-2 directory with a layer selection, or one uploaded from the
-browser (unpacked no further than its config.json says its files can need); export back to one that
-`transformers.GPT2LMHeadModel.from_pretrained` loads.
+"""Hugging Face interop: import a local `GPT2LMHeadModel` or `LlamaForCausalLM` folder with a
+block selection, or one uploaded from the browser (unpacked no further than its config.json says
+its files can need); export a `gpt2` or `llama` checkpoint back to a folder that
+`transformers.AutoModelForCausalLM.from_pretrained` loads.
 
-Our module names equal HF GPT-2's; only HF's Conv1D layers store their weight transposed
-((in, out) instead of nn.Linear's (out, in)).
+GPT-2: our module names equal HF GPT-2's; only HF's Conv1D layers store their weight transposed
+((in, out) instead of nn.Linear's (out, in)). Llama: lab/storage/hf_llama.py.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import uuid
@@ -14,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from lab.storage import checkpoints, uploads
+from lab.storage import checkpoints, hf_llama, uploads
 from lab.inputs import tokenizers
 from lab.storage.checkpoints import CheckpointError
 from lab.config import ConfigError, ModelConfig, family_defaults, parse_blocks
@@ -32,12 +35,14 @@ def parse_layers(text: str | list, n_layer: int | None = None) -> list[int]:
 def _read_hf_state(path: Path) -> dict:
     st = path / "model.safetensors"
     if st.is_file():
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-        try:
-            return load_file(str(st))
-        except (SafetensorError, OSError) as e:
-            raise CheckpointError(f"{st} cannot be read ({e}); the file is truncated or corrupt") from None
+        return _read_safetensors(st)
+    index = path / "model.safetensors.index.json"
+    if index.is_file():       # sharded: the index names the file of every weight
+        shards = read_json(index, CheckpointError).get("weight_map", {})
+        names = sorted({str(f) for f in shards.values()})
+        if not names or any(Path(n).name != n for n in names):
+            raise CheckpointError(f"{index} names no shard files in its folder")
+        return {k: v for n in names for k, v in _read_safetensors(path / n).items()}
     binf = path / "pytorch_model.bin"
     if binf.is_file():
         try:   # weights_only: a restricted unpickler that loads tensors and nothing executable
@@ -45,6 +50,15 @@ def _read_hf_state(path: Path) -> dict:
         except Exception as e:
             raise CheckpointError(f"{binf} cannot be read as weights ({e})") from None
     raise CheckpointError(f"{path} has no model.safetensors or pytorch_model.bin")
+
+
+def _read_safetensors(st: Path) -> dict:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+    try:
+        return load_file(str(st))
+    except (SafetensorError, OSError) as e:
+        raise CheckpointError(f"{st} cannot be read ({e}); the file is truncated or corrupt") from None
 
 
 def _folder(path, what: str) -> Path:
@@ -60,20 +74,95 @@ def _folder(path, what: str) -> Path:
     return path
 
 
-def _read_hf_config(path: Path) -> dict:
+FAMILIES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}     # HF model_type -> class
+
+
+def _read_any_hf_config(path: Path, what: str = "an HF checkpoint folder") -> dict:
     hf = read_json(path / "config.json", CheckpointError,
-                   f"{path} is not an HF GPT-2 directory: config.json is missing")
+                   f"{path} is not {what}: config.json is missing")
     if not isinstance(hf, dict):
         raise CheckpointError(f"{path}/config.json is not a JSON object")
     if isinstance(hf.get("model"), dict):
-        raise CheckpointError(f"{path} is a tfmr-lab checkpoint, not an HF GPT-2 directory; copy it "
-                              f"into a store instead (or export it to HF GPT-2 first)")
+        raise CheckpointError(f"{path} is a tfmr-lab checkpoint, not {what}; copy it into a store "
+                              f"instead (or export it to Hugging Face's format first)")
+    return hf
+
+
+def _hf_family(path: Path, hf: dict) -> str:
+    """gpt2 or llama, from config.json's model_type (GPT-2's older configs have none); another
+    architecture is refused by name."""
+    kind = hf.get("model_type") or ("gpt2" if "n_embd" in hf else None)
+    if kind not in FAMILIES:
+        arch = ", ".join(hf.get("architectures") or []) or "no architectures named"
+        raise CheckpointError(f"{path} holds a {kind!r} model ({arch}); the lab imports "
+                              f"{' and '.join(f'{k} ({v})' for k, v in FAMILIES.items())} checkpoints")
+    return kind
+
+
+def _read_hf_config(path: Path) -> dict:
+    hf = _read_any_hf_config(path, "an HF GPT-2 directory")
     if hf.get("model_type") not in (None, "gpt2"):
         raise CheckpointError(f"{path} holds a {hf.get('model_type')!r} model, not GPT-2")
     missing = [k for k in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head") if k not in hf]
     if missing:
         raise CheckpointError(f"{path}/config.json is not an HF GPT-2 config: it lacks {', '.join(missing)}")
     return hf
+
+
+def import_hf(path: str | Path, name: str, layers: list[int] | None = None, store=None,
+              label: str | None = None) -> Path:
+    """Import a local HF folder, GPT-2 or Llama as its config.json says, with the chosen blocks."""
+    checkpoints.check_name(name)
+    checkpoints.refuse_existing(name, store)
+    folder = _folder(path, "import hf")
+    kind = _hf_family(folder, _read_any_hf_config(folder))
+    return (import_hf_gpt2 if kind == "gpt2" else import_hf_llama)(folder, name, layers, store, label)
+
+
+def import_hf_llama(path: str | Path, name: str, layers: list[int] | None = None, store=None,
+                    label: str | None = None) -> Path:
+    """Import an HF Llama folder into the store as a `llama` checkpoint with the chosen blocks."""
+    checkpoints.check_name(name)
+    checkpoints.refuse_existing(name, store)
+    path = _folder(path, "import llama")
+    layers, cfg = _llama_config(path, _read_any_hf_config(path, "an HF Llama directory"), layers)
+    state = _read_hf_state(path)
+    try:
+        ours = hf_llama.llama_state(state, layers)
+    except KeyError as e:
+        raise CheckpointError(f"{path}: the weights lack {e.args[0]}, which an HF Llama of its "
+                              f"config.json has") from None
+    if cfg.tie_embeddings:
+        ours.pop("lm_head.weight", None)
+    model = build(cfg)
+    checkpoints.load_state(model, ours, where=str(path))
+    return checkpoints.save(model, _tokenizer_for(path, cfg.vocab_size, "llama"), name, store, provenance={
+        "source": "import", "pretrained": label or str(path.resolve()), "layers": layers,
+        "format": "hf-llama"})
+
+
+def _llama_config(path: Path, hf: dict, layers: list[int] | None) -> tuple[list[int], ModelConfig]:
+    """The blocks kept (all when None) and the `llama` config of the model they make."""
+    if hf.get("model_type") != "llama":
+        raise CheckpointError(f"{path} holds a {hf.get('model_type')!r} model, not Llama")
+    odd = hf_llama.unsupported(hf)
+    if odd:
+        raise CheckpointError(f"{path}/config.json asks for what the lab's llama family does not "
+                              f"compute: {'; '.join(odd)}")
+    if "num_hidden_layers" not in hf:
+        raise CheckpointError(f"{path}/config.json is not an HF Llama config: it lacks num_hidden_layers")
+    try:
+        n_layer = ModelConfig.from_dict({"n_layer": hf["num_hidden_layers"]}).n_layer
+    except ConfigError as e:
+        raise CheckpointError(f"{path}/config.json: num_hidden_layers: {e}") from None
+    layers = parse_layers(layers if layers is not None else list(range(1, n_layer + 1)), n_layer)
+    try:
+        cfg = ModelConfig.from_dict(hf_llama.llama_config(hf, len(layers)).to_dict())
+    except KeyError as e:
+        raise CheckpointError(f"{path}/config.json is not an HF Llama config: it lacks {e.args[0]}") from None
+    except (ConfigError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}/config.json: {e}") from None
+    return layers, cfg
 
 
 def import_hf_gpt2(path: str | Path, name: str, layers: list[int] | None = None, store=None,
@@ -140,14 +229,15 @@ def _renamed_state(path: Path, state: dict, layers: list[int]) -> dict:
 
 
 UPLOAD_FILES = ("config.json", "model.safetensors", "vocab.json", "merges.txt", "tokenizer.json",
-                "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+                "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+                "chat_template.jinja", tokenizers.TOKENIZER_META)
 CONFIG_LIMIT = (uploads.MiB, "an HF config.json may hold")
 SMALL_FILE_LIMIT = (32 * uploads.MiB, "a tokenizer or settings file may hold")
 
 
-def import_hf_gpt2_upload(files: list[str | Path], name: str, layers: list[int] | None = None,
-                          store=None) -> Path:
-    """An HF GPT-2 checkpoint uploaded from the browser: its files (config.json, model.safetensors
+def import_hf_upload(files: list[str | Path], name: str, layers: list[int] | None = None,
+                     store=None) -> Path:
+    """An HF GPT-2 or Llama checkpoint uploaded from the browser: its files (config.json, model.safetensors
     and, if any, the tokenizer's), or one .zip holding them. Only those file names are taken, from
     any folder inside the .zip, config.json first: it says how large the weights can be, and no
     file is unpacked beyond what it may hold (lab/storage/uploads.py). Nothing is written outside
@@ -173,7 +263,7 @@ def import_hf_gpt2_upload(files: list[str | Path], name: str, layers: list[int] 
                                       f"no config.json among the uploaded files; upload it with "
                                       f"model.safetensors")
             take(_upload_limits(folder))
-            return import_hf_gpt2(folder, name, layers, store, label=label)
+            return import_hf(folder, name, layers, store, label=label)
         except CheckpointError as e:        # say the upload, not the scratch folder it lay in
             raise CheckpointError(str(e).replace(str(folder), label)) from None
 
@@ -181,20 +271,26 @@ def import_hf_gpt2_upload(files: list[str | Path], name: str, layers: list[int] 
 def _check_upload_names(paths: list[Path]) -> None:
     for p in paths:
         if p.name not in UPLOAD_FILES:
-            raise CheckpointError(f"{p.name}: not a file of an HF GPT-2 checkpoint; upload "
+            raise CheckpointError(f"{p.name}: not a file of an HF GPT-2 or Llama checkpoint; upload "
                                   f"{', '.join(UPLOAD_FILES[:2])} (and the tokenizer's files)")
 
 
 def _upload_limits(folder: Path) -> uploads.Limits:
-    """What each file of an uploaded GPT-2 may hold, by the config.json it came with."""
-    hf = _read_hf_config(folder)
-    _, cfg = _imported_config(folder, hf, None)
+    """What each file of an uploaded GPT-2 or Llama may hold, by the config.json it came with."""
+    hf = _read_any_hf_config(folder)
+    gpt2 = _hf_family(folder, hf) == "gpt2"
+    _, cfg = _imported_config(folder, hf, None) if gpt2 else _llama_config(folder, hf, None)
     limits = {n: SMALL_FILE_LIMIT for n in UPLOAD_FILES if n not in ("config.json", "model.safetensors")}
     limits["model.safetensors"] = (
-        weights_limit(cfg, hf),
-        f"a GPT-2 of its config.json ({cfg.n_layer} blocks of width {cfg.n_embd}, vocabulary "
-        f"{cfg.vocab_size}, {cfg.n_positions} positions) can need")
+        weights_limit(cfg, hf) if gpt2 else hf_llama.weights_limit(cfg, _width(hf)),
+        f"a {'GPT-2' if gpt2 else 'Llama'} of its config.json ({cfg.n_layer} blocks of width "
+        f"{cfg.n_embd}, vocabulary {cfg.vocab_size}, {cfg.n_positions} positions) can need")
     return limits
+
+
+def _width(hf: dict) -> int:
+    """Bytes a weight of this config.json's dtype (4, float32, unless it says float64)."""
+    return 8 if str(hf.get("torch_dtype") or hf.get("dtype")) == "float64" else 4
 
 
 def weights_limit(cfg: ModelConfig, hf: dict) -> int:
@@ -205,18 +301,31 @@ def weights_limit(cfg: ModelConfig, hf: dict) -> int:
     inner = cfg.n_inner or 4 * C
     block = 4 * C + (3 * C * C + 3 * C) + (C * C + C) + (C * inner + inner) + (inner * C + C) + P * P + 1
     values = V * C + P * C + L * block + 2 * C + (0 if cfg.tie_embeddings else V * C)
-    width = 8 if str(hf.get("torch_dtype") or hf.get("dtype")) == "float64" else 4
+    width = _width(hf)
     return 64 * 1024 + 256 * (4 + 14 * L) + int(values * width * 1.01)
 
 
-def _tokenizer_for(path: Path, vocab_size: int):
+def _tokenizer_for(path: Path, vocab_size: int, family: str = "gpt2"):
+    """The folder's own tokenizer (GPT-2's when a GPT-2 folder has none). Its kind: the one the lab
+    wrote beside it when it exported the folder, else gpt2 for a GPT-2, else one named by its
+    vocabulary (two tokenizers of one kind split text the same way)."""
     if any((path / f).is_file() for f in ("tokenizer.json", "vocab.json")):
         from transformers import AutoTokenizer
-        return tokenizers.HFTokenizer(AutoTokenizer.from_pretrained(str(path)), "gpt2")
-    if vocab_size == 50257:
+        try:
+            hf = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        except Exception as e:       # transformers raises many kinds of error on damaged files
+            raise CheckpointError(f"{path}: its tokenizer files cannot be read ({type(e).__name__}: "
+                                  f"{str(e).splitlines()[0] if str(e) else ''})") from None
+        own = path / tokenizers.TOKENIZER_META
+        kind = read_json(own, CheckpointError).get("kind") if own.is_file() else None
+        if not isinstance(kind, str) or not kind:
+            vocab = json.dumps(sorted(hf.get_vocab().items())).encode()
+            kind = "gpt2" if family == "gpt2" else f"hf-{hashlib.sha1(vocab).hexdigest()[:8]}"
+        return tokenizers.HFTokenizer(hf, kind)
+    if family == "gpt2" and vocab_size == 50257:
         return tokenizers.gpt2()
-    raise CheckpointError(f"{path} has no tokenizer files and a vocabulary of {vocab_size}, "
-                          f"not GPT-2's 50257; add its tokenizer.json")
+    raise CheckpointError(f"{path} has no tokenizer files (tokenizer.json or vocab.json) and its "
+                          f"vocabulary of {vocab_size} is not GPT-2's 50257; add its tokenizer's files")
 
 
 def _gpt2_parts() -> dict:
@@ -226,18 +335,36 @@ def _gpt2_parts() -> dict:
                                                        "positional", "mlp", "bias")}}
 
 
+def export_hf(checkpoint: str, outdir: str | Path, store=None) -> Path:
+    """Write a folder that `AutoModelForCausalLM.from_pretrained` loads (config, safetensors, the
+    tokenizer's files): a `gpt2` checkpoint as GPT2LMHeadModel, a `llama` one as LlamaForCausalLM.
+    Refuses a part Hugging Face's class does not have, and a non-empty outdir."""
+    ck = checkpoints.load(checkpoint, store)
+    if ck.config.model not in FAMILIES:
+        raise CheckpointError(f"{checkpoint} is a {ck.config.model} model; Hugging Face export takes "
+                              f"the {' and '.join(FAMILIES)} families")
+    gpt2 = ck.config.model == "gpt2"
+    _check_exportable(checkpoint, ck.config, _gpt2_parts() if gpt2 else hf_llama.llama_parts())
+    return _write_export(ck, _hf_model(ck) if gpt2 else hf_llama.hf_model(ck), outdir)
+
+
 def export_hf_gpt2(checkpoint: str, outdir: str | Path, store=None) -> Path:
     """Write an HF GPT-2 directory (config, safetensors, tokenizer). Refuses a non-empty outdir."""
     ck = checkpoints.load(checkpoint, store)
-    _check_exportable(checkpoint, ck.config)
+    _check_exportable(checkpoint, ck.config, _gpt2_parts())
+    return _write_export(ck, _hf_model(ck), outdir)
+
+
+def _write_export(ck, hf, outdir) -> Path:
+    """The HF model and the checkpoint's tokenizer, written to a scratch folder that then takes
+    outdir's place (the lab's note of its tokenizer's kind beside the tokenizer's own files)."""
     outdir = _export_folder(outdir)
-    hf = _hf_model(ck)
     tmp = outdir.parent / f".tmp-export-{uuid.uuid4().hex[:8]}"
     try:
         outdir.parent.mkdir(parents=True, exist_ok=True)
         hf.save_pretrained(str(tmp))
         if isinstance(ck.tokenizer, tokenizers.HFTokenizer):
-            ck.tokenizer.hf.save_pretrained(str(tmp))
+            ck.tokenizer.save(tmp)
         if outdir.exists():
             outdir.rmdir()
         os.replace(tmp, outdir)
@@ -250,13 +377,13 @@ def export_hf_gpt2(checkpoint: str, outdir: str | Path, store=None) -> Path:
     return outdir
 
 
-def _check_exportable(checkpoint: str, c: ModelConfig) -> None:
-    """Only a model made of GPT-2's own parts is an HF GPT-2."""
-    standard = _gpt2_parts()
+def _check_exportable(checkpoint: str, c: ModelConfig, standard: dict) -> None:
+    """Only a model made of its Hugging Face class's own parts exports as that class."""
     odd = {k: getattr(c, k) for k, v in standard.items() if getattr(c, k) != v}
     if odd:
-        raise CheckpointError(f"{checkpoint} cannot be exported as HF GPT-2: it uses {odd}; "
-                              f"only GPT-2's own parts ({standard}) export")
+        name = "HF GPT-2" if standard["model"] == "gpt2" else "HF Llama"
+        raise CheckpointError(f"{checkpoint} cannot be exported as {name}: it uses {odd}; "
+                              f"only {name}'s own parts ({standard}) export")
 
 
 def _export_folder(outdir) -> Path:

@@ -16,7 +16,7 @@ import torch
 from lab.storage import checkpoints
 from lab.inputs import tokenizers
 from lab.storage.checkpoints import CheckpointError
-from lab.config import ModelConfig
+from lab.storage.hf_llama import llama_config, llama_state
 from lab.storage.interop import parse_layers
 from lab.modeling.model import build
 
@@ -56,41 +56,10 @@ def load_hf(path: Path | None = None):
     return model, tok
 
 
-def llama_config(hf_config, n_layer: int) -> ModelConfig:
-    rope = getattr(hf_config, "rope_parameters", None) or {}
-    theta = rope.get("rope_theta") or getattr(hf_config, "rope_theta", 10000.0)
-    return ModelConfig(
-        model="llama", vocab_size=hf_config.vocab_size, n_positions=hf_config.max_position_embeddings,
-        n_embd=hf_config.hidden_size, n_layer=n_layer, n_head=hf_config.num_attention_heads,
-        n_inner=hf_config.intermediate_size, norm_eps=hf_config.rms_norm_eps,    # the rest is the
-        tie_embeddings=bool(hf_config.tie_word_embeddings),          # llama family's own parts
-        settings={"attention": {"kv_groups": hf_config.num_key_value_heads},
-                  "positional": {"theta": float(theta)}})
-
-
-def llama_state(hf_state: dict, layers: list[int]) -> dict:
-    """HF Llama names -> the lab's (GPT-2-style) names, keeping the chosen blocks in order."""
-    out = {"transformer.wte.weight": hf_state["model.embed_tokens.weight"],
-           "transformer.ln_f.weight": hf_state["model.norm.weight"]}
-    for new, old in enumerate(layers):
-        src, dst = f"model.layers.{old - 1}.", f"transformer.h.{new}."
-        out[dst + "attn.c_attn.weight"] = torch.cat([hf_state[src + f"self_attn.{p}_proj.weight"]
-                                                     for p in "qkv"], dim=0)
-        out[dst + "attn.c_proj.weight"] = hf_state[src + "self_attn.o_proj.weight"]
-        for p in ("gate_proj", "up_proj", "down_proj"):
-            out[dst + f"mlp.{p}.weight"] = hf_state[src + f"mlp.{p}.weight"]
-        out[dst + "ln_1.weight"] = hf_state[src + "input_layernorm.weight"]
-        out[dst + "ln_2.weight"] = hf_state[src + "post_attention_layernorm.weight"]
-    if "lm_head.weight" in hf_state and not torch.equal(hf_state["lm_head.weight"],
-                                                         hf_state["model.embed_tokens.weight"]):
-        out["lm_head.weight"] = hf_state["lm_head.weight"]
-    return {k: v.contiguous() for k, v in out.items()}
-
-
 def to_lab(hf_model, layers: list[int] | None = None):
     n = hf_model.config.num_hidden_layers
     layers = parse_layers(layers if layers is not None else list(range(1, n + 1)), n)
-    cfg = llama_config(hf_model.config, len(layers))
+    cfg = llama_config(hf_model.config.to_dict(), len(layers))
     model = build(cfg)
     checkpoints.load_state(model, llama_state(hf_model.state_dict(), layers), where=GGUF_FILE)
     return model.eval(), layers

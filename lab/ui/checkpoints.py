@@ -1,6 +1,6 @@
 """Checkpoints tab: the store with each checkpoint's plugins, size, provenance and metrics (a
 damaged one listed with what is wrong, unreadable metrics as such, and folders that cannot be
-checkpoints with why); import (HF GPT-2 directory with a layer selection), export,
+checkpoints with why); import (an HF GPT-2 or Llama folder with a block selection), export,
 delete with confirmation. Server folders outside the store only under LAB_ALLOWED_DIRS."""
 from __future__ import annotations
 
@@ -47,12 +47,13 @@ def details(name, store=None):
     return checkpoints.info(name, store)
 
 
-def import_gpt2(path, layers, name, store=None):
+def import_hf(path, layers, name, store=None):
+    """A GPT-2 or Llama folder on the server, under LAB_ALLOWED_DIRS."""
     name = checkpoints.check_name(need(text(name, "name", 200), "a name"))
     layers = text(layers, "layers", 2000)
     folder = lab_store.allowed_path(text(path, "directory", 4096), "import")
     selection = interop.parse_layers(layers) if layers.strip() else None
-    interop.import_hf_gpt2(folder, name, selection, store)
+    interop.import_hf(folder, name, selection, store)
     return f"Imported **{name}**.", rows(store)
 
 
@@ -74,7 +75,7 @@ def import_smollm2(layers, name, store=None):
     yield said, rows(store)
 
 
-def import_gpt2_upload(files, layers, name, store=None):
+def import_hf_upload(files, layers, name, store=None):
     name = need(text(name, "name", 200).strip(), "a name")
     layers = text(layers, "layers", 2000)
     if isinstance(files, str):
@@ -82,7 +83,7 @@ def import_gpt2_upload(files, layers, name, store=None):
     if not isinstance(files, list) or not all(isinstance(f, str) for f in files) or len(files) > 10:
         raise ConfigError("upload the checkpoint's files (config.json, model.safetensors) or one .zip")
     selection = interop.parse_layers(layers) if layers.strip() else None
-    interop.import_hf_gpt2_upload(files, name, selection, store)
+    interop.import_hf_upload(files, name, selection, store)
     return f"Imported **{name}**.", rows(store)
 
 
@@ -92,13 +93,13 @@ def export_hf(name, outdir, store=None):
     name = checkpoints.check_name(need(name, "a checkpoint"))
     outdir = text(outdir, "output directory", 4096).strip()
     if outdir:
-        out = interop.export_hf_gpt2(name, lab_store.allowed_path(outdir, "export"), store)
-        return f"Exported {name} to {out}; it loads with GPT2LMHeadModel.from_pretrained.", None
-    folder = interop.export_hf_gpt2(name, exports.fresh(f"{name}-hf", "", store), store)
+        out = interop.export_hf(name, lab_store.allowed_path(outdir, "export"), store)
+        return f"Exported {name} to {out}; it loads with AutoModelForCausalLM.from_pretrained.", None
+    folder = interop.export_hf(name, exports.fresh(f"{name}-hf", "", store), store)
     archive = shutil.make_archive(str(folder), "zip", root_dir=folder)
     shutil.rmtree(folder, ignore_errors=True)
     return (f"Exported {name}: download the .zip below; unzipped, it loads with "
-            f"GPT2LMHeadModel.from_pretrained."), archive
+            f"AutoModelForCausalLM.from_pretrained."), archive
 
 
 def delete(name, confirm, store=None):
@@ -128,8 +129,9 @@ def build(ctx: Context):
     chosen.change(friendly(lambda n: details(n, ctx.store)), chosen, info, api_name="checkpoint_info")
     message = gr.Markdown(elem_id="checkpoints-message")
     _import_smollm2_section(ctx, message, table)
-    _import_gpt2_section(ctx, message, table)
-    with gr.Accordion("Export to HF GPT-2", open=False):
+    _import_hf_section(ctx, message, table)
+    with gr.Accordion("Export to Hugging Face (a gpt2 or llama checkpoint: GPT2LMHeadModel or "
+                      "LlamaForCausalLM)", open=False):
         outdir = Textbox(label="output directory (optional)",
                             info="blank: download a .zip; or a new folder under LAB_ALLOWED_DIRS")
         download = gr.File(label="export", interactive=False)
@@ -186,21 +188,21 @@ def _import_smollm2_section(ctx: Context, message, table) -> None:
             [message, table], api_name="import_smollm2")
 
 
-def _import_gpt2_section(ctx: Context, message, table) -> None:
-    """An HF GPT-2 checkpoint, uploaded or from a folder on the server."""
-    with gr.Accordion("Import an HF GPT-2 checkpoint (upload, or a server folder)", open=False):
+def _import_hf_section(ctx: Context, message, table) -> None:
+    """An HF GPT-2 or Llama checkpoint, uploaded or from a folder on the server."""
+    with gr.Accordion("Import an HF GPT-2 or Llama checkpoint (upload, or a server folder)", open=False):
         with gr.Row():
             layers = Textbox(label="layers (1-based, e.g. 1,6,12; blank: all)")
             new_name = Textbox(label="name", elem_id="gpt2-name")
         upload = File(label="upload config.json + model.safetensors (and the tokenizer's files), or "
                             "one .zip of the folder save_pretrained wrote", file_count="multiple",
-                      file_types=[".json", ".safetensors", ".txt", ".zip"], elem_id="gpt2-upload")
+                      file_types=[".json", ".safetensors", ".txt", ".jinja", ".zip"], elem_id="gpt2-upload")
         gr.Button("Import the upload", elem_id="gpt2-import-upload").click(
-            friendly(lambda *a: import_gpt2_upload(*a, store=ctx.store)), [upload, layers, new_name],
-            [message, table], api_name="import_gpt2_upload")
+            friendly(lambda *a: import_hf_upload(*a, store=ctx.store)), [upload, layers, new_name],
+            [message, table], api_name="import_hf_upload")
         with gr.Row():
             path = Textbox(label="or a directory on the server (config.json + model.safetensors)",
                            info="a folder under LAB_ALLOWED_DIRS", scale=3)
-            gr.Button("Import the folder").click(friendly(lambda *a: import_gpt2(*a, store=ctx.store)),
+            gr.Button("Import the folder").click(friendly(lambda *a: import_hf(*a, store=ctx.store)),
                                                  [path, layers, new_name], [message, table],
-                                                 api_name="import_gpt2")
+                                                 api_name="import_hf")
