@@ -785,7 +785,7 @@ def test_what_gradio_refuses_before_the_lab_is_one_line_on_the_page_and_in_the_l
     table = values[:-1] + ["not a table"]
     cases = [(lambda: _message(lambda: client.predict([handle_file(tmp_path / "pic.png")], "", "imp",
                                                       api_name="/import_hf_upload")),
-              "wrote: pic.png is not a file it takes (it takes .json, .safetensors, .txt, .zip)"),
+              "wrote: pic.png is not a file it takes (it takes .json, .safetensors, .txt, .jinja, .zip)"),
              (lambda: _message(lambda: client.predict([handle_file(tmp_path / "notes.txt")], "", "imp",
                                                       api_name="/import_hf_upload")),
               "notes.txt: not a file of an HF GPT-2 or Llama checkpoint"),

@@ -138,7 +138,6 @@ def test_head_view_draws_with_the_network_blocked(page):
 def test_bad_form_value_shows_its_message(page, server):
     _tab(page, "Train")
     page.locator("#train-name textarea, #train-name input").first.fill("bad-heads")
-    page.get_by_text("model", exact=True).first.click()           # open the model accordion
     heads = page.locator("#train-n_head input")
     from playwright.sync_api import expect
     expect(heads).to_have_value("4", timeout=30_000)               # the page has loaded its values
@@ -167,7 +166,6 @@ def test_a_plugins_settings_show_beside_it_only_while_it_is_chosen(page, server)
     from lab.worker import jobs
     before = jobs.list_jobs(server[1])
     _tab(page, "Train")
-    page.get_by_text("model", exact=True).first.click()
     window, groups = page.locator("#train-attention-window"), page.locator("#train-attention-kv_groups")
     expect(page.locator("#train-attention input")).to_have_value("mha", timeout=30_000)
     expect(window).to_be_hidden()
@@ -213,7 +211,6 @@ def test_finetune_job_from_the_form_survives_a_reload_and_stops(page, server):
     page.get_by_role("option", name="scratch-a").click()      # fine-tune a stored checkpoint
     from playwright.sync_api import expect
     expect(page.locator("#train-parent-note")).to_contain_text("Fine-tuning scratch-a", timeout=30_000)
-    page.get_by_text("model", exact=True).first.click()          # the model section is the parent's
     expect(page.locator("#train-n_embd input")).to_have_value("32", timeout=30_000)
     expect(page.locator("#train-n_embd input")).to_be_disabled()
     expect(page.locator("#train-n_layer input")).to_have_value("2")
@@ -254,9 +251,8 @@ def test_import_smollm2_from_the_checkpoints_tab(page, server):
     _, store = server
     _tab(page, "Checkpoints")
     from playwright.sync_api import expect
-    page.locator("#checkpoints-smollm2").get_by_text("Import SmolLM2-135M").first.click()
-    # the section's fields mount as it opens: type once they are there, as a person does, and
-    # see that what was typed stays
+    # the section is open with the page (its fields mounted from the start, so nothing resets
+    # them after a person typed: lab.ui.common.section); type as a person does, and see it stays
     expect(page.locator("#smollm2-import")).to_be_enabled(timeout=30_000)
     for field, value in (("#smollm2-layers", "1,30"), ("#smollm2-name", "smol-1-30")):
         box = page.locator(f"{field} textarea, {field} input").first
@@ -289,7 +285,6 @@ def test_compare_says_which_checkpoint_is_better(page, server):
     second = _second(page, server[1], "#compare-checkpoints")
     # greedy: random weights give top-p a nucleus as wide as the vocabulary, a full sort each step
     _choose(page, "#compare-decoder", "greedy")
-    page.get_by_text("Which is better?").first.click()
     page.locator("#compare-score").click()
     from playwright.sync_api import expect
     verdicts = page.locator("#compare-verdicts")
@@ -367,7 +362,6 @@ def test_compare_downloads_and_a_report_that_opens_offline(page, server, browser
     files = page.locator("#compare-files")
     files.get_by_text(".csv").first.wait_for(timeout=120_000)
     assert files.get_by_text(".json").count() >= 1
-    page.get_by_text("Save the comparison as one HTML file").first.click()
     page.locator("#compare-report").click()
     page.locator("#compare-report-file").get_by_text(".html").first.wait_for(timeout=120_000)
     report = max((store / ".lab" / "exports").glob("comparison-*.html"), key=lambda p: p.stat().st_mtime)
@@ -391,7 +385,6 @@ def test_compare_downloads_and_a_report_that_opens_offline(page, server, browser
 
 def test_decoder_matrix_shows_progress_and_labels_stay_in_their_column(page):
     _tab(page, "Compare")
-    page.get_by_text("Decoder matrix").first.click()
     page.locator("#compare-matrix").click()
     out = page.locator("#compare-matrix-out")
     out.get_by_text("row ", exact=False).first.wait_for(timeout=60_000)       # which row is under way
@@ -637,7 +630,6 @@ def test_delete_picks_and_confirms_in_one_place(page, server):
                      "to-delete", store, provenance={"source": "scratch"})
     page.reload()
     _tab(page, "Checkpoints")
-    page.locator("#checkpoints-delete").get_by_text("Delete").first.click()
     _choose(page, "#checkpoints-delete-name", "to-delete")
     page.locator("#checkpoints-confirm textarea, #checkpoints-confirm input").first.fill("to-delete")
     page.locator("#checkpoints-delete-go").click()

@@ -48,18 +48,20 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
     with Blocks(title="tfmr-lab") as demo:
         gr.Markdown("# tfmr-lab\nTrain, compare and understand small Transformer language models.")
         panel = start.build(ctx)
+        # every tab's fields mounted with the page (Gradio mounts a tab's when it is first chosen
+        # and, once it settled, resets them to their first values: what was typed meanwhile goes)
         with gr.Tabs() as tabs:
-            with gr.Tab("Compare", id="compare"):
+            with gr.Tab("Compare", id="compare", render_children=True):
                 side_by_side = compare.build(ctx)
-            with gr.Tab("Attention", id="attention"):
+            with gr.Tab("Attention", id="attention", render_children=True):
                 attention.build(ctx)
-            with gr.Tab("Evaluate", id="evaluate"):
+            with gr.Tab("Evaluate", id="evaluate", render_children=True):
                 evaluate.build(ctx)
-            with gr.Tab("Train", id="train"):
+            with gr.Tab("Train", id="train", render_children=True):
                 attached, latest, (to_sweep, train_form, train_said) = train.build(ctx)
-            with gr.Tab("Experiments", id="experiments"):
+            with gr.Tab("Experiments", id="experiments", render_children=True):
                 _, sweep_form, sweep_note = experiments.build(ctx)
-            with gr.Tab("Checkpoints", id="checkpoints"):
+            with gr.Tab("Checkpoints", id="checkpoints", render_children=True):
                 table = checkpoints.build(ctx)
 
         _compare_them(ctx, panel, tabs, side_by_side)

@@ -15,7 +15,7 @@ from lab.errors import LabError
 from lab.presets import DECODE_TO_SHOW
 from lab.modeling.generate import MAX_PROMPT_CHARS, sample_captions
 from lab.ui.work import streamed
-from lab.ui.common import (LOADED, Context, asset_url, checkpoint_dropdown, friendly,
+from lab.ui.common import (LOADED, Context, asset_url, checkpoint_dropdown, friendly, section,
                            need, need_checkpoint, table_files, whole)
 from lab.ui.common import text as bounded_text
 
@@ -227,8 +227,8 @@ def build(ctx: Context):
 
 def _differences_section(ctx: Context, name, other, text):
     """The heads of the first checkpoint, the least matched in the second first; its downloads."""
-    with gr.Accordion("Heads that differ most between the two checkpoints (any tokenizers: "
-                      "compared word by word)", open=False):
+    with section("Heads that differ most between the two checkpoints (any tokenizers: "
+                 "compared word by word)"):
         gr.Markdown(ALIGNMENT, elem_id="attention-alignment")
         go_d = gr.Button("Find the differing heads", elem_id="attention-differences-go")
         table = gr.Dataframe(headers=diff_headers("the second"), elem_id="attention-differences",

@@ -14,7 +14,7 @@ from lab.storage import checkpoints, exports, interop
 from lab.storage import store as lab_store
 from lab.config import ConfigError, ModelConfig
 from lab.modeling.model import kv_heads
-from lab.ui.common import EMPTY_STORE, Context, friendly, need, text
+from lab.ui.common import EMPTY_STORE, Context, friendly, need, section, text
 
 COLUMNS = ["name", "model", "layers x width", "heads (kv)", "norm", "attention", "positional", "mlp",
            "source", "parent / pretrained", "dev perplexity", "weights MB", "created"]
@@ -130,8 +130,8 @@ def build(ctx: Context):
     message = gr.Markdown(elem_id="checkpoints-message")
     _import_smollm2_section(ctx, message, table)
     _import_hf_section(ctx, message, table)
-    with gr.Accordion("Export to Hugging Face (a gpt2 or llama checkpoint: GPT2LMHeadModel or "
-                      "LlamaForCausalLM)", open=False):
+    with section("Export to Hugging Face (a gpt2 or llama checkpoint: GPT2LMHeadModel or "
+                 "LlamaForCausalLM)"):
         outdir = Textbox(label="output directory (optional)",
                             info="blank: download a .zip; or a new folder under LAB_ALLOWED_DIRS")
         download = gr.File(label="export", interactive=False)
@@ -144,7 +144,7 @@ def build(ctx: Context):
 def _delete_section(ctx: Context, chosen, message, table, info) -> None:
     """Pick and confirm together: the checkpoint to delete (the one chosen above, or another) and
     its name typed again, side by side."""
-    with gr.Accordion("Delete", open=False, elem_id="checkpoints-delete"):
+    with section("Delete", elem_id="checkpoints-delete"):
         with gr.Row():
             target = Dropdown(ctx.checkpoint_names(), value=None, label="checkpoint to delete",
                               elem_id="checkpoints-delete-name", allow_custom_value=True)
@@ -177,8 +177,8 @@ def _store_table(ctx: Context):
 
 
 def _import_smollm2_section(ctx: Context, message, table) -> None:
-    with gr.Accordion("Import SmolLM2-135M, the lab's pretrained model (about 15 s)",
-                      open=not ctx.checkpoint_names(), elem_id="checkpoints-smollm2"):
+    with section("Import SmolLM2-135M, the lab's pretrained model (about 15 s)",
+                 elem_id="checkpoints-smollm2"):
         with gr.Row():
             smol_layers = Textbox("", label="blocks to keep (1-based, e.g. 1,15,30; blank: all 30)",
                                   elem_id="smollm2-layers")
@@ -190,7 +190,7 @@ def _import_smollm2_section(ctx: Context, message, table) -> None:
 
 def _import_hf_section(ctx: Context, message, table) -> None:
     """An HF GPT-2 or Llama checkpoint, uploaded or from a folder on the server."""
-    with gr.Accordion("Import an HF GPT-2 or Llama checkpoint (upload, or a server folder)", open=False):
+    with section("Import an HF GPT-2 or Llama checkpoint (upload, or a server folder)"):
         with gr.Row():
             layers = Textbox(label="layers (1-based, e.g. 1,6,12; blank: all)")
             new_name = Textbox(label="name", elem_id="gpt2-name")

@@ -230,6 +230,14 @@ def friendly(fn):
 _END = object()      # a generator's end, as next() returns it
 
 
+def section(label: str, elem_id: str | None = None) -> gr.Accordion:
+    """A section of a tab, open when the page loads (a person may fold it). Gradio mounts a closed
+    accordion's fields only when it first opens and, once the page has settled, sets them to their
+    first values again, wiping what a person typed meanwhile (seen: a typed block selection lost
+    to the SmolLM2 import's default, 1 try in 12 on a busy machine); so no section starts closed."""
+    return gr.Accordion(label, open=True, elem_id=elem_id)
+
+
 def stop_button(elem_id: str) -> gr.Button:
     """The Stop button of a long action, beside the button that starts it; shown while it runs."""
     return gr.Button("Stop", variant="stop", visible=False, elem_id=elem_id, scale=0, min_width=90)

@@ -22,7 +22,7 @@ from lab.ui.attention import MAX_TOKENS as MAX_ATTENTION_TOKENS
 from lab.presets import DECODE_TO_SHOW
 from lab.registry import DECODERS
 from lab.ui.work import Work, progress_bar, streamed, within_budget
-from lab.ui.common import (LOADED, RUNNING, Context, checkpoint_dropdown, decoder_inputs,
+from lab.ui.common import (LOADED, RUNNING, Context, checkpoint_dropdown, decoder_inputs, section,
                            decoders_of, form_decode, friendly, names_list, stop_button, stoppable,
                            text, unfinished, whole)
 
@@ -394,7 +394,7 @@ def _wire_api(ctx: Context) -> None:
 def _scores_section(ctx: Context, compare_inputs: list) -> gr.State:
     """'Which is better?': the chosen checkpoints scored on a seeded test subset, with verdicts,
     each with the decoder its captions above use."""
-    with gr.Accordion("Which is better? Score them on a seeded subset of the test split", open=False):
+    with section("Which is better? Score them on a seeded subset of the test split"):
         with gr.Row():
             score_n = Radio([100, 500, 1000], value=100, label="test captions")
             go_s = gr.Button("Score and compare", elem_id="compare-score")
@@ -408,7 +408,7 @@ def _scores_section(ctx: Context, compare_inputs: list) -> gr.State:
 
 
 def _report_section(ctx: Context, last: gr.State, scored: gr.State) -> None:
-    with gr.Accordion("Save the comparison as one HTML file (opens offline, shareable)", open=False):
+    with section("Save the comparison as one HTML file (opens offline, shareable)"):
         gr.Markdown("The captions above, the scores of *Which is better?* if you ran it, the "
                     "attention of one caption row of each checkpoint, every setting and provenance.")
         with gr.Row():
@@ -420,7 +420,7 @@ def _report_section(ctx: Context, last: gr.State, scored: gr.State) -> None:
 
 
 def _matrix_section(ctx: Context, chosen, seed, prefix) -> None:
-    with gr.Accordion("Decoder matrix: every decoder plugin x temperature", open=False):
+    with section("Decoder matrix: every decoder plugin x temperature"):
         with gr.Row():
             temps = Textbox("0.7, 1.0", label="temperatures")
             n_m = Number(3, label="captions per cell", step=1)

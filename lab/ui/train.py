@@ -16,7 +16,7 @@ from lab.presets import PRESETS, configs, get as get_preset
 from lab.registry import REGISTRIES, TASKS, load_plugins
 from lab.settings import base_type, choices_of
 from lab.storage import checkpoints
-from lab.ui.common import Context, friendly, outputs
+from lab.ui.common import Context, friendly, outputs, section
 from lab.ui.common import text as bounded_text
 from lab.ui.fields import Checkbox, Dropdown, Number, Radio, Textbox
 from lab.ui.jobs_view import job_choices, jobs_section
@@ -314,7 +314,7 @@ def _form(ctx: Context) -> Form:
     parent_note = gr.Markdown(elem_id="train-parent-note")
     m0, t0 = get_preset("tiny")
     values0 = setting_values(m0.to_dict())
-    with gr.Accordion("model", open=False):
+    with section("model"):
         with gr.Row():
             model_inputs, setting_inputs = [], []
             for f in MODEL_FIELDS:          # a plugin's settings sit right after its dropdown
