@@ -309,7 +309,7 @@ def test_evaluate_streams_results(page, server):
     _tab(page, "Evaluate")
     second = _second(page, server[1], "#evaluate-checkpoints")
     _choose(page, "#evaluate-decoder", "greedy")     # random weights: sampling costs, not the point
-    page.get_by_text("100", exact=True).first.click()
+    page.locator("#evaluate-n").get_by_text("100", exact=True).click()
     page.locator("#evaluate-go").click()
     page.locator("#evaluate-provenance").get_by_text("100 / 100").wait_for(timeout=120_000)
     from playwright.sync_api import expect

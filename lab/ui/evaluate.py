@@ -286,7 +286,7 @@ def build(ctx: Context):
                                 elem_id="evaluate-checkpoints")
     dec = decoder_inputs(DECODE_TO_SCORE, elem_id="evaluate-decoder")
     with gr.Row():
-        n = Radio([100, 500, 1000, 5000], value=500, label="subset size")
+        n = Radio([100, 500, 1000, 5000], value=500, label="subset size", elem_id="evaluate-n")
         seed = Number(0, label="seed", step=1)
         bleu_tokens = Radio(["auto", "gpt2", "words"], value="auto", label="BLEU tokens",
                                info="auto: GPT-2 tokens when every model uses GPT-2 BPE, words otherwise")

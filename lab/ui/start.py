@@ -146,9 +146,9 @@ STEPS = [
 
 
 # Before a run here has timed a preset: how long it took in the lab's own measured first visit on
-# an idle 2-core CPU (docs/results.md, `make newcomer`: the scratch job 34 s -> 339 s, the
-# fine-tune 339 s -> 502 s)
-REFERENCE_S = {SCRATCH_PRESET: 305, FINETUNE_PRESET: 163}
+# an idle 2-core CPU (docs/results.md, `make newcomer`: the scratch job 34 s -> 209 s, the
+# fine-tune 209 s -> 355 s)
+REFERENCE_S = {SCRATCH_PRESET: 175, FINETUNE_PRESET: 146}
 
 
 def minutes_text(seconds: float) -> str:
