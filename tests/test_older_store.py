@@ -3,12 +3,15 @@ described once (tests/fixtures/older_store, made by the commands in its README, 
 that time) is read by today's code. Its checkpoints list healthy, load and write captions; its
 stopped run resumes from the step it stopped at; its queued job and its queued sweep run, scored
 as their sweep asked; its finished sweep's table reads, grid values as numbers; and a config file
-of that time gives the same configs."""
+of that time gives the same configs. The fixture keeps the safetensors headers the older code
+wrote, not its weights: each file is written back from its header as the test begins."""
 import json
 import shutil
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from lab.config import DecodeConfig
 from lab.modeling.generate import sample_captions
@@ -21,9 +24,32 @@ from tests.conftest import wait_job
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+def _weights(header: Path) -> None:
+    """A safetensors file from the header the older code wrote (FILE.safetensors.json: its
+    metadata, each tensor's dtype and shape, and the values of the small ones such as Adam's
+    step): the metadata and every small value as written, the large tensors seeded (the fixture
+    keeps no weights)."""
+    doc = json.loads(header.read_text())
+    g = torch.Generator().manual_seed(0)
+    tensors = {}
+    for name, t in doc["tensors"].items():
+        dtype = getattr(torch, t["dtype"])
+        if "values" in t:
+            tensors[name] = torch.tensor(t["values"], dtype=dtype).reshape(t["shape"])
+        elif name.startswith("rng."):
+            tensors[name] = torch.get_rng_state()
+        else:
+            value = 0.02 * torch.randn(t["shape"], generator=g)
+            tensors[name] = (value.abs() if name.endswith("exp_avg_sq") else value).to(dtype)
+    save_file(tensors, str(header.with_suffix("")), metadata=doc["metadata"])
+    header.unlink()
+
+
 @pytest.fixture
 def older(store):
     shutil.copytree(FIXTURES / "older_store", store)
+    for header in store.rglob("*.safetensors.json"):
+        _weights(header)
     return store
 
 
