@@ -39,6 +39,7 @@ class _Config:
     value enters; `check()` holds the rules that cross fields. BOUNDS (lowest, highest) bounds a
     field that is not described."""
     BOUNDS: ClassVar[dict] = {}
+    PLUGIN_KINDS: ClassVar[tuple] = ()     # the kinds whose chosen plugin's settings it keeps
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -83,6 +84,73 @@ class _Config:
 
     def check(self) -> None:
         """The config's own rules that cross fields (its values are bounded by then)."""
+
+    # a config with PLUGIN_KINDS keeps, in `settings`, {kind: {setting: value}} for the plugin
+    # each kind's field names (ModelConfig: norm, attention, ...; TrainConfig: task)
+
+    def _settings_class(self, kind: str):
+        name = getattr(self, kind)
+        load_plugins()
+        reg = REGISTRIES[kind]
+        return reg.get(name).settings if isinstance(name, str) and name in reg else None
+
+    def plugin_settings(self, kind: str):
+        """The settings dataclass of the plugin chosen for `kind`, filled; None if it has none."""
+        cls = self._settings_class(kind)
+        return cls(**self.settings.get(kind, {})) if cls is not None else None
+
+    def _fill_plugin_settings(self) -> None:
+        """Each chosen plugin's settings filled with its defaults (a kind given no settings and
+        whose plugin has none is left out)."""
+        if not isinstance(self.settings, dict) or not all(
+                isinstance(v, dict) for v in self.settings.values()):
+            return                                  # check() says what is wrong
+        resolved = {}
+        for kind, given in self.settings.items():
+            if given or kind not in self.PLUGIN_KINDS:
+                resolved[kind] = dict(given)
+        for kind in self.PLUGIN_KINDS:
+            cls = self._settings_class(kind)
+            if cls is not None:
+                resolved[kind] = fill_settings(cls, resolved.get(kind, {}), f"{kind}.")
+        self.settings = resolved
+
+    @classmethod
+    def _gather_settings(cls, d: dict) -> tuple[dict, object]:
+        """(the dict without its plugin settings, the settings): `settings` and every dotted
+        `KIND.SETTING` key, gathered as {kind: {setting: value}}."""
+        d = dict(d)
+        settings = d.pop("settings", None) or {}
+        if isinstance(settings, dict):
+            settings = {k: dict(v) if isinstance(v, dict) else v for k, v in settings.items()}
+        for key in [k for k in d if isinstance(k, str) and "." in k]:
+            kind, name = key.split(".", 1)
+            if kind not in cls.PLUGIN_KINDS:
+                raise ConfigError(f"{key}: a plugin setting is KIND.SETTING with KIND one of "
+                                  f"{', '.join(cls.PLUGIN_KINDS)}"[:300])
+            if not isinstance(settings, dict) or not isinstance(settings.setdefault(kind, {}), dict):
+                raise ConfigError(f"settings: expected {{kind: {{setting: value}}}}, got {settings!r}"[:200])
+            settings[kind][name] = d.pop(key)
+        return d, settings
+
+    def _without_changed_plugins(self, d: dict, overrides: dict) -> dict:
+        """A config dict whose plugins `overrides` change, without the old plugins' settings."""
+        for kind in self.PLUGIN_KINDS:
+            if kind in overrides and overrides[kind] != d.get(kind):
+                d["settings"].pop(kind, None)
+        return d
+
+    def _check_settings(self) -> None:
+        if not isinstance(self.settings, dict) or not all(
+                isinstance(v, dict) for v in self.settings.values()):
+            raise ConfigError(f"settings: expected {{kind: {{setting: value}}}}, e.g. "
+                              f'{{"attention": {{"window": 8}}}}; got {self.settings!r}'[:300])
+        for kind, given in self.settings.items():
+            if kind not in self.PLUGIN_KINDS:
+                raise ConfigError(f"settings: unknown kind {kind!r}; the kinds with plugins are "
+                                  f"{', '.join(self.PLUGIN_KINDS)}"[:300])
+            check_settings(self._settings_class(kind), given, f"{kind}.",
+                           f"{kind} plugin {getattr(self, kind)!r}", self)
 
 
 def parse_blocks(value, n_layer: int | None = None, key: str = "layers") -> list[int]:
@@ -149,24 +217,7 @@ class ModelConfig(_Config):
             for key, value in family_defaults(self.model).items():
                 if getattr(self, key) is None:
                     setattr(self, key, value)
-        if not isinstance(self.settings, dict) or not all(
-                isinstance(v, dict) for v in self.settings.values()):
-            return                                  # check() says what is wrong
-        resolved = {}
-        for kind, given in self.settings.items():
-            if given or kind not in self.PLUGIN_KINDS:
-                resolved[kind] = dict(given)
-        for kind in self.PLUGIN_KINDS:
-            cls = self._settings_class(kind)
-            if cls is not None:
-                resolved[kind] = fill_settings(cls, resolved.get(kind, {}), f"{kind}.")
-        self.settings = resolved
-
-    def _settings_class(self, kind: str):
-        name = getattr(self, kind)
-        load_plugins()
-        reg = REGISTRIES[kind]
-        return reg.get(name).settings if isinstance(name, str) and name in reg else None
+        self._fill_plugin_settings()
 
     @classmethod
     def moved_keys(cls) -> dict[str, str]:
@@ -184,18 +235,7 @@ class ModelConfig(_Config):
         setting now, which go to the plugins they belonged to."""
         if not isinstance(d, dict):
             raise ConfigError(f"{cls.__name__}: expected a JSON object, got {type(d).__name__}")
-        d = dict(d)
-        settings = d.pop("settings", None) or {}
-        if isinstance(settings, dict):
-            settings = {k: dict(v) if isinstance(v, dict) else v for k, v in settings.items()}
-        for key in [k for k in d if isinstance(k, str) and "." in k]:
-            kind, name = key.split(".", 1)
-            if kind not in cls.PLUGIN_KINDS:
-                raise ConfigError(f"{key}: a plugin setting is KIND.SETTING with KIND one of "
-                                  f"{', '.join(cls.PLUGIN_KINDS)}"[:300])
-            if not isinstance(settings, dict) or not isinstance(settings.setdefault(kind, {}), dict):
-                raise ConfigError(f"settings: expected {{kind: {{setting: value}}}}, got {settings!r}"[:200])
-            settings[kind][name] = d.pop(key)
+        d, settings = cls._gather_settings(d)
         if isinstance(settings, dict):
             cls._carry_moved_keys(d, settings)
         return super().from_dict({**d, "settings": settings})
@@ -224,15 +264,7 @@ class ModelConfig(_Config):
             for key in FAMILY_KEYS:
                 if key not in overrides and d[key] == old.get(key):
                     d[key] = None
-        for kind in self.PLUGIN_KINDS:
-            if kind in overrides and overrides[kind] != d.get(kind):
-                d["settings"].pop(kind, None)
-        return type(self).from_dict({**d, **overrides})
-
-    def plugin_settings(self, kind: str):
-        """The settings dataclass of the plugin chosen for `kind`, filled; None if it has none."""
-        cls = self._settings_class(kind)
-        return cls(**self.settings.get(kind, {})) if cls is not None else None
+        return type(self).from_dict({**self._without_changed_plugins(d, overrides), **overrides})
 
     def check(self) -> None:
         if self.n_embd % self.n_head:
@@ -247,18 +279,6 @@ class ModelConfig(_Config):
             raise ConfigError(f"this model would have about {n / 1e9:.1f}B parameters (n_embd="
                               f"{self.n_embd}, n_layer={self.n_layer}, vocab_size={self.vocab_size}); "
                               f"the lab builds models up to {self.MAX_PARAMS / 1e9:.0f}B")
-
-    def _check_settings(self) -> None:
-        if not isinstance(self.settings, dict) or not all(
-                isinstance(v, dict) for v in self.settings.values()):
-            raise ConfigError(f"settings: expected {{kind: {{setting: value}}}}, e.g. "
-                              f'{{"attention": {{"window": 8}}}}; got {self.settings!r}'[:300])
-        for kind, given in self.settings.items():
-            if kind not in self.PLUGIN_KINDS:
-                raise ConfigError(f"settings: unknown kind {kind!r}; the kinds with plugins are "
-                                  f"{', '.join(self.PLUGIN_KINDS)}"[:300])
-            check_settings(self._settings_class(kind), given, f"{kind}.",
-                           f"{kind} plugin {getattr(self, kind)!r}", self)
 
     def approx_params(self) -> int:
         """Parameters of the model this config builds, to within biases, norms and plugin extras;
@@ -349,6 +369,26 @@ class TrainConfig(_Config):
                             "steps of each new batch length compile)")
     pack: bool = setting(True, "several examples per row where it is exact: no compute on "
                          "padding, the same loss")
+    settings: dict = setting(help="the task's own settings, {\"task\": {setting: value}}",
+                             factory=dict)
+
+    PLUGIN_KINDS: ClassVar[tuple] = ("task",)
+
+    def __post_init__(self):
+        self._fill_plugin_settings()
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        """Also takes the task's settings as `task.SETTING` keys."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"{cls.__name__}: expected a JSON object, got {type(d).__name__}")
+        d, settings = cls._gather_settings(d)
+        return super().from_dict({**d, "settings": settings})
+
+    def replace(self, **overrides):
+        """A task changed here drops the old task's settings."""
+        d = self.to_dict()
+        return type(self).from_dict({**self._without_changed_plugins(d, overrides), **overrides})
 
     def check(self) -> None:
         task = task_meta(self.task)
@@ -368,6 +408,7 @@ class TrainConfig(_Config):
                               "one; with early_stop=bleu the checkpoint is already the best-BLEU "
                               "one: use early_stop=perplexity (or none) with keep_bleu_best")
         self._check_scheduled_sampling(task)
+        self._check_settings()
 
     def _check_scheduled_sampling(self, task: dict) -> None:
         if self.scheduled_sampling != "none" and not task.get("scheduled_sampling"):
@@ -472,6 +513,6 @@ def describe_settings() -> dict:
     load_plugins()
     plugins = {kind: {name: describe(REGISTRIES[kind].get(name).settings, f"{kind}.")
                       for name in REGISTRIES[kind].names() if REGISTRIES[kind].get(name).settings}
-               for kind in ModelConfig.PLUGIN_KINDS + ("decoder",)}
+               for kind in ModelConfig.PLUGIN_KINDS + TrainConfig.PLUGIN_KINDS + ("decoder",)}
     return {"train": describe(TrainConfig), "model": describe(ModelConfig),
             "decode": describe(DecodeConfig), "plugins": plugins}

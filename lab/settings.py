@@ -221,7 +221,7 @@ def reference_markdown(described: dict) -> str:
              "`settings` object of the API's `/start_job`, or a key of a `--config` file's `model` or",
              "`train` object. A plugin's own setting is `KIND.SETTING` (`attention.window`) and",
              "counts only while that plugin is chosen.", "",
-             "## Training", ""] + _table(described["train"])
+             "## Training", ""] + _table([r for r in described["train"] if r["name"] != "settings"])
     lines += ["", "## Model", "",
               "A model family (`model`) fills the parts left blank with its own.", ""]
     lines += _table([r for r in described["model"] if r["name"] != "settings"])

@@ -128,7 +128,8 @@ class Prepared:
     progress lines ("captions", "documents", "questions"). final(name, trainer, store): events
     of a last step once the run is done and its checkpoint kept (captions: every dev caption).
     packs: its batches are separate texts padded after their end, which the trainer may pack
-    into rows (data.pack) with the same loss."""
+    into rows (data.pack) with the same loss; unpacked_because: why not, when it is not that the
+    padding is model input (full blocks have none)."""
     tokenizer: object
     train_items: list
     dev_items: list
@@ -139,3 +140,4 @@ class Prepared:
     unit: str = "examples"
     final: Callable[..., Iterator[dict]] | None = None
     packs: bool = False
+    unpacked_because: str | None = None     # why a task's batches are not packed, when not padding

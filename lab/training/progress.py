@@ -137,7 +137,8 @@ def _eval_text(ev: dict) -> str:
     return (f"{'step ' + str(ev['step']) if ev.get('mid_epoch') else 'epoch ' + str(ev['epoch'])}: "
             f"dev perplexity {ev['dev_perplexity']:.3f} "
             f"(token-weighted {ev['dev_token_perplexity']:.3f}"
-            + (f", per word {ev['dev_word_perplexity']:.3f}" if "dev_word_perplexity" in ev else "") + ")"
+            + (f", per word {ev['dev_word_perplexity']:.3f}" if "dev_word_perplexity" in ev else "")
+            + (f", {ev['dev_bits_per_byte']:.3f} bits per byte" if "dev_bits_per_byte" in ev else "") + ")"
             + (f" dev harmonic BLEU {ev['dev_harmonic_bleu']:.4f}" if "dev_harmonic_bleu" in ev else "")
             + (f" dev accuracy {100 * ev['dev_accuracy']:.1f}% ({ev['dev_correct']} right)"
                if "dev_accuracy" in ev else "")

@@ -207,7 +207,7 @@ class Trainer:
         if not self.cfg.pack:
             return False, None
         if not self.task.packs:
-            return False, f"the {self.task.unit}' padding is model input"
+            return False, self.task.unpacked_because or f"the {self.task.unit}' padding is model input"
         if self.cfg.scheduled_sampling != "none":
             return False, "scheduled sampling feeds padded rows"
         if not getattr(model, "packable", False):

@@ -25,7 +25,8 @@ from lab.worker import jobs
 # the form's sections: every described setting but the vocabulary (a new model's is its
 # tokenizer's) and the plugin settings, which follow their plugin's dropdown
 MODEL_FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if f.name not in ("vocab_size", "settings")]
-TRAIN_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
+TRAIN_FIELDS = [f.name for f in dataclasses.fields(TrainConfig) if f.name != "settings"]
+SETTING_KINDS = ModelConfig.PLUGIN_KINDS + TrainConfig.PLUGIN_KINDS     # the task's follow its field
 _DESCRIBED = {f.name: f for cls in (ModelConfig, TrainConfig) for f in dataclasses.fields(cls)}
 
 
@@ -35,7 +36,7 @@ def setting_fields() -> tuple[tuple[str, str, dataclasses.Field], ...]:
     plugin's settings appear without UI code). Each is shown only while its plugin is chosen."""
     load_plugins()
     out = []
-    for kind in ModelConfig.PLUGIN_KINDS:
+    for kind in SETTING_KINDS:
         reg = REGISTRIES[kind]
         for name in reg.names():
             cls = reg.get(name).settings
@@ -50,18 +51,23 @@ def form_fields() -> list[str]:
     return MODEL_FIELDS + TRAIN_FIELDS + [f"{k}.{f.name}" for k, _, f in setting_fields()]
 
 
-def setting_values(model: dict) -> list:
-    """The settings' form values for a model config (as a dict): the chosen plugins' own values,
-    the defaults for the others."""
-    return [model["settings"].get(kind, {}).get(f.name, f.default) if model.get(kind) == plugin
-            else f.default for kind, plugin, f in setting_fields()]
+def setting_values(model: dict, train: dict | None = None) -> list:
+    """The settings' form values for a model config and a train config (as dicts): the chosen
+    plugins' own values, the defaults for the others; without a train config, the task's
+    settings are left as they are (gr.skip())."""
+    out = []
+    for kind, plugin, f in setting_fields():
+        cfg = train if kind in TrainConfig.PLUGIN_KINDS else model
+        out.append(gr.skip() if cfg is None else cfg["settings"].get(kind, {}).get(f.name, f.default)
+                   if cfg.get(kind) == plugin else f.default)
+    return out
 
 
 def form_values(model_cfg: ModelConfig, train_cfg: TrainConfig) -> list:
     """The form's values, in form_fields() order, for a pair of configs."""
     m = model_cfg.to_dict()
     return ([m[f] for f in MODEL_FIELDS] + [getattr(train_cfg, f) for f in TRAIN_FIELDS]
-            + setting_values(m))
+            + setting_values(m, train_cfg.to_dict()))
 
 
 def info(f: dataclasses.Field, prefix: str = "") -> str:
@@ -123,7 +129,7 @@ def form_settings(values, parent: str = "") -> dict:
             blank = v in ("", None) or (v == 0 and f.default is None and f.metadata.get("min", 0) > 0)
             named[f"{kind}.{f.name}"] = f.default if blank else v
     if parent:
-        for key in [k for k in named if k in MODEL_FIELDS or "." in k]:
+        for key in [k for k in named if k in MODEL_FIELDS or k.split(".")[0] in ModelConfig.PLUGIN_KINDS]:
             del named[key]
         if named.get("tokenizer") is None:
             del named["tokenizer"]
@@ -222,7 +228,8 @@ def _kept_tokenizer(name: str, store=None):
 
 def _model_updates(m: dict, interactive: bool) -> list:
     """The model section and the plugin settings showing a model config (a dict)."""
-    return [gr.update(value=v, interactive=interactive)
+    return [v if isinstance(v, dict) and v.get("__type__") == "update" else
+            gr.update(value=v, interactive=interactive)
             for v in [m[f] for f in MODEL_FIELDS] + setting_values(m)]
 
 
@@ -237,7 +244,8 @@ def family_parts(model: str) -> list:
     if m is None:
         return [gr.skip()] * (len(MODEL_FIELDS) + len(setting_fields()))
     return [gr.update(value=m[f]) if f in m and f in FAMILY_KEYS else gr.skip() for f in MODEL_FIELDS] \
-        + [gr.update(value=v) for v in setting_values(m)]
+        + [v if isinstance(v, dict) and v.get("__type__") == "update" else gr.update(value=v)
+           for v in setting_values(m)]
 
 
 def latest_active(store=None) -> list:
@@ -280,6 +288,10 @@ def job_form(job: dict, store=None) -> list:
     preset = spec.get("preset") or ""
     preset_shown = gr.update(value=preset, info=PRESETS[preset][1] if preset in PRESETS else "")
     model_values, setting_updates = model_values[:len(MODEL_FIELDS)], model_values[len(MODEL_FIELDS):]
+    train_cfg = TrainConfig.from_dict(spec["train"]).to_dict()
+    setting_updates = [v if k in ModelConfig.PLUGIN_KINDS else own
+                       for v, own, (k, _, _) in zip(setting_updates, setting_values({}, train_cfg),
+                                                    setting_fields())]
     return ([job["name"], preset_shown, parent] + model_values + train_values + setting_updates
             + [f"The form shows the settings of job {job['id']} ({job['name']}) as it started; its "
                f"status is under Jobs below. {note}".strip()])
@@ -313,7 +325,7 @@ def _form(ctx: Context) -> Form:
     ctx.add_dropdown(parent, "blank")
     parent_note = gr.Markdown(elem_id="train-parent-note")
     m0, t0 = get_preset("tiny")
-    values0 = setting_values(m0.to_dict())
+    values0 = setting_values(m0.to_dict(), t0.to_dict())
     with section("model"):
         with gr.Row():
             model_inputs, setting_inputs = [], []
@@ -325,7 +337,13 @@ def _form(ctx: Context) -> Form:
                             kind, plugin, sf, getattr(m0, kind) == plugin, value))
     with gr.Accordion("training", open=True):
         with gr.Row():
-            train_inputs = [_field_component(TrainConfig, f, getattr(t0, f)) for f in TRAIN_FIELDS]
+            train_inputs = []
+            for f in TRAIN_FIELDS:          # the task's settings sit right after its dropdown
+                train_inputs.append(_field_component(TrainConfig, f, getattr(t0, f)))
+                for (kind, plugin, sf), value in zip(setting_fields(), values0):
+                    if kind == f:
+                        setting_inputs.append(_setting_component(
+                            kind, plugin, sf, getattr(t0, kind) == plugin, value))
     for comp, f in zip(model_inputs + train_inputs, MODEL_FIELDS + TRAIN_FIELDS):
         comp.elem_id = f"train-{f}"
     return Form(preset, name, parent, parent_note, model_inputs, setting_inputs, train_inputs)
@@ -339,8 +357,8 @@ def fill(p, chosen_parent):
     m, t = get_preset(p)
     values = form_values(m, t)
     if chosen_parent:
-        values = [gr.skip() if f not in TRAIN_FIELDS or f == "tokenizer" else v
-                  for f, v in zip(form_fields(), values)]
+        values = [gr.skip() if f not in TRAIN_FIELDS and f.split(".")[0] not in TrainConfig.PLUGIN_KINDS
+                  or f == "tokenizer" else v for f, v in zip(form_fields(), values)]
     return values + [gr.update(info=PRESETS[p][1])]
 
 
@@ -352,12 +370,13 @@ def _wire_form(ctx: Context, form: Form) -> None:
     fields = [form.train[TRAIN_FIELDS.index(f)] for f in ("train_layers", "tokenizer")]
     form.parent.input(friendly(lambda p, pr: parent_view(p, pr, ctx.store)), [form.parent, form.preset],
                       model + settings + fields + [form.parent_note], api_visibility="private")
-    for kind in ModelConfig.PLUGIN_KINDS:   # a plugin's settings show while it is chosen
+    for kind in SETTING_KINDS:     # a plugin's settings show while it is chosen
         shown = [c for c, (k, _, _) in zip(settings, setting_fields()) if k == kind]
+        field = model[MODEL_FIELDS.index(kind)] if kind in MODEL_FIELDS \
+            else form.train[TRAIN_FIELDS.index(kind)]
         if shown:
-            model[MODEL_FIELDS.index(kind)].change(
-                functools.partial(_visibility, kind), model[MODEL_FIELDS.index(kind)], shown,
-                api_visibility="private", show_progress="hidden")
+            field.change(functools.partial(_visibility, kind), field, shown,
+                         api_visibility="private", show_progress="hidden")
     model[0].input(family_parts, model[0], model + settings, api_visibility="private")
 
 

@@ -20,7 +20,7 @@ from lab.inputs.tasks import Prepared
 class CaptionsTask:
     name = "captions"
 
-    def data_dir(self, path=None):
+    def data_dir(self, path=None, store=None):
         return data.resolve_data_dir(path)
 
     def scratch_tokenizer(self, data_dir, cfg):

@@ -44,7 +44,7 @@ class BirthplaceTask:
         said = bp.answer(model, tokenizer, [prompt[:-1]])[0]
         return (prompt + said)[:limit], n_prompt
 
-    def data_dir(self, caption_dir=None):
+    def data_dir(self, caption_dir=None, store=None):
         """The task's own folder (LAB_BIRTHPLACE_DIR, which its CLI's --data-dir sets, or the
         default): a run's data_dir names the caption corpus (the worker's, the app's)."""
         return bp.data_dir(None)

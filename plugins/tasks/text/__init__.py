@@ -1,0 +1,146 @@
+"""The text task: causal language modelling on a person's own corpus, a dataset in the store
+(`python -m lab data import FILE --name NAME`, read and tokenized through `datasets`: corpora.py).
+A run names it with `--set task=text --set task.dataset=NAME`. Each text is an example framed by
+end-of-text as the captions are (packed, no compute on padding), or the texts are joined and cut
+into blocks of the model's context (`task.examples=blocks`). Dev scores: perplexity per example
+(the assignment's), per token and per word, and bits per byte (lm-evaluation-harness's: the summed
+NLL in bits over the UTF-8 bytes the targets cover, so models with different tokenizers compare)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from lab.config import ConfigError
+from lab.evaluation.metrics import perplexity, sentence_nlls
+from lab.inputs import data, tokenizers
+from lab.inputs.data import assignment_loss
+from lab.inputs.tasks import Prepared
+from lab.registry import TASKS
+from plugins.tasks.text import corpora
+
+DEV_DEFAULT = 2000          # dev examples scored at each evaluation unless max_dev_captions says
+SCRATCH_VOCAB_BYTES = 200 * 10 ** 6   # a words or char vocabulary is built from the train texts in memory
+
+
+@dataclass
+class TextSettings:
+    dataset: str = field(default="", metadata={
+        "help": "the dataset in the store to train on (python -m lab data list)"})
+    examples: str = field(default="lines", metadata={
+        "help": "lines: each text one example, framed by end-of-text and cut to the context; "
+                "blocks: the texts joined and cut into blocks of the whole context",
+        "choices": ("lines", "blocks")})
+
+    def check(self, config) -> None:
+        if not self.dataset:
+            raise ConfigError("task=text trains on a dataset in the store: --set task.dataset=NAME "
+                              "(python -m lab data list shows them; data import adds one)")
+        corpora.check_name(self.dataset)
+
+
+class TextTask:
+    name = "text"
+
+    def data_dir(self, path=None, store=None):
+        """The store's datasets (a run's data_dir names the caption corpus: not this task's)."""
+        return corpora.root(store)
+
+    def scratch_tokenizer(self, data_dir, cfg):
+        s = cfg.plugin_settings("task")
+        if cfg.tokenizer == "gpt2":
+            return tokenizers.gpt2()
+        meta = corpora.info(s.dataset, data_dir.parent)
+        size = meta["splits"]["train"]["bytes"]
+        if size > SCRATCH_VOCAB_BYTES:
+            raise ConfigError(f"tokenizer={cfg.tokenizer} builds its vocabulary from the train texts "
+                              f"in memory; {s.dataset}'s are {size / 1e6:,.0f} MB, over "
+                              f"{SCRATCH_VOCAB_BYTES / 1e6:,.0f} MB: use tokenizer=gpt2")
+        return tokenizers.for_scratch(cfg.tokenizer,
+                                      corpora.split(s.dataset, "train", data_dir.parent)[corpora.TEXT])
+
+    def prepare(self, objective: str, cfg, tok, model_cfg, data_dir=None) -> Prepared:
+        s, store = cfg.plugin_settings("task"), data_dir.parent
+        meta = corpora.info(s.dataset, store)
+        length = model_cfg.n_positions
+        if s.examples == "blocks":
+            train = corpora.blocks(s.dataset, "train", tok, length, store)
+            dev = corpora.blocks(s.dataset, "dev", tok, length, store)
+        else:
+            train = corpora.tokenized(s.dataset, "train", tok, store)
+            dev = corpora.tokenized(s.dataset, "dev", tok, store)
+        if cfg.max_train_captions is not None and cfg.max_train_captions < len(train):
+            train = train.select(range(cfg.max_train_captions))
+        n_dev = min(len(dev), cfg.max_dev_captions or DEV_DEFAULT)
+        if s.examples == "blocks":
+            rows = dev[:n_dev]
+            dev_seqs, dev_words, dev_bytes = rows["ids"], rows["words"], rows["bytes"]
+        else:
+            texts = corpora.split(s.dataset, "dev", store)[:n_dev][corpora.TEXT]
+            dev_seqs, dev_words, dev_bytes = _framed_dev(dev[:n_dev]["ids"], texts, tok, length)
+        frame = _framer(tok, length) if s.examples == "lines" else list
+
+        def evaluate(model, abort) -> dict:
+            device = next(model.parameters()).device
+            nll, n = sentence_nlls(model, dev_seqs, tok.eos_id, cfg.eval_batch_size, device, abort)
+            ppl = perplexity(model, dev_seqs, tok.eos_id, nll_counts=(nll, n))
+            total = nll.sum().item()
+            return {"dev_loss": ppl["loss"], "dev_perplexity": ppl["perplexity"],
+                    "dev_token_perplexity": ppl["token_perplexity"],
+                    "dev_word_perplexity": math.exp(total / max(sum(dev_words), 1)),
+                    "dev_bits_per_byte": total / math.log(2) / max(sum(dev_bytes), 1)}
+
+        def epoch_batches(gen):
+            import torch
+            order = torch.randperm(len(train), generator=gen).tolist() if cfg.shuffle \
+                else range(len(train))
+            order = list(order)
+            for i in range(0, len(order), cfg.batch_size):
+                rows = train[order[i:i + cfg.batch_size]]["ids"]
+                yield data.collate([frame(r) for r in rows], tok.eos_id)
+
+        split_from = meta["split_from"]
+        info = {"dataset": s.dataset, "examples": s.examples,
+                "dev_scored": n_dev, "dev_total": len(dev),
+                "split_from": split_from}
+        return Prepared(tok, train, dev_seqs, epoch_batches, assignment_loss, evaluate, info=info,
+                        unit="blocks" if s.examples == "blocks" else "texts",
+                        packs=s.examples == "lines",
+                        unpacked_because="every block fills the context: no padding to drop")
+
+
+def _framer(tok, length: int):
+    """A text's tokens as an example: end-of-text before and after, cut to the context."""
+    eos = tok.eos_id
+
+    def frame(ids):
+        return ([eos, *ids, eos])[:length]
+    return frame
+
+
+def _framed_dev(ids: list, texts: list[str], tok, length: int):
+    """Dev examples, and the words and UTF-8 bytes their targets cover: the whole text and one
+    more (the newline its end-of-text stands for), or of a text cut to the context, the text its
+    kept tokens spell."""
+    frame, seqs, words, nbytes = _framer(tok, length), [], [], []
+    for toks, text in zip(ids, texts):
+        seq = frame(toks)
+        if len(seq) < len(toks) + 2:              # cut: the targets are the first length-1 tokens
+            text, end = tok.decode(toks[:length - 1]), 0
+        else:
+            end = 1
+        seqs.append(seq)
+        words.append(len(text.split()) + end)
+        nbytes.append(len(text.encode("utf-8")) + end)
+    return seqs, words, nbytes
+
+
+@TASKS.register("text", "Your own corpus (a dataset in the store, read with datasets): language "
+                        "modelling, perplexity per token and word, bits per byte",
+                settings=TextSettings, objectives=("lm",),
+                keep_best={"perplexity": {"score": "dev_perplexity", "higher": False,
+                                          "label": "dev perplexity"}},
+                scheduled_sampling=False, tabs=(), sweep_figures="text", score_split="test",
+                tokenizers=tokenizers.SCRATCH_KINDS,
+                commands="plugins.tasks.text.cli")      # python -m lab data ...
+def text(settings: TextSettings):        # a run reads its own from its config
+    return TextTask()

@@ -1,0 +1,270 @@
+"""The text task: a person's own corpus, written here by `datasets` itself in every format the lab
+reads, imported into the store, refused in one line when it cannot be, tokenized once (the second
+run reads the cache) and trained on, with bits per byte among the dev scores."""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lab.cli import main as cli_main
+from lab.config import ConfigError, TrainConfig
+from lab.evaluation.metrics import sentence_nlls
+from lab.inputs import tokenizers
+from lab.presets import configs
+from lab.storage import checkpoints
+from lab.training import runs
+from plugins.tasks.text import corpora
+from plugins.tasks.text.corpora import DatasetError
+
+ROOT = Path(__file__).resolve().parent.parent
+WORDS = ("a lighthouse keeper counts gulls over grey water while ferries cross the sound and "
+         "children fly kites from the harbour wall").split()
+
+
+def texts(n: int, seed: int = 0) -> list[str]:
+    """A corpus the lab has never seen: seeded sentences of harbour words (and one non-ASCII)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        k = int(torch.randint(4, 16, (1,), generator=g))
+        idx = torch.randint(len(WORDS), (k,), generator=g).tolist()
+        out.append(" ".join(WORDS[j] for j in idx) + (" café" if i % 7 == 0 else ""))
+    return out
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    """The same 400 texts (column `body`, beside an int column `id`) in every format, each
+    written by `datasets`; and a DatasetDict folder with train and validation splits."""
+    from datasets import Dataset, DatasetDict
+    folder = tmp_path_factory.mktemp("sources")
+    body = texts(400)
+    ds = Dataset.from_dict({"id": list(range(len(body))), "body": body})
+    ds.to_json(str(folder / "corpus.jsonl"))
+    ds.to_csv(str(folder / "corpus.csv"), index=False)
+    ds.to_csv(str(folder / "corpus.tsv"), index=False, sep="\t")
+    ds.to_parquet(str(folder / "corpus.parquet"))
+    ds.save_to_disk(str(folder / "saved"))
+    DatasetDict({"train": ds.select(range(300)),
+                 "validation": ds.select(range(300, 400))}).save_to_disk(str(folder / "saved-dict"))
+    (folder / "corpus.txt").write_text("\n".join(body) + "\n\n", encoding="utf-8")   # a blank line too
+    return folder, body
+
+
+def stored_texts(name: str) -> dict[str, list[str]]:
+    return {s: list(corpora.split(name, s)[corpora.TEXT]) for s in corpora.info(name)["splits"]}
+
+
+@pytest.mark.parametrize("file", ["corpus.jsonl", "corpus.csv", "corpus.tsv", "corpus.parquet",
+                                  "saved", "corpus.txt"])
+def test_every_format_imports_whole_with_a_seeded_dev_cut(sources, file):
+    folder, body = sources
+    meta = corpora.import_source(folder / file, "mine", dev_fraction=0.1, seed=3)
+    got = stored_texts("mine")
+    assert meta["text_column"] == ("text" if file.endswith(".txt") else "body")   # guessed, and said
+    assert meta["split_from"] == {"from": "train", "dev_fraction": 0.1, "seed": 3}
+    assert len(got["dev"]) == 40 and len(got["train"]) == 360
+    assert sorted(got["train"] + got["dev"]) == sorted(body)     # every text, once; the blank line dropped
+    assert meta["splits"]["dev"]["rows"] == 40
+    assert meta["splits"]["train"]["characters"] == sum(len(t) for t in got["train"])
+    assert meta["splits"]["train"]["bytes"] == sum(len(t.encode()) for t in got["train"])
+    assert meta["preview"] == [t[:200] for t in got["train"][:3]]
+    # the same seed cuts the same dev split
+    corpora.import_source(folder / file, "again", dev_fraction=0.1, seed=3)
+    assert stored_texts("again")["dev"] == got["dev"]
+
+
+def test_a_saved_dataset_dict_keeps_its_own_splits(sources):
+    folder, body = sources
+    meta = corpora.import_source(folder / "saved-dict", "dict")
+    got = stored_texts("dict")
+    assert meta["split_from"] == {"from": "source"}
+    assert got["train"] == body[:300] and got["dev"] == body[300:]
+
+
+def test_the_text_column_is_chosen_or_refused_by_name(sources):
+    folder, body = sources
+    assert corpora.import_source(folder / "corpus.jsonl", "chosen", text_column="body")["text_column"] == "body"
+    with pytest.raises(DatasetError, match=r"no column 'nope'; its columns are id, body"):
+        corpora.import_source(folder / "corpus.jsonl", "x", text_column="nope")
+    with pytest.raises(DatasetError, match=r"column 'id' holds int64, not text; its text columns are body"):
+        corpora.import_source(folder / "corpus.parquet", "x", text_column="id")
+    assert corpora.names() == ["chosen"]
+
+
+def test_bad_sources_get_one_line_and_leave_nothing(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    binary = tmp_path / "weights.jsonl"
+    binary.write_bytes(b"PK\x03\x04\x00\x00\x00binary")
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("first line\nna\xefve".encode("utf-8")[:11] + b"na\xefve caf\xe9\n")
+    blanks = tmp_path / "blanks.txt"
+    blanks.write_text("\n  \n\n", encoding="utf-8")
+    one = tmp_path / "one.txt"
+    one.write_text("just one text\n", encoding="utf-8")
+    notjson = tmp_path / "broken.jsonl"
+    notjson.write_text('{"text": "fine"}\n{"text": \n', encoding="utf-8")
+    cases = [(empty, r"empty\.txt is empty$"),
+             (binary, r"is a binary file, not text \(a NUL byte at offset 4\)"),
+             (latin, r"is not UTF-8 text: byte offset 13 \(b'\\xef'\) is not valid UTF-8"),
+             (blanks, r"column 'text' holds no text \(every row is empty\)"),
+             (one, r"has 1 text; a dataset needs at least 2"),
+             (notjson, r"broken\.jsonl: cannot be read as jsonl: "),
+             (tmp_path / "missing.csv", r"no such file or folder"),
+             (tmp_path, r"a folder must be one written by Dataset.save_to_disk"),
+             (Path(__file__), r"a \.py is not a corpus the lab reads; give \.txt, \.jsonl")]
+    for source, said in cases:
+        with pytest.raises(DatasetError, match=said) as e:
+            corpora.import_source(source, "bad")
+        assert "\n" not in str(e.value)
+    assert corpora.names() == []
+    assert [p.name for p in corpora.root().iterdir()] == []      # no half-written folder
+
+
+def test_a_name_is_taken_once_and_delete_frees_it(sources, store):
+    folder, _ = sources
+    corpora.import_source(folder / "corpus.parquet", "mine")
+    with pytest.raises(DatasetError, match=r"a dataset named 'mine' is already in the store"):
+        corpora.import_source(folder / "corpus.jsonl", "mine")
+    with pytest.raises(DatasetError, match=r"dataset name"):
+        corpora.import_source(folder / "corpus.jsonl", "../escape")
+    corpora.delete("mine")
+    assert corpora.names() == []
+    with pytest.raises(DatasetError, match=r"no dataset 'mine' in the store"):
+        corpora.info("mine")
+
+
+KILLED_IMPORT = """
+import sys
+from plugins.tasks.text import corpora
+corpora.import_source(sys.argv[1], "victim")
+"""
+
+
+def test_a_kill_inside_an_import_leaves_no_dataset_and_the_next_import_clears_it(sources, store):
+    folder, _ = sources
+    done = subprocess.run([sys.executable, "-c", KILLED_IMPORT, str(folder / "corpus.jsonl")], cwd=ROOT,
+                          capture_output=True, env={**os.environ, "LAB_STORE": str(store),
+                                                    "LAB_FAULTS": "kill@dataset-import"})
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    assert corpora.names() == []
+    assert [p.name.startswith(".tmp-victim-") for p in corpora.root().iterdir()] == [True]
+    corpora.import_source(folder / "corpus.jsonl", "victim")
+    assert corpora.names() == ["victim"]
+    assert [p.name for p in corpora.root().iterdir()] == ["victim"]
+
+
+def test_tokenizing_is_a_batched_map_whose_second_run_reads_the_cache(sources, monkeypatch):
+    folder, _ = sources
+    corpora.import_source(folder / "corpus.parquet", "mine")
+    tok = tokenizers.gpt2()
+    first = corpora.tokenized("mine", "train", tok)
+    train = list(corpora.split("mine", "train")[corpora.TEXT])
+    assert list(first["ids"]) == [tok.encode(t) for t in train]
+    key = corpora.tokenizer_key(tok)
+    counts = corpora.info("mine")["tokens"][key]
+    assert counts == {"tokenizer": "gpt2", "train": sum(len(tok.encode(t)) for t in train)}
+
+    def never(*a, **k):
+        raise AssertionError("tokenized again")
+    monkeypatch.setattr(corpora, "_encode", never)
+    again = corpora.tokenized("mine", "train", tok)
+    assert list(again["ids"]) == list(first["ids"])
+    cached = list((corpora.path_of("mine") / "tokens" / key).glob("train-*.arrow"))
+    assert [str(f) for f in cached] == [again.cache_files[0]["filename"]]
+
+
+def test_blocks_join_the_texts_and_count_the_bytes_their_targets_cover(sources):
+    folder, _ = sources
+    corpora.import_source(folder / "saved-dict", "dict")
+    tok = tokenizers.gpt2()
+    blocks = corpora.blocks("dict", "dev", tok, 16)
+    eos = tok.eos_id
+    stream = [t for ids in corpora.tokenized("dict", "dev", tok)["ids"] for t in [eos, *ids]]
+    assert all(len(b) == 16 for b in blocks["ids"])
+    assert [t for b in blocks["ids"] for t in b] == stream[:16 * len(blocks)]   # the last partial dropped
+    b = blocks[0]
+    inner = tok.decode([t for t in b["ids"][1:] if t != eos])
+    assert b["bytes"] == len(inner.encode()) + b["ids"][1:].count(eos)
+
+
+def _train(name, *sets, store=None, parent=None):
+    model_cfg, train_cfg, _ = configs("tiny", ["n_layer=1", "n_embd=32", "n_head=2", "max_steps=4",
+                                               "max_dev_captions=30", "batch_size=8", *sets])
+    events = list(runs.train(name, None if parent else model_cfg, train_cfg, parent=parent, store=store))
+    assert events[-1]["event"] == "done", events[-1]
+    return events
+
+
+def test_a_model_trains_on_its_own_corpus_with_bits_per_byte_from_its_dev_texts(sources):
+    folder, _ = sources
+    corpora.import_source(folder / "corpus.jsonl", "mine")
+    events = _train("mine-model", "task=text", "task.dataset=mine")
+    data = next(e for e in events if e["event"] == "data")
+    assert (data["train_items"], data["dev_items"], data["unit"]) == (380, 20, "texts")
+    scores = [e for e in events if e["event"] == "eval"][-1]
+    ck = checkpoints.load("mine-model")
+    assert ck.meta["train"]["settings"] == {"task": {"dataset": "mine", "examples": "lines"}}
+    tok = ck.tokenizer
+    dev = list(corpora.split("mine", "dev")[corpora.TEXT])
+    seqs = [[tok.eos_id, *tok.encode(t), tok.eos_id] for t in dev]
+    with torch.no_grad():
+        nll, n = sentence_nlls(ck.model.eval(), seqs, tok.eos_id)
+    # lm-evaluation-harness's bits per byte: the summed NLL in bits over the UTF-8 bytes (each
+    # text's end-of-text predicts its newline: one byte and one word more)
+    bpb = nll.sum().item() / math.log(2) / sum(len(t.encode()) + 1 for t in dev)
+    assert scores["dev_bits_per_byte"] == pytest.approx(bpb, rel=1e-5)
+    words = sum(len(t.split()) + 1 for t in dev)
+    assert scores["dev_word_perplexity"] == pytest.approx(math.exp(nll.sum().item() / words), rel=1e-5)
+
+
+def test_blocks_a_character_vocabulary_and_a_fine_tune_train_on_it(sources):
+    folder, _ = sources
+    corpora.import_source(folder / "saved-dict", "dict")
+    events = _train("blocks", "task=text", "task.dataset=dict", "task.examples=blocks", "n_positions=32")
+    assert next(e for e in events if e["event"] == "data")["unit"] == "blocks"
+    _train("chars", "task=text", "task.dataset=dict", "tokenizer=char")
+    assert checkpoints.load("chars").tokenizer.kind == "char"
+    _train("tuned", "task=text", "task.dataset=dict", parent="blocks")
+    assert checkpoints.load("tuned").meta["parent"] == "blocks"
+
+
+def test_the_task_settings_are_set_and_checked_like_a_plugin_s():
+    cfg = TrainConfig.from_dict({"task": "text", "task.dataset": "mine"})
+    assert cfg.plugin_settings("task").dataset == "mine"
+    assert TrainConfig.from_dict(json.loads(cfg.to_json())) == cfg
+    assert cfg.replace(task="captions").settings == {}          # another task drops them
+    with pytest.raises(ConfigError, match=r"task=text trains on a dataset in the store: --set task.dataset=NAME"):
+        TrainConfig.from_dict({"task": "text"})
+    with pytest.raises(ConfigError, match=r"the task plugin 'captions' has no setting 'dataset'"):
+        TrainConfig.from_dict({"task.dataset": "mine"})
+    with pytest.raises(ConfigError, match=r"task.examples must be 'lines' or 'blocks', got 'pages'"):
+        TrainConfig.from_dict({"task": "text", "task.dataset": "mine", "task.examples": "pages"})
+
+
+def test_the_data_commands(sources, capsys):
+    folder, _ = sources
+    assert cli_main(["data", "import", str(folder / "corpus.csv"), "--name", "mine",
+                     "--dev-fraction", "0.25"]) == 0
+    said = capsys.readouterr().out
+    assert "text column 'body' of id, body" in said and "dev 100 texts" in said
+    assert "--set task=text --set task.dataset=mine" in said
+    assert cli_main(["data", "list", "--json"]) == 0
+    assert [r["name"] for r in json.loads(capsys.readouterr().out)] == ["mine"]
+    assert cli_main(["data", "show", "mine"]) == 0
+    assert "train 300 texts" in capsys.readouterr().out
+    assert cli_main(["data", "delete", "mine"]) == 2
+    assert "add --yes to confirm" in capsys.readouterr().err
+    assert cli_main(["data", "delete", "mine", "--yes"]) == 0
+    assert cli_main(["data", "show", "mine"]) == 2
+    assert capsys.readouterr().err.startswith("error: no dataset 'mine' in the store")
+    assert cli_main(["train", "--preset", "tiny", "--name", "m", "--set", "task=text",
+                     "--set", "task.dataset=absent"]) == 2
+    assert "no dataset 'absent' in the store" in capsys.readouterr().err
