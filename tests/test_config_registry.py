@@ -29,7 +29,7 @@ def test_describe_all_covers_every_registry():
     assert set(info) == {"model", "norm", "attention", "positional", "mlp", "decoder", "task"}
     assert {e["name"] for e in info["attention"]} >= {"mha", "gqa", "mqa"}
     assert {e["name"]: e["objectives"] for e in info["task"]} == {
-        "captions": ("lm",), "birthplace": ("span", "qa")}
+        "captions": ("lm",), "birthplace": ("span", "qa"), "text": ("lm",)}
     assert all(e["description"] for entries in info.values() for e in entries)
 
 

@@ -20,13 +20,15 @@ def test_the_configuration_reference_is_current():
     assert page == reference_markdown(describe_settings()), \
         "regenerate it: python -m lab settings --markdown > docs/configuration.md"
     for f in dataclasses.fields(TrainConfig):
-        assert f"| `{f.name}` |" in page
+        if f.name != "settings":            # the task's own: listed under its plugin
+            assert f"| `{f.name}` |" in page
+    assert "| `task.dataset` |" in page
 
 
 def test_every_setting_has_its_help_and_its_bounds():
     load_plugins()
     classes = [TrainConfig, ModelConfig, DecodeConfig] + [
-        REGISTRIES[k].get(n).settings for k in (*ModelConfig.PLUGIN_KINDS, "decoder")
+        REGISTRIES[k].get(n).settings for k in (*ModelConfig.PLUGIN_KINDS, *TrainConfig.PLUGIN_KINDS, "decoder")
         for n in REGISTRIES[k].names() if REGISTRIES[k].get(n).settings]
     for cls in classes:
         for f in dataclasses.fields(cls):
@@ -50,7 +52,8 @@ def test_the_train_form_reads_the_description():
                 assert f.metadata["blank"] in component.info, name
             if choices_of(f) is not None and name != "objective":
                 assert [c[0] for c in component.choices] == [str(c) for c in choices_of(f)], name
-    assert set(train.TRAIN_FIELDS) == {f.name for f in dataclasses.fields(TrainConfig)}
+    assert set(train.TRAIN_FIELDS) == {f.name for f in dataclasses.fields(TrainConfig)} - {"settings"}
+    assert {f"{k}.{f.name}" for k, _, f in train.setting_fields() if k == "task"} >= {"task.dataset"}
 
 
 def test_a_value_gets_the_same_answer_through_every_door():

@@ -268,3 +268,36 @@ def test_the_data_commands(sources, capsys):
     assert cli_main(["train", "--preset", "tiny", "--name", "m", "--set", "task=text",
                      "--set", "task.dataset=absent"]) == 2
     assert "no dataset 'absent' in the store" in capsys.readouterr().err
+
+
+def test_models_of_a_dataset_are_scored_on_its_texts_with_bits_per_byte(sources):
+    from lab.config import DecodeConfig
+    from lab.evaluation.evaluate import evaluate, evaluate_live, verdicts
+    from lab.inputs import tasks
+    from lab.modeling.model import build
+    from tests.conftest import tiny_config
+    folder, body = sources
+    corpora.import_source(folder / "saved-dict", "dict")
+    _train("own", "task=text", "task.dataset=dict")
+    torch.manual_seed(0)
+    checkpoints.save(build(tiny_config(vocab_size=50257)), tokenizers.gpt2(), "imported",
+                     provenance={"source": "hf"})                       # no task: an import
+    checkpoints.save(build(tiny_config(vocab_size=50257)), tokenizers.gpt2(), "captions-model",
+                     provenance={"source": "scratch", "task": "captions"})
+    own, imported = checkpoints.load("own"), checkpoints.load("imported")
+    texts, source = tasks.texts([own], "test")
+    assert texts == body[300:]                      # the dataset has no test split: its dev
+    assert source == {"split": "dev", "source": "dataset dict",
+                      "note": "dataset dict has no test split: scored on dev"}
+    assert tasks.texts([own, imported], "test")[0] == texts          # an import follows the others
+    with pytest.raises(ConfigError, match=r"trained on different corpora.*own: dataset dict; "
+                                          r"captions-model: "):
+        tasks.texts([own, checkpoints.load("captions-model")], "test")
+    alone = evaluate("own", n=5, skip_bleu=True)
+    assert alone["provenance"]["data_dir"] == "dataset dict" and alone["split"] == "dev"
+    *_, last = evaluate_live({"imported": imported, "own": own}, 100, DecodeConfig(decoder="greedy"),
+                             chunk=50, n_boot=50)
+    assert last["done"] == 100 and last["provenance"]["texts"] == "dataset dict"
+    assert last["models"]["own"]["bits_per_byte"] == pytest.approx(alone["perplexity"]["bits_per_byte"],
+                                                                    rel=1e-6)
+    assert any("bits per byte" in v for v in verdicts(last))

@@ -42,9 +42,12 @@ def cmd_evaluate(args):
         print_json(result)
         return
     p = result["perplexity"]
-    print(f"{result['checkpoint']} on {args.split} ({p['sentences']} captions): perplexity "
+    where = result["provenance"]["data_dir"]
+    texts = f"{p['sentences']} texts of {where}" if where.startswith("dataset ") else f"{p['sentences']} captions"
+    print(f"{result['checkpoint']} on {result['split']} ({texts}): perplexity "
           f"{p['perplexity']:.3f}, token-weighted {p['token_perplexity']:.3f}, "
-          f"per word {p['word_perplexity']:.3f}, {p['bits_per_byte']:.4f} bits per byte")
+          f"per word {p['word_perplexity']:.3f}, {p['bits_per_byte']:.4f} bits per byte"
+          + (f" ({result['provenance']['note']})" if "note" in result["provenance"] else ""))
     if "bleu" in result:
         b = result["bleu"]
         print(f"BLEU-4 ({result['provenance']['bleu_tokens']} tokens, {b['n_generated']} generated "

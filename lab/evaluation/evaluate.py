@@ -43,11 +43,11 @@ def evaluate(checkpoint: str, split: str = "test", n: int = 5000, decode: Decode
     model, tok = ck.model, ck.tokenizer
     if not skip_bleu:
         bleu_tokens = choose_bleu_tokens([tok.kind], bleu_tokens)
-    caps = data.load_split(split, data_dir)
-    result = {"checkpoint": ck.name, "split": split}
-    provenance = {"checkpoint": ck.name, "split": split, "tokenizer": tok.kind,
-                  "data_dir": str(data.resolve_data_dir(data_dir)),
-                  "device": str(next(model.parameters()).device)}
+    caps, source = tasks.texts([ck], split, data_dir)
+    result = {"checkpoint": ck.name, "split": source["split"]}
+    provenance = {"checkpoint": ck.name, "split": source["split"], "tokenizer": tok.kind,
+                  "data_dir": source["source"], "device": str(next(model.parameters()).device),
+                  **({"note": source["note"]} if "note" in source else {})}
     if not skip_perplexity:
         result.update(_perplexity_figures(ck, caps))
         provenance["perplexity_sentences"] = len(caps)
@@ -123,19 +123,21 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     _check_sizes(n, chunk, first)
     for ck in models.values():
         check_captions_model(ck)
-    caps = data.load_split(split, data_dir)
+    caps, source = tasks.texts(list(models.values()), split, data_dir)
     subset = [caps[i] for i in data.subset_indices(len(caps), n, decode.seed)]
     kinds = [ck.tokenizer.kind for ck in models.values()]
     tokens = choose_bleu_tokens(kinds, bleu_tokens)
     per_word = len(set(kinds)) > 1          # per-sentence perplexities of different tokenizers differ in kind
     references = _full_references(models, caps, tokens)
     # per caption: nll = mean token NLL (the assignment's), cap_nll = summed NLL, cap_words = words + 1
-    state = {name: {"nll": [], "cap_nll": [], "cap_words": [], "fwd": [], "gen": [], "refs": []}
+    state = {name: {"nll": [], "cap_nll": [], "cap_words": [], "cap_bytes": [], "fwd": [], "gen": [],
+                    "refs": []}
              for name in models}
     decoders = {name: (own or {}).get(name, decode) for name in models}     # one stream each
     streams = {name: CaptionStream(ck.model, ck.tokenizer, len(subset), decoders[name])
                for name, ck in models.items()}
-    provenance = _live_provenance(split, subset, decode, tokens, per_word, streams, decoders)
+    provenance = _live_provenance(source["split"], subset, decode, tokens, per_word, streams, decoders)
+    provenance.update({"texts": source["source"], **({"note": source["note"]} if "note" in source else {})})
     for start, end in chunk_bounds(len(subset), chunk, first):
         part = subset[start:end]
         width = stream_width(start, end, chunk)
@@ -186,6 +188,7 @@ def _score_chunk(s: dict, ck, part: list[str], gen: list, references: dict, toke
     s["nll"] += (nll / cnt).tolist()
     s["cap_nll"] += nll.tolist()
     s["cap_words"] += [len(c.split()) + 1 for c in part]
+    s["cap_bytes"] += [len(c.encode("utf-8")) + 1 for c in part]
     hyps = [g.tokens for g in gen] if tokens == "gpt2" else [g.text.split() for g in gen]
     key = tok.kind if tokens == "gpt2" else "words"
     s["fwd"] += references[key].sentence_bleus(hyps)
@@ -221,10 +224,20 @@ def _word_perplexity(s: dict, rows=None):
     return (s["cap_nll"][rows].sum(1) / s["cap_words"][rows].sum(1)).exp()
 
 
+def _bits_per_byte(s: dict, rows=None):
+    """Bits per byte (lm-evaluation-harness's: summed NLL in bits over UTF-8 bytes), or one per
+    bootstrap row of `rows` (the same rows for every model: paired)."""
+    import math
+    if rows is None:
+        return s["cap_nll"].sum().item() / math.log(2) / s["cap_bytes"].sum().item()
+    return s["cap_nll"][rows].sum(1) / s["cap_bytes"][rows].sum(1) / math.log(2)
+
+
 def paired_intervals(per_caption: dict, n_boot: int, seed: int, per_word: bool = False) -> tuple[dict, list]:
     """Every figure with its 95% percentile-bootstrap interval, and each model's paired difference
     against the first, from per-caption figures computed once. per_caption: {name: {"nll": mean
-    token NLL per caption, "cap_nll": summed NLL, "cap_words": words + 1, "fwd": forward BLEU per
+    token NLL per caption, "cap_nll": summed NLL, "cap_words": words + 1, optionally "cap_bytes":
+    UTF-8 bytes + 1 (then bits per byte too), "fwd": forward BLEU per
     generated caption, "bwd": backward BLEU per reference}}, all on the same captions in the same
     order (the generated set held fixed for backward BLEU). Returns ({name: row}, [difference])."""
     import torch
@@ -260,6 +273,9 @@ def _interval_row(x: dict, idx) -> tuple[dict, dict]:
         "harmonic_bleu": 2 * forward * backward / (forward + backward) if forward + backward else 0.0,
         "harmonic_bleu_ci": percentile_interval(boot["harmonic"]),
     }
+    if "cap_bytes" in x:
+        row["bits_per_byte"] = _bits_per_byte(x)
+        row["bits_per_byte_ci"] = percentile_interval(_bits_per_byte(x, idx))
     return row, boot
 
 
@@ -280,7 +296,11 @@ def _paired_difference(base: str, other: str, s: dict, rows: dict, boots: dict, 
                                                            - _word_perplexity(a, idx)),
             "harmonic_bleu_diff": rows[other]["harmonic_bleu"] - rows[base]["harmonic_bleu"],
             "harmonic_bleu_diff_ci": percentile_interval(boots[other]["harmonic"]
-                                                         - boots[base]["harmonic"])}
+                                                         - boots[base]["harmonic"]),
+            # per byte, like per word, pairs across tokenizers
+            **({"bits_per_byte_diff": rows[other]["bits_per_byte"] - rows[base]["bits_per_byte"],
+                "bits_per_byte_diff_ci": percentile_interval(_bits_per_byte(b, idx) - _bits_per_byte(a, idx))}
+               if "cap_bytes" in a and "cap_bytes" in b else {})}
 
 
 def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: int) -> dict:
@@ -290,6 +310,7 @@ def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: 
         # resampled with the same rows as forward BLEU
         back_refs = References(s["gen"])
         per_caption[name] = {"nll": s["nll"], "cap_nll": s["cap_nll"], "cap_words": s["cap_words"],
+                             "cap_bytes": s["cap_bytes"],
                              "fwd": s["fwd"], "bwd": back_refs.sentence_bleus(s["refs"])}
     rows, diffs = paired_intervals(per_caption, n_boot, provenance["seed"], per_word)
     return {"done": done, "total": provenance["n"], "models": rows, "differences": diffs,
@@ -300,6 +321,7 @@ def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: 
 
 # metric: (label, lower is better, digits); the order verdicts are said in
 VERDICT_METRICS = {"word_perplexity": ("per-word perplexity", True, 2),
+                   "bits_per_byte": ("bits per byte", True, 4),
                    "perplexity": ("perplexity", True, 2),
                    "forward_bleu": ("forward BLEU", False, 4),
                    "harmonic_bleu": ("harmonic BLEU", False, 4)}
@@ -326,7 +348,8 @@ def verdicts(snapshot: dict) -> list[str]:
     out = []
     for diff in snapshot["differences"]:
         for metric in VERDICT_METRICS:
-            if metric == "perplexity" and not diff["perplexity_comparable"]:
+            if metric == "perplexity" and not diff["perplexity_comparable"] \
+                    or f"{metric}_diff" not in diff:        # (bits per byte: not in a sweep's table)
                 continue
             out.append(verdict(diff, metric))
     return out

@@ -13,15 +13,19 @@ A task's registration declares, beside `objectives`:
                        a task offering "answers" gives its object an `answers_view` (ABOUT,
                        LABEL, SPLITS, SPLITS_INFO, COLUMNS, NONE_YET, answer(names, split,
                        store)), as plugins/tasks/birthplace/answers.py does
+  commands             the module whose add_parsers(sub) adds the task's CLI commands
+  train_view           the module whose build(ctx) adds the task's section to the Train tab
 Its object may also define sweep_check(objective, score) and sweep_score(checkpoint, score, ...)
 (lab/sweeps); a task without them is not scored by sweeps.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from lab.config import TrainConfig
+from lab.inputs import data
 from lab.errors import ConfigError
 from lab.registry import TASKS, load_plugins
 
@@ -79,6 +83,33 @@ def check_view(ck, view: str, what: str) -> None:
     if view not in tabs:
         raise ConfigError(f"{what}: not for {ck.name}, a {task} model (its task's checkpoints go "
                           f"to the {' and '.join(tabs) or 'no'} view)"[:300])
+
+
+def texts(cks: list, split: str, data_dir=None) -> tuple[list[str], dict]:
+    """The texts checkpoints `cks` are scored on together, and where they come from ({"split",
+    "source"}): each one's task's (its object's `texts(ck, split, data_dir)`; captions: the caption
+    corpus' split). A checkpoint whose provenance names no task (an import) is scored on the
+    others' texts; checkpoints of different corpora are refused, naming them."""
+    load_plugins()
+    found: dict = {}
+    for ck in cks:
+        if not (ck.meta or {}).get("task") and len(cks) > 1:
+            continue                    # an import: scored on what the others are scored on
+        own = getattr(TASKS.build(of_checkpoint(ck)), "texts", None)
+        got = own(ck, split, data_dir) if own else _caption_texts(split, data_dir)
+        found.setdefault(json.dumps(got[1], sort_keys=True), (got, []))[1].append(ck.name)
+    if not found:                       # imports only: the captions
+        return _caption_texts(split, data_dir)
+    if len(found) > 1:
+        raise ConfigError("these checkpoints were trained on different corpora, so no texts score "
+                          "them alike: " + "; ".join(f"{', '.join(names)}: {got[1]['source']}"
+                                                     for got, names in found.values())[:300])
+    return next(iter(found.values()))[0]
+
+
+def _caption_texts(split: str, data_dir=None) -> tuple[list[str], dict]:
+    return data.load_split(split, data_dir), {"split": split,
+                                              "source": str(data.resolve_data_dir(data_dir))}
 
 
 @dataclass(frozen=True)

@@ -97,11 +97,11 @@ def names(store=None) -> list[str]:
 
 def unusable(store=None) -> list[dict]:
     """The store's other folders, each with why no checkpoint can be read from it: {"name",
-    "unusable": reason}. Not the lab's own (`.lab`, `_runs`) nor a save under way."""
+    "unusable": reason}. Not the lab's own (`.lab`, `_runs`, `_datasets`) nor a save under way."""
     root = store_dir(store)
     out = []
     for p in sorted(root.iterdir()):
-        if p.name in (store_mod.STATE, store_mod.RUNS) or NAME_RE.fullmatch(p.name) \
+        if p.name in (store_mod.STATE, store_mod.RUNS, store_mod.DATASETS) or NAME_RE.fullmatch(p.name) \
                 or LEFTOVER_RE.fullmatch(p.name) or not p.is_dir():
             continue
         why = ("starts with '.' (a hidden folder)" if p.name.startswith(".") else

@@ -3,6 +3,7 @@
     STORE/
       NAME/                a checkpoint (names start with a letter or digit, see checkpoints.py)
       _runs/NAME/          a training run's metrics, TensorBoard events and `last/` resume state
+      _datasets/NAME/      a text corpus imported for the text task (plugins/tasks/text/corpora.py)
       .lab/jobs.sqlite     the job ledger
       .lab/logs/job-N.log  each job's output
       .lab/locks/          OS locks (flock): job-N (held by the job's process for its lifetime),
@@ -10,7 +11,7 @@
       .lab/exports/        exports made from the web UI, offered as downloads
       .lab/health/         each checkpoint's weights verdict, kept until its files change (health.py)
 
-A checkpoint name can never be `.lab` or `_runs` (names start with a letter or digit), so no
+A checkpoint name can never be `.lab`, `_runs` or `_datasets` (names start with a letter or digit), so no
 name reaches the lab's own files. Stores made before this layout (ledger and logs at the top)
 are moved over the first time they are opened.
 
@@ -34,6 +35,7 @@ from lab.errors import LabError
 log = logging.getLogger("lab.storage.store")
 STATE = ".lab"
 RUNS = "_runs"
+DATASETS = "_datasets"
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -49,7 +49,7 @@ def reading(ck):
 def _capture(name, text, generate, seed, store):
     """The checkpoint, its capture, and the text shown (a generated caption, if asked; a task
     that continues text its own way, such as answering a question, does so)."""
-    text = bounded_text(text, "text", MAX_PROMPT_CHARS).strip()
+    text = bounded_text(text, "the text", MAX_PROMPT_CHARS).strip()
     cfg = DecodeConfig.from_dict({**DECODE_TO_SHOW, "seed": whole(seed, "seed", 0, SEED_MAX)})
     ck = LOADED.get(need_checkpoint(name, "a checkpoint", store), store)
     own = getattr(tasks.get(tasks.of_checkpoint(ck)), "continue_text", None)
@@ -149,7 +149,7 @@ def by_words(ck, text: str):
 
 
 def differences(name_a, name_b, text, store=None):
-    text = bounded_text(text, "text", MAX_PROMPT_CHARS).strip()
+    text = bounded_text(text, "the text", MAX_PROMPT_CHARS).strip()
     a = LOADED.get(need_checkpoint(name_a, "the first checkpoint", store), store)
     b = LOADED.get(need(name_b, "a checkpoint to show side by side"), store)
     rows = attention_maps.head_differences(by_words(a, need(text, "a text")), by_words(b, text), top=12)

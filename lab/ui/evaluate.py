@@ -17,9 +17,9 @@ from lab.ui.common import (LOADED, Context, offers, checkpoint_dropdown, checkpo
                            decoder_inputs, decoders_of, form_decode, friendly, names_list,
                            stop_button, stoppable, whole)
 
-COLUMNS = ["checkpoint", "n", "perplexity ↓", "per-word perplexity ↓", "forward BLEU ↑",
-           "backward BLEU (N) ↑", "harmonic BLEU (N) ↑"]
-WIDTHS = ["11%", "5%", "14%", "16%", "16%", "19%", "19%"]      # every column in view at 1400 px
+COLUMNS = ["checkpoint", "n", "perplexity ↓", "per-word perplexity ↓", "bits per byte ↓",
+           "forward BLEU ↑", "backward BLEU (N) ↑", "harmonic BLEU (N) ↑"]
+WIDTHS = ["10%", "4%", "13%", "14%", "13%", "13%", "16%", "17%"]      # every column in view at 1400 px
 FIRST_CHUNK = 10          # captions per model before the first figures (seconds, not minutes)
 
 
@@ -41,6 +41,7 @@ def table(snap: dict) -> list[list]:
     for name, r in snap["models"].items():
         ppl = "— (tokenizers differ)" if per_word else _ci(r["perplexity"], r["perplexity_ci"], 2)
         rows.append([name, r["n"], ppl, _ci(r["word_perplexity"], r["word_perplexity_ci"], 2),
+                     _ci(r["bits_per_byte"], r["bits_per_byte_ci"], 4),
                      _ci(r["forward_bleu"], r["forward_bleu_ci"], 4),
                      f"({r['backward_n']}) " + _ci(r["backward_bleu"], r["backward_bleu_ci"], 4),
                      f"({r['backward_n']}) " + _ci(r["harmonic_bleu"], r["harmonic_bleu_ci"], 4)])
@@ -62,8 +63,12 @@ def decoders_md(p: dict) -> str:
 
 def provenance_md(snap: dict) -> str:
     p = snap["provenance"]
-    lines = [f"**{snap['done']} / {snap['total']}** captions scored. Every model on the same subset: "
-             f"{p['split']} split, n={p['n']}, seed {p['seed']}, subset hash `{p['subset_hash']}`; "
+    texts = p.get("texts", "")
+    of = f" of {texts}" if texts.startswith("dataset ") else ""
+    note = f" ({p['note']})" if p.get("note") else ""
+    lines = [f"**{snap['done']} / {snap['total']}** {'texts' if of else 'captions'} scored. Every "
+             f"model on the same subset: {p['split']} split{of}{note}, n={p['n']}, seed {p['seed']}, "
+             f"subset hash `{p['subset_hash']}`; "
              f"{decoders_md(p)}; BLEU on "
              f"**{p['bleu_tokens']}** tokens; perplexity shown: {p['perplexity_shown']}. "
              f"↓ lower is better, ↑ higher is better.",
@@ -136,7 +141,7 @@ def run(names, decoder, *rest, store=None, data_dir=None):
     yield from scores(names, form_decode(decoder, values), n, seed, bleu_tokens, store, data_dir)
 
 
-FIGURES = ("perplexity", "word_perplexity", "forward_bleu", "backward_bleu", "harmonic_bleu")
+FIGURES = ("perplexity", "word_perplexity", "bits_per_byte", "forward_bleu", "backward_bleu", "harmonic_bleu")
 
 
 def numeric_table(snap: dict) -> tuple[list[str], list[list]]:

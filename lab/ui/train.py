@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import typing
 from dataclasses import dataclass
 
@@ -398,6 +399,10 @@ def build(ctx: Context):
                    "about 5 minutes), or import SmolLM2 in the Checkpoints tab to fine-tune it here.")
     gr.Markdown("Start a training job. It runs in the background worker (on a GPU when there is one); "
                 "closing the browser never stops it, and reopening the page re-attaches.")
+    for task in TASKS.names():          # a task's own section (its data): `train_view`
+        view = TASKS.get(task).meta.get("train_view")
+        if view:
+            importlib.import_module(view).build(ctx)
     form = _form(ctx)
     _wire_form(ctx, form)
     with gr.Row():

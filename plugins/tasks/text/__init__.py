@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import torch
+
 from lab.config import ConfigError
 from lab.evaluation.metrics import perplexity, sentence_nlls
 from lab.inputs import data, tokenizers
@@ -44,6 +46,22 @@ class TextTask:
     def data_dir(self, path=None, store=None):
         """The store's datasets (a run's data_dir names the caption corpus: not this task's)."""
         return corpora.root(store)
+
+    def texts(self, ck, split: str, data_dir=None) -> tuple[list[str], dict]:
+        """The texts a checkpoint of this task is scored on: its dataset's split (in the store the
+        checkpoint is in); a dataset without a test split is scored on dev, and says so."""
+        settings = ((ck.meta or {}).get("train") or {}).get("settings", {}).get("task", {})
+        name, store = settings.get("dataset"), ck.path.parent
+        if not name or name not in corpora.names(store):
+            raise ConfigError(f"{ck.name} trained on dataset {name!r}, which is no longer in the "
+                              f"store: import it again under that name to score it")
+        have = corpora.info(name, store)["splits"]
+        which = split if split in have else "dev" if split == "test" else None
+        if which is None:
+            raise ConfigError(f"dataset {name!r} has no {split} split; its splits are {', '.join(have)}")
+        note = {} if which == split else {"note": f"dataset {name} has no test split: scored on dev"}
+        return list(corpora.split(name, which, store)[corpora.TEXT]), \
+            {"split": which, "source": f"dataset {name}", **note}
 
     def scratch_tokenizer(self, data_dir, cfg):
         s = cfg.plugin_settings("task")
@@ -90,12 +108,13 @@ class TextTask:
                     "dev_bits_per_byte": total / math.log(2) / max(sum(dev_bytes), 1)}
 
         def epoch_batches(gen):
-            import torch
-            order = torch.randperm(len(train), generator=gen).tolist() if cfg.shuffle \
-                else range(len(train))
-            order = list(order)
+            # the order as one int32 tensor, read a batch at a time (a list of Python ints for a
+            # corpus of tens of millions of texts would be gigabytes); the rows are read from the
+            # memory-mapped Arrow files batch by batch
+            order = torch.randperm(len(train), generator=gen, dtype=torch.int32) if cfg.shuffle \
+                else torch.arange(len(train), dtype=torch.int32)
             for i in range(0, len(order), cfg.batch_size):
-                rows = train[order[i:i + cfg.batch_size]]["ids"]
+                rows = train[order[i:i + cfg.batch_size].tolist()]["ids"]
                 yield data.collate([frame(r) for r in rows], tok.eos_id)
 
         split_from = meta["split_from"]
@@ -139,8 +158,9 @@ def _framed_dev(ids: list, texts: list[str], tok, length: int):
                 settings=TextSettings, objectives=("lm",),
                 keep_best={"perplexity": {"score": "dev_perplexity", "higher": False,
                                           "label": "dev perplexity"}},
-                scheduled_sampling=False, tabs=(), sweep_figures="text", score_split="test",
+                scheduled_sampling=False, tabs=("generate",), sweep_figures="text", score_split="test",
                 tokenizers=tokenizers.SCRATCH_KINDS,
-                commands="plugins.tasks.text.cli")      # python -m lab data ...
+                commands="plugins.tasks.text.cli",      # python -m lab data ...
+                train_view="plugins.tasks.text.view")   # the Train tab's data section
 def text(settings: TextSettings):        # a run reads its own from its config
     return TextTask()

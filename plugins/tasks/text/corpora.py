@@ -33,7 +33,7 @@ from lab.errors import LabError, read_json
 from lab.storage import checkpoints
 from lab.storage import store as lab_store
 
-FOLDER = "_datasets"
+FOLDER = lab_store.DATASETS
 INFO = "dataset.json"
 TEXT = "text"                         # the one column a stored dataset keeps
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv",
@@ -84,8 +84,9 @@ def path_of(name: str, store=None) -> Path:
 
 
 def names(store=None) -> list[str]:
-    return sorted(p.name for p in root(store).iterdir()
-                  if p.is_dir() and not p.name.startswith(".") and (p / INFO).is_file())
+    folder = checkpoints.store_dir(store) / FOLDER           # (listing creates nothing)
+    return sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
+                  and (p / INFO).is_file()) if folder.is_dir() else []
 
 
 def info(name: str, store=None) -> dict:

@@ -1,0 +1,114 @@
+"""The Train tab's section for the text task's data: import a corpus (a browser upload, or a folder
+under LAB_ALLOWED_DIRS), see the store's datasets, delete one with confirmation. The task registers
+it (`train_view` in its registration); lab/ui/train.py builds it above the form."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+
+from lab.config import ConfigError
+from lab.storage import store as lab_store
+from lab.ui.common import Context, friendly, need, section, text
+from lab.ui.fields import Checkbox, Dropdown, File, Number, Textbox
+from plugins.tasks.text import corpora
+
+MAX_UPLOAD_BYTES = 2 * 10 ** 9        # a corpus upload (the web app takes files up to 2 GB)
+COLUMNS = ["name", "texts (train / dev / test)", "characters", "tokens", "text column", "source",
+           "first text"]
+
+
+def rows(store=None) -> list[list]:
+    out = []
+    for m in corpora.listing(store):
+        s = m["splits"]
+        tokens = "; ".join(f"{c['tokenizer']} {sum(v for k, v in c.items() if k != 'tokenizer'):,}"
+                           for c in m.get("tokens", {}).values()) or "not yet tokenized"
+        out.append([m["name"], " / ".join(f"{s[k]['rows']:,}" if k in s else "-"
+                                          for k in ("train", "dev", "test")),
+                    f"{sum(v['characters'] for v in s.values()):,}", tokens, m["text_column"],
+                    m["source"], (m["preview"] or [""])[0][:80]])
+    return out
+
+
+def _options(name, column, fraction) -> tuple[str, str | None, float]:
+    name = corpora.check_name(need(text(name, "name", 200).strip(), "a name for the dataset"))
+    column = text(column, "text column", 200).strip() or None
+    if fraction is None or not 0 < float(fraction) < 1:
+        raise ConfigError(f"dev fraction must be between 0 and 1 (e.g. 0.05), got {fraction}")
+    return name, column, float(fraction)
+
+
+def _done(meta: dict, store) -> tuple:
+    said = (f"Imported **{meta['name']}**: " + ", ".join(f"{k} {v['rows']:,} texts"
+                                                        for k, v in meta["splits"].items())
+            + f" (text column `{meta['text_column']}`). Train on it: choose task **text** below and "
+              f"write **{meta['name']}** in task.dataset.")
+    names = corpora.names(store)
+    return said, rows(store), gr.update(choices=names, value=None)
+
+
+def import_upload(upload, name, column, fraction, store=None):
+    name, column, fraction = _options(name, column, fraction)
+    if not upload:
+        raise ConfigError("upload a corpus: a .txt (one text a line), .jsonl, .json, .csv, .tsv or "
+                          ".parquet file")
+    path = Path(upload if isinstance(upload, str) else getattr(upload, "name", upload))
+    size = path.stat().st_size
+    if size > MAX_UPLOAD_BYTES:
+        raise ConfigError(f"the upload is {size / 1e9:.2f} GB, more than a corpus upload may hold "
+                          f"({MAX_UPLOAD_BYTES / 1e9:.0f} GB); import a larger one from a server folder "
+                          f"or with `python -m lab data import`")
+    meta = corpora.import_source(path, name, column, fraction, store=store, label=path.name)
+    return _done(meta, store)
+
+
+def import_folder(folder, name, column, fraction, store=None):
+    name, column, fraction = _options(name, column, fraction)
+    path = lab_store.allowed_path(text(folder, "folder", 4096), "import a corpus")
+    return _done(corpora.import_source(path, name, column, fraction, store=store), store)
+
+
+def delete(name, sure, store=None):
+    name = need(text(name, "dataset", 200), "the dataset to delete")
+    corpora.path_of(name, store)
+    if not sure:
+        raise ConfigError(f"tick the box to confirm: deleting dataset {name!r} cannot be undone")
+    corpora.delete(name, store)
+    return f"Deleted dataset **{name}**.", rows(store), gr.update(choices=corpora.names(store), value=None)
+
+
+def build(ctx: Context) -> None:
+    with section("your own text data (the text task)", elem_id="text-data"):
+        gr.Markdown("Import a corpus to train on: one text a line in a .txt, or a column of a .jsonl, "
+                    ".json, .csv, .tsv or .parquet file (the column `text` unless you name another). "
+                    "A dev split is cut from it by a seeded fraction unless it has one. Then choose "
+                    "task **text** in the training section and write the dataset's name in task.dataset.")
+        with gr.Row():
+            name = Textbox(label="dataset name", elem_id="data-name", placeholder="my-corpus")
+            column = Textbox(label="text column (blank: text, else the first text column)",
+                             elem_id="data-column")
+            fraction = Number(corpora.DEV_FRACTION, label="dev fraction", minimum=0.0, maximum=1.0,
+                              elem_id="data-dev-fraction")
+        upload = File(label=f"upload a corpus (at most {MAX_UPLOAD_BYTES / 1e9:.0f} GB)",
+                      file_types=list(corpora.FORMATS), elem_id="data-upload")
+        with gr.Row():
+            go = gr.Button("Import the upload", variant="primary", elem_id="data-import-upload")
+            folder = Textbox(label="or a file or save_to_disk folder on the server",
+                             info="under LAB_ALLOWED_DIRS", scale=3, elem_id="data-folder")
+            go_folder = gr.Button("Import from the server", elem_id="data-import-folder")
+        message = gr.Markdown(elem_id="data-message")
+        table = gr.Dataframe(rows(ctx.store), headers=COLUMNS, interactive=False, wrap=True,
+                             elem_id="data-table")
+        with gr.Row():
+            chosen = Dropdown(corpora.names(ctx.store), value=None, label="delete a dataset",
+                              elem_id="data-delete-name")
+            sure = Checkbox(False, label="yes, delete it", elem_id="data-delete-sure")
+            gone = gr.Button("Delete", variant="stop", elem_id="data-delete")
+    go.click(friendly(lambda *a: import_upload(*a, store=ctx.store)), [upload, name, column, fraction],
+             [message, table, chosen], api_name="import_dataset_upload")
+    go_folder.click(friendly(lambda *a: import_folder(*a, store=ctx.store)), [folder, name, column, fraction],
+                    [message, table, chosen], api_name="import_dataset")
+    gone.click(friendly(lambda *a: delete(*a, store=ctx.store)), [chosen, sure], [message, table, chosen],
+               api_name="delete_dataset")
+    gr.api(friendly(lambda: corpora.listing(ctx.store)), api_name="datasets")
