@@ -54,6 +54,7 @@ bench: install
 	$(BIN)/python benchmarks/live_eval.py
 	$(BIN)/python benchmarks/stream_vs_batches.py
 	$(BIN)/python benchmarks/save_cost.py
+	$(BIN)/python benchmarks/text_corpus.py
 
 clean:
 	rm -rf $(VENV)

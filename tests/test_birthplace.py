@@ -60,6 +60,28 @@ def test_a_question_counts_only_its_answer():
     assert b.input_ids.shape == (1, 127)
 
 
+def test_answers_bits_per_byte_sums_each_counted_character_over_its_bytes():
+    """The answers' bits per byte, against each answer's log-probabilities read one question at a
+    time from the model's own output."""
+    import math
+    from lab.modeling.model import build
+    tok = bp.tokenizer()
+    torch.manual_seed(0)
+    model = build(ModelConfig(n_layer=1, n_head=2, n_embd=32, n_positions=bp.BLOCK,
+                              vocab_size=tok.vocab_size)).eval()
+    pairs = bp.questions("dev")[:5]
+    nll, nbytes = 0.0, 0
+    for q, place in pairs:
+        text, first = bp.qa_example(q, place)
+        ids = tok.encode(text)
+        with torch.no_grad():
+            logp = model(torch.tensor([ids[:-1]])).logits[0].log_softmax(-1)
+        nll -= sum(logp[t, ids[t + 1]].item() for t in range(len(ids) - 1) if t >= first and ids[t + 1])
+        nbytes += len(f"{bp.MASK}{place}{bp.MASK}".encode())
+    assert bp.answers_bits_per_byte(model, tok, pairs, chunk=2) == pytest.approx(
+        nll / math.log(2) / nbytes, rel=1e-5)
+
+
 def test_the_london_baseline_scores_five_percent_on_dev():
     assert bp.baseline("dev") == {"correct": 25, "total": 500, "accuracy": 0.05}
     with pytest.raises(bp.DataError, match="no places to score against; the baseline is scored on dev"):
@@ -131,6 +153,8 @@ def test_pretrain_finetune_evaluate_from_the_command_line(tmp_path, capsys, stor
     assert result["total"] == 500 and 0 <= result["correct"] <= 500
     lo, hi = result["accuracy_ci"]
     assert lo <= result["accuracy"] <= hi
+    assert result["bits_per_byte"] > 0
+    assert checkpoints.info("ft")["metrics"]["dev_bits_per_byte"] > 0
     assert len((tmp_path / "dev.txt").read_text().splitlines()) == 500
     assert cli.main(["birthplace", "evaluate", "--checkpoint", "ft", "--split", "test",
                      "--predictions", str(tmp_path / "test.txt")]) == 0

@@ -124,7 +124,7 @@ def _prepare_span(cfg, tok, data_dir) -> Prepared:
             yield bp.span_batch(chunk, tok, gen)
 
     return Prepared(tok, train, dev_docs, batches, bp.token_loss,
-                    lambda model, abort: _dev_loss(model, dev, abort),
+                    lambda model, abort: _dev_loss(model, dev, abort, tok),
                     unit="documents", packs=True)
 
 
@@ -140,7 +140,7 @@ def _prepare_qa(cfg, tok, data_dir) -> Prepared:
             yield bp.qa_batch(chunk, tok)
 
     def evaluate(model, abort):
-        scores = _dev_loss(model, dev, abort)
+        scores = _dev_loss(model, dev, abort, tok)
         if abort():
             raise Aborted()
         got = bp.answer(model, tok, [q for q, _ in dev_pairs])
@@ -160,17 +160,19 @@ def _chunks(items: list, cfg, gen: torch.Generator):
 
 
 @torch.no_grad()
-def _dev_loss(model, dev_batches, abort) -> dict:
+def _dev_loss(model, dev_batches, abort, tok) -> dict:
     """minGPT's loss over the dev examples (every counted target alike), packed into rows where
-    the model takes them (the same loss, without the padding's compute)."""
+    the model takes them (the same loss, without the padding's compute), and its bits per byte
+    (over the UTF-8 bytes of the counted characters)."""
     was = model.training
     model.eval()
     device = next(model.parameters()).device
-    total, count = 0.0, 0.0
+    total, count, nbytes = 0.0, 0.0, 0
     try:
         for b in dev_batches:
             if abort():
                 raise Aborted()
+            nbytes += bp.counted_bytes(tok, b)
             if getattr(model, "packable", False):
                 b = pack(b)
             b = b.to(device)
@@ -181,7 +183,8 @@ def _dev_loss(model, dev_batches, abort) -> dict:
     finally:
         model.train(was)
     loss = total / max(count, 1.0)
-    return {"dev_loss": loss, "dev_perplexity": math.exp(loss), "dev_token_perplexity": math.exp(loss)}
+    return {"dev_loss": loss, "dev_perplexity": math.exp(loss), "dev_token_perplexity": math.exp(loss),
+            "dev_bits_per_byte": total / math.log(2) / max(nbytes, 1)}
 
 
 @TASKS.register("birthplace", "Birth places (minGPT): character span-corruption pretraining on "

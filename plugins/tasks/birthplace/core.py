@@ -20,6 +20,8 @@ documents exactly as an uninterrupted one.
 """
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 
 import torch
@@ -130,6 +132,32 @@ def token_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
                                              ignore_index=-100)
 
 
+def counted_bytes(tok: CharTokenizer, batch: Batch) -> int:
+    """The UTF-8 bytes of a batch's counted targets (the characters its loss scores)."""
+    ids = batch.targets[batch.loss_mask != 0].tolist()
+    return sum(len(c.encode("utf-8")) for c in tok.token_strings(ids))
+
+
+@torch.no_grad()
+def answers_bits_per_byte(model, tok: CharTokenizer, pairs: list[tuple[str, str]], chunk: int = 100) -> float:
+    """Bits per byte of the right answers given their questions (the mask after each question,
+    the place and its closing mask, as the fine-tune's loss counts them): lm-evaluation-harness's
+    measure, the summed NLL in bits over the UTF-8 bytes scored."""
+    was = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    nll, nbytes = 0.0, 0
+    try:
+        for k in range(0, len(pairs), chunk):
+            b = qa_batch(pairs[k:k + chunk], tok)
+            logits = model(b.input_ids.to(device)).logits
+            nll += float(token_loss(logits, b.to(device))) * float(b.loss_mask.sum())
+            nbytes += counted_bytes(tok, b)
+    finally:
+        model.train(was)
+    return nll / math.log(2) / max(nbytes, 1)
+
+
 def answer(model, tok: CharTokenizer, qs: list[str], max_chars: int = 32,
            batch_size: int = 256) -> list[str]:
     """Greedy answers: from question + MASK, one character at a time up to the next MASK (or 32
@@ -180,7 +208,8 @@ def evaluate(checkpoint: str, split: str = "dev", store=None, root=None, device:
     out = {"checkpoint": ck.name, "split": split, "predictions": got}
     if pairs and pairs[0][1] is not None:
         right = score(got, [p for _, p in pairs])
-        out |= right | {"accuracy_ci": wilson(right["correct"], right["total"])}
+        out |= right | {"accuracy_ci": wilson(right["correct"], right["total"]),
+                        "bits_per_byte": answers_bits_per_byte(ck.model, ck.tokenizer, pairs)}
     return out
 
 
