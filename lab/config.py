@@ -23,9 +23,9 @@ from typing import ClassVar
 
 from lab.errors import ConfigError, read_json
 from lab.overrides import owner, split_overrides  # noqa: F401  (read from here by the CLI and presets)
-from lab.plugin_settings import (FAMILY_KEYS, check_settings, family_defaults, fill_settings,
-                                 keep_best_choices, legacy_keys, plugin_choices, plugin_field,
-                                 scratch_tokenizer_choices, task_meta)
+from lab.plugin_settings import (FAMILY_KEYS, PluginSettings, check_settings, family_defaults,
+                                 fill_settings, keep_best_choices, legacy_keys, plugin_choices,
+                                 plugin_field, scratch_tokenizer_choices, task_meta)
 from lab.registry import REGISTRIES, load_plugins
 from lab.settings import check_value, coerce, default_of, describe, setting
 
@@ -39,7 +39,6 @@ class _Config:
     value enters; `check()` holds the rules that cross fields. BOUNDS (lowest, highest) bounds a
     field that is not described."""
     BOUNDS: ClassVar[dict] = {}
-    PLUGIN_KINDS: ClassVar[tuple] = ()     # the kinds whose chosen plugin's settings it keeps
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -85,73 +84,6 @@ class _Config:
     def check(self) -> None:
         """The config's own rules that cross fields (its values are bounded by then)."""
 
-    # a config with PLUGIN_KINDS keeps, in `settings`, {kind: {setting: value}} for the plugin
-    # each kind's field names (ModelConfig: norm, attention, ...; TrainConfig: task)
-
-    def _settings_class(self, kind: str):
-        name = getattr(self, kind)
-        load_plugins()
-        reg = REGISTRIES[kind]
-        return reg.get(name).settings if isinstance(name, str) and name in reg else None
-
-    def plugin_settings(self, kind: str):
-        """The settings dataclass of the plugin chosen for `kind`, filled; None if it has none."""
-        cls = self._settings_class(kind)
-        return cls(**self.settings.get(kind, {})) if cls is not None else None
-
-    def _fill_plugin_settings(self) -> None:
-        """Each chosen plugin's settings filled with its defaults (a kind given no settings and
-        whose plugin has none is left out)."""
-        if not isinstance(self.settings, dict) or not all(
-                isinstance(v, dict) for v in self.settings.values()):
-            return                                  # check() says what is wrong
-        resolved = {}
-        for kind, given in self.settings.items():
-            if given or kind not in self.PLUGIN_KINDS:
-                resolved[kind] = dict(given)
-        for kind in self.PLUGIN_KINDS:
-            cls = self._settings_class(kind)
-            if cls is not None:
-                resolved[kind] = fill_settings(cls, resolved.get(kind, {}), f"{kind}.")
-        self.settings = resolved
-
-    @classmethod
-    def _gather_settings(cls, d: dict) -> tuple[dict, object]:
-        """(the dict without its plugin settings, the settings): `settings` and every dotted
-        `KIND.SETTING` key, gathered as {kind: {setting: value}}."""
-        d = dict(d)
-        settings = d.pop("settings", None) or {}
-        if isinstance(settings, dict):
-            settings = {k: dict(v) if isinstance(v, dict) else v for k, v in settings.items()}
-        for key in [k for k in d if isinstance(k, str) and "." in k]:
-            kind, name = key.split(".", 1)
-            if kind not in cls.PLUGIN_KINDS:
-                raise ConfigError(f"{key}: a plugin setting is KIND.SETTING with KIND one of "
-                                  f"{', '.join(cls.PLUGIN_KINDS)}"[:300])
-            if not isinstance(settings, dict) or not isinstance(settings.setdefault(kind, {}), dict):
-                raise ConfigError(f"settings: expected {{kind: {{setting: value}}}}, got {settings!r}"[:200])
-            settings[kind][name] = d.pop(key)
-        return d, settings
-
-    def _without_changed_plugins(self, d: dict, overrides: dict) -> dict:
-        """A config dict whose plugins `overrides` change, without the old plugins' settings."""
-        for kind in self.PLUGIN_KINDS:
-            if kind in overrides and overrides[kind] != d.get(kind):
-                d["settings"].pop(kind, None)
-        return d
-
-    def _check_settings(self) -> None:
-        if not isinstance(self.settings, dict) or not all(
-                isinstance(v, dict) for v in self.settings.values()):
-            raise ConfigError(f"settings: expected {{kind: {{setting: value}}}}, e.g. "
-                              f'{{"attention": {{"window": 8}}}}; got {self.settings!r}'[:300])
-        for kind, given in self.settings.items():
-            if kind not in self.PLUGIN_KINDS:
-                raise ConfigError(f"settings: unknown kind {kind!r}; the kinds with plugins are "
-                                  f"{', '.join(self.PLUGIN_KINDS)}"[:300])
-            check_settings(self._settings_class(kind), given, f"{kind}.",
-                           f"{kind} plugin {getattr(self, kind)!r}", self)
-
 
 def parse_blocks(value, n_layer: int | None = None, key: str = "layers") -> list[int]:
     """'1,6,12' (or [1, 6, 12]) -> [1, 6, 12]: 1-based blocks, in the order given, each once,
@@ -178,7 +110,7 @@ def parse_blocks(value, n_layer: int | None = None, key: str = "layers") -> list
 
 
 @dataclass
-class ModelConfig(_Config):
+class ModelConfig(_Config, PluginSettings):
     model: str = setting("gpt2", "the family: it builds the model and fills the parts left blank",
                          choices=plugin_choices("model"))
     vocab_size: int = setting(50257, "tokens in the vocabulary (a new model's is its tokenizer's)",
@@ -297,7 +229,7 @@ class ModelConfig(_Config):
 
 
 @dataclass
-class TrainConfig(_Config):
+class TrainConfig(_Config, PluginSettings):
     epochs: int = setting(20, "passes over the training split (an upper bound with early "
                           "stopping)", min=1, max=100_000)
     batch_size: int = setting(32, "examples per optimizer step", min=1, max=65536)

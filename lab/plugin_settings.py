@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from typing import ClassVar
 
 from lab.errors import ConfigError
 from lab.registry import REGISTRIES, TASKS, load_plugins
@@ -100,3 +101,73 @@ def scratch_tokenizer_choices() -> list[str]:
     """The tokenizers a model trained from scratch may have: any task's declared `tokenizers`."""
     load_plugins()
     return list(dict.fromkeys(k for t in TASKS.names() for k in task_meta(t).get("tokenizers", ())))
+
+class PluginSettings:
+    """What a config with plugin fields keeps of their settings: in `settings`, {kind: {setting:
+    value}} for the plugin each kind's field names (ModelConfig: norm, attention, ...;
+    TrainConfig: task). PLUGIN_KINDS: those kinds."""
+    PLUGIN_KINDS: ClassVar[tuple] = ()
+
+    def _settings_class(self, kind: str):
+        name = getattr(self, kind)
+        load_plugins()
+        reg = REGISTRIES[kind]
+        return reg.get(name).settings if isinstance(name, str) and name in reg else None
+
+    def plugin_settings(self, kind: str):
+        """The settings dataclass of the plugin chosen for `kind`, filled; None if it has none."""
+        cls = self._settings_class(kind)
+        return cls(**self.settings.get(kind, {})) if cls is not None else None
+
+    def _fill_plugin_settings(self) -> None:
+        """Each chosen plugin's settings filled with its defaults (a kind given no settings and
+        whose plugin has none is left out)."""
+        if not isinstance(self.settings, dict) or not all(
+                isinstance(v, dict) for v in self.settings.values()):
+            return                                  # check() says what is wrong
+        resolved = {}
+        for kind, given in self.settings.items():
+            if given or kind not in self.PLUGIN_KINDS:
+                resolved[kind] = dict(given)
+        for kind in self.PLUGIN_KINDS:
+            cls = self._settings_class(kind)
+            if cls is not None:
+                resolved[kind] = fill_settings(cls, resolved.get(kind, {}), f"{kind}.")
+        self.settings = resolved
+
+    @classmethod
+    def _gather_settings(cls, d: dict) -> tuple[dict, object]:
+        """(the dict without its plugin settings, the settings): `settings` and every dotted
+        `KIND.SETTING` key, gathered as {kind: {setting: value}}."""
+        d = dict(d)
+        settings = d.pop("settings", None) or {}
+        if isinstance(settings, dict):
+            settings = {k: dict(v) if isinstance(v, dict) else v for k, v in settings.items()}
+        for key in [k for k in d if isinstance(k, str) and "." in k]:
+            kind, name = key.split(".", 1)
+            if kind not in cls.PLUGIN_KINDS:
+                raise ConfigError(f"{key}: a plugin setting is KIND.SETTING with KIND one of "
+                                  f"{', '.join(cls.PLUGIN_KINDS)}"[:300])
+            if not isinstance(settings, dict) or not isinstance(settings.setdefault(kind, {}), dict):
+                raise ConfigError(f"settings: expected {{kind: {{setting: value}}}}, got {settings!r}"[:200])
+            settings[kind][name] = d.pop(key)
+        return d, settings
+
+    def _without_changed_plugins(self, d: dict, overrides: dict) -> dict:
+        """A config dict whose plugins `overrides` change, without the old plugins' settings."""
+        for kind in self.PLUGIN_KINDS:
+            if kind in overrides and overrides[kind] != d.get(kind):
+                d["settings"].pop(kind, None)
+        return d
+
+    def _check_settings(self) -> None:
+        if not isinstance(self.settings, dict) or not all(
+                isinstance(v, dict) for v in self.settings.values()):
+            raise ConfigError(f"settings: expected {{kind: {{setting: value}}}}, e.g. "
+                              f'{{"attention": {{"window": 8}}}}; got {self.settings!r}'[:300])
+        for kind, given in self.settings.items():
+            if kind not in self.PLUGIN_KINDS:
+                raise ConfigError(f"settings: unknown kind {kind!r}; the kinds with plugins are "
+                                  f"{', '.join(self.PLUGIN_KINDS)}"[:300])
+            check_settings(self._settings_class(kind), given, f"{kind}.",
+                           f"{kind} plugin {getattr(self, kind)!r}", self)

@@ -125,5 +125,14 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
         if j["status"] in ("queued", "running"):
             jobs.request_stop(j["id"], "now", store)
     assert any(r["name"] == "epochs" for r in call("/settings")["train"])
+    # the text task's datasets: an upload, the list, a server folder refused, a delete
+    corpus = tmp_path / "mine.txt"
+    corpus.write_text("a first text\na second text\na third one\n", encoding="utf-8")
+    said, _, _ = call("/import_dataset_upload", handle_file(str(corpus)), "mine", "", 0.34)
+    assert "Imported **mine**: train 2 texts, dev 1 texts" in said
+    assert [d["name"] for d in call("/datasets")] == ["mine"]
+    _refused(lambda: call("/import_dataset", str(corpus), "other", "", 0.05), "LAB_ALLOWED_DIRS")
+    _refused(lambda: call("/delete_dataset", "mine", False), "tick the box to confirm")
+    assert "Deleted dataset **mine**" in call("/delete_dataset", "mine", True)[0]
     named = set(c.view_api(return_format="dict", print_info=False)["named_endpoints"])
     assert named - called == set(), f"endpoints no test called: {named - called}"

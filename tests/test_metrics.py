@@ -199,7 +199,8 @@ def test_live_evaluation_gives_bleu_intervals_and_verdicts(store, corpus_dir):
     lo, hi = d["harmonic_bleu_diff_ci"]
     assert lo <= d["harmonic_bleu_diff"] <= hi
     said = verdicts(snap)
-    assert len(said) == 4 and any("per-word perplexity" in v for v in said)
+    assert len(said) == 5 and any("per-word perplexity" in v for v in said)
+    assert any("bits per byte" in v for v in said)
 
 
 def test_bits_per_byte_is_the_log2_token_perplexity_when_a_token_is_a_byte(corpus_dir):

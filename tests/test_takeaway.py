@@ -143,15 +143,15 @@ def test_score_downloads_hold_a_number_per_cell(store):
     """Each figure and its interval's ends are columns of numbers, not '26.89 [22.39, 32.06]'."""
     from lab.ui.evaluate import numeric_table, score_files
     figure = {"n": 100, "backward_n": 100}
-    for i, f in enumerate(("perplexity", "word_perplexity", "forward_bleu", "backward_bleu",
-                           "harmonic_bleu")):
+    for i, f in enumerate(("perplexity", "word_perplexity", "bits_per_byte", "forward_bleu",
+                           "backward_bleu", "harmonic_bleu")):
         figure |= {f: 10.0 + i, f"{f}_ci": [9.0 + i, 11.0 + i]}
     snap = {"models": {"a": figure}, "provenance": {"perplexity_shown": "per sentence (assignment)",
                                                      "checkpoints": ["a"]}, "differences": {}}
     headers, rows = numeric_table(snap)
     assert headers[:6] == ["checkpoint", "n", "backward_n", "perplexity", "perplexity_low", "perplexity_high"]
     assert rows == [["a", 100, 100, 10.0, 9.0, 11.0, 11.0, 10.0, 12.0, 12.0, 11.0, 13.0, 13.0, 12.0,
-                     14.0, 14.0, 13.0, 15.0]]
+                     14.0, 14.0, 13.0, 15.0, 15.0, 14.0, 16.0]]
     csv_path, _ = score_files({"verdicts": [], "provenance": snap["provenance"], "snapshot": snap}, store)
     back = list(csv.reader(open(csv_path, encoding="utf-8")))
     assert [float(v) for v in back[1][3:]] == rows[0][3:]

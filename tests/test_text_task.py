@@ -15,7 +15,7 @@ import torch
 from lab.cli import main as cli_main
 from lab.config import ConfigError, TrainConfig
 from lab.evaluation.metrics import sentence_nlls
-from lab.inputs import tokenizers
+from lab.inputs import data, tokenizers
 from lab.presets import configs
 from lab.storage import checkpoints
 from lab.training import runs
@@ -207,8 +207,8 @@ def test_a_model_trains_on_its_own_corpus_with_bits_per_byte_from_its_dev_texts(
     folder, _ = sources
     corpora.import_source(folder / "corpus.jsonl", "mine")
     events = _train("mine-model", "task=text", "task.dataset=mine")
-    data = next(e for e in events if e["event"] == "data")
-    assert (data["train_items"], data["dev_items"], data["unit"]) == (380, 20, "texts")
+    said = next(e for e in events if e["event"] == "data")
+    assert (said["train_items"], said["dev_items"], said["unit"]) == (380, 20, "texts")
     scores = [e for e in events if e["event"] == "eval"][-1]
     ck = checkpoints.load("mine-model")
     assert ck.meta["train"]["settings"] == {"task": {"dataset": "mine", "examples": "lines"}}
@@ -301,3 +301,24 @@ def test_models_of_a_dataset_are_scored_on_its_texts_with_bits_per_byte(sources)
     assert last["models"]["own"]["bits_per_byte"] == pytest.approx(alone["perplexity"]["bits_per_byte"],
                                                                     rel=1e-6)
     assert any("bits per byte" in v for v in verdicts(last))
+
+
+def test_a_sweep_over_a_dataset_trains_and_scores_on_its_texts(sources, store):
+    """A grid over how the corpus becomes examples: each run trains on the dataset in the
+    background worker and is scored on its held-out texts (dev: it has no test split)."""
+    from lab import sweeps
+    from tests.test_sweeps import _serve
+    folder, body = sources
+    corpora.import_source(folder / "saved-dict", "dict")
+    sweeps.start({"name": "own", "preset": "tiny", "grid": {"task.examples": ["lines", "blocks"]},
+                  "score": {"n": 12, "decoders": ["greedy"]},
+                  "set": ["task=text", "task.dataset=dict", "tokenizer=words", "max_steps=3",
+                          "max_dev_captions=20", "n_positions=32"]}, store)
+    _serve(store, "own")
+    t = sweeps.table("own", store)
+    assert [r["status"] for r in t["rows"]] == ["done", "done"]
+    for run in ("own-lines", "own-blocks"):
+        scored = sweeps.read_results("own", run, store)["kept"][0]["splits"]["test"]
+        dev = body[300:]
+        assert scored["n"] == 12
+        assert scored["subset_hash"] == data.subset_hash([dev[i] for i in data.subset_indices(100, 12, 0)])

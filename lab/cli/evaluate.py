@@ -102,7 +102,7 @@ def cmd_exposure(args):
     if not 1 <= args.n <= 5000:
         raise ConfigError(f"--n must be between 1 and 5000, got {args.n}")
     ck = checkpoints.load(args.checkpoint, args.store)
-    rows, n = exposure.on_split(ck.model, ck.tokenizer, args.split, args.n, args.seed, args.data_dir)
+    rows, n = exposure.on_split(ck, args.split, args.n, args.seed, args.data_dir)
     if args.json:
         print(json.dumps({"checkpoint": ck.name, "split": args.split, "n": n,
                           "seed": args.seed, "rows": rows}))

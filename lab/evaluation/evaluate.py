@@ -129,15 +129,13 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     tokens = choose_bleu_tokens(kinds, bleu_tokens)
     per_word = len(set(kinds)) > 1          # per-sentence perplexities of different tokenizers differ in kind
     references = _full_references(models, caps, tokens)
-    # per caption: nll = mean token NLL (the assignment's), cap_nll = summed NLL, cap_words = words + 1
-    state = {name: {"nll": [], "cap_nll": [], "cap_words": [], "cap_bytes": [], "fwd": [], "gen": [],
-                    "refs": []}
+    # per caption: nll = mean token NLL, cap_nll = summed, cap_words / cap_bytes = words / bytes + 1
+    state = {name: {k: [] for k in ("nll", "cap_nll", "cap_words", "cap_bytes", "fwd", "gen", "refs")}
              for name in models}
     decoders = {name: (own or {}).get(name, decode) for name in models}     # one stream each
     streams = {name: CaptionStream(ck.model, ck.tokenizer, len(subset), decoders[name])
                for name, ck in models.items()}
-    provenance = _live_provenance(source["split"], subset, decode, tokens, per_word, streams, decoders)
-    provenance.update({"texts": source["source"], **({"note": source["note"]} if "note" in source else {})})
+    provenance = _live_provenance(source, subset, decode, tokens, per_word, streams, decoders)
     for start, end in chunk_bounds(len(subset), chunk, first):
         part = subset[start:end]
         width = stream_width(start, end, chunk)
@@ -154,11 +152,12 @@ def _check_sizes(n: int, chunk: int, first: int | None) -> None:
         raise ConfigError(f"chunks must hold at least 1 caption, got chunk={chunk}, first={first}")
 
 
-def _live_provenance(split: str, subset: list[str], decode: DecodeConfig, tokens: str, per_word: bool,
+def _live_provenance(source: dict, subset: list[str], decode: DecodeConfig, tokens: str, per_word: bool,
                      streams: dict, decoders: dict) -> dict:
-    """What a live evaluation scored, and how: the subset, the decoding (shared, and each
-    model's), the figures shown."""
-    return {"split": split, "n": len(subset), "seed": decode.seed,
+    """What a live evaluation scored, and how: the texts and the subset, the decoding (shared,
+    and each model's), the figures shown."""
+    return {"split": source["split"], "texts": source["source"],
+            **({"note": source["note"]} if "note" in source else {}), "n": len(subset), "seed": decode.seed,
             "subset_hash": data.subset_hash(subset), "bleu_tokens": tokens,
             "decode": decode.to_dict(), "checkpoints": list(streams),
             "decoders": {name: cfg.to_dict() for name, cfg in decoders.items()},

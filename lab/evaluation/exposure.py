@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from lab.inputs import data
+from lab.inputs import data, tasks
 from lab.config import ConfigError
 from lab.evaluation.metrics import bootstrap_indices, percentile_interval
 from lab.modeling.sampling import draw
@@ -76,11 +76,13 @@ def measure(model, tokenizer, captions: list[str], prefixes=PREFIXES, seed: int 
     return out
 
 
-def on_split(model, tokenizer, split: str = "dev", n: int = 500, seed: int = 0,
+def on_split(ck, split: str = "dev", n: int = 500, seed: int = 0,
              data_dir=None) -> tuple[list[dict], int]:
-    """measure() on a seeded subset of n captions of a split: (rows, captions used)."""
+    """measure() on a seeded subset of n texts of a split of what checkpoint `ck` is scored on
+    (its task's: the captions, or its dataset's): (rows, texts used)."""
     if not 1 <= n <= 5000:
         raise ConfigError(f"the number of captions must be between 1 and 5000, got {n}")
-    caps = data.load_split(split, data_dir)
+    caps, _ = tasks.texts([ck], split, data_dir)
+    model, tokenizer = ck.model, ck.tokenizer
     caps = [caps[i] for i in data.subset_indices(len(caps), n, seed)]
     return measure(model, tokenizer, caps, seed=seed), len(caps)

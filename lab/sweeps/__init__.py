@@ -15,7 +15,8 @@ are sweep definitions with two budgets, `cpu` and `full`.
 The package owns, by role: the definition and its checks (spec), the runs of a sweep (plan), its
 tables in the job ledger and serving its runs (ledger), the step `score` a run's job runs after
 training (scoring, registered with lab.worker.steps when this package is imported), the results
-table and its exports (table), recipes (recipes) and BLEU between the corpus's splits (splits).
+table and its exports (table), recipes (recipes), BLEU between the corpus's splits (splits), and
+the figures of a checkpoint that writes text, which the tasks' sweep_score call (texts).
 May import everything below it (lab.worker and the floors under it); never lab.cli or lab.ui.
 Task plugins import it for their sweep_score; what they and the faces above use is named here.
 """
@@ -29,10 +30,11 @@ from lab.sweeps.spec import (DEFAULT_DECODER, MAX_SCORE_N, Score, SweepSpec, che
                              decoder_label, describe_run, parse_grid, parse_seeds, value_text)
 from lab.sweeps.splits import split_bleu
 from lab.sweeps.table import budget_text, curves, display, export, how_text, markdown, table
+from lab.sweeps.texts import score_texts
 
 __all__ = ["DEFAULT_DECODER", "MAX_SCORE_N", "Run", "Score", "SweepSpec", "all_ended",
            "best_decoder", "budget_text", "check", "check_sweep_name", "curves", "decoder_label",
            "describe_run", "display", "export", "get", "how_text", "kv_bytes_per_token",
            "list_sweeps", "markdown", "parse_grid", "parse_seeds", "read_results", "recipe",
-           "recipe_info", "recipe_names", "results_path", "resume", "run_status", "split_bleu",
+           "recipe_info", "recipe_names", "results_path", "resume", "run_status", "score_texts", "split_bleu",
            "start", "stop", "summary_line", "table", "value_text", "wait"]

@@ -41,7 +41,7 @@ def table(snap: dict) -> list[list]:
     for name, r in snap["models"].items():
         ppl = "— (tokenizers differ)" if per_word else _ci(r["perplexity"], r["perplexity_ci"], 2)
         rows.append([name, r["n"], ppl, _ci(r["word_perplexity"], r["word_perplexity_ci"], 2),
-                     _ci(r["bits_per_byte"], r["bits_per_byte_ci"], 4),
+                     _ci(r["bits_per_byte"], r["bits_per_byte_ci"], 4) if "bits_per_byte" in r else "—",
                      _ci(r["forward_bleu"], r["forward_bleu_ci"], 4),
                      f"({r['backward_n']}) " + _ci(r["backward_bleu"], r["backward_bleu_ci"], 4),
                      f"({r['backward_n']}) " + _ci(r["harmonic_bleu"], r["harmonic_bleu_ci"], 4)])
@@ -150,8 +150,8 @@ def numeric_table(snap: dict) -> tuple[list[str], list[list]]:
     headers = ["checkpoint", "n", "backward_n"] + [f"{f}{end}" for f in FIGURES
                                                    for end in ("", "_low", "_high")]
     hidden = {"perplexity"} if snap["provenance"]["perplexity_shown"] == "per word" else set()
-    rows = [[name, r["n"], r["backward_n"]] + [None if f in hidden else v for f in FIGURES
-                                                for v in (r[f], *r[f"{f}_ci"])]
+    rows = [[name, r["n"], r["backward_n"]] + [None if f in hidden or f not in r else v for f in FIGURES
+                                                for v in (r.get(f), *r.get(f"{f}_ci", (None, None)))]
             for name, r in snap["models"].items()]      # (per-sentence perplexity: not across tokenizers)
     return headers, rows
 
@@ -260,7 +260,7 @@ def exposure(name, n, store=None, data_dir=None):
     n = whole(n, "dev captions", 1, 5000)
     ck = LOADED.get(name, store)
     tasks.check_view(ck, "generate", "exposure bias of generated captions")
-    rows, used = eb.on_split(ck.model, ck.tokenizer, "dev", n, 0, data_dir)
+    rows, used = eb.on_split(ck, "dev", n, 0, data_dir)
     shown = [[r["prefix"], r["captions"], f"{r['teacher_forced']:.4f}", f"{r['own_prefix']:.4f}",
               f"{r['gap']:+.4f} [{r['gap_ci'][0]:+.4f}, {r['gap_ci'][1]:+.4f}]"] for r in rows]
     return gr.update(value=shown, visible=True), (

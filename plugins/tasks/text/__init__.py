@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from lab import sweeps
 from lab.config import ConfigError
 from lab.evaluation.metrics import perplexity, sentence_nlls
 from lab.inputs import data, tokenizers
@@ -47,6 +48,14 @@ class TextTask:
         """The store's datasets (a run's data_dir names the caption corpus: not this task's)."""
         return corpora.root(store)
 
+    def sweep_check(self, objective, score: dict, where: str) -> None:
+        """Every model of a dataset is scored by a sweep (perplexity, BLEU), on its dataset."""
+
+    def sweep_score(self, ck, sc, *, data_dir=None, abort=None, t0: float = 0.0):
+        """Perplexity and the decoders' BLEU on a seeded subset of its dataset's split
+        (lab/sweeps/texts.py)."""
+        return sweeps.score_texts(ck, sc, data_dir=data_dir, abort=abort, t0=t0)
+
     def texts(self, ck, split: str, data_dir=None) -> tuple[list[str], dict]:
         """The texts a checkpoint of this task is scored on: its dataset's split (in the store the
         checkpoint is in); a dataset without a test split is scored on dev, and says so."""
@@ -78,34 +87,11 @@ class TextTask:
 
     def prepare(self, objective: str, cfg, tok, model_cfg, data_dir=None) -> Prepared:
         s, store = cfg.plugin_settings("task"), data_dir.parent
-        meta = corpora.info(s.dataset, store)
-        length = model_cfg.n_positions
-        if s.examples == "blocks":
-            train = corpora.blocks(s.dataset, "train", tok, length, store)
-            dev = corpora.blocks(s.dataset, "dev", tok, length, store)
-        else:
-            train = corpora.tokenized(s.dataset, "train", tok, store)
-            dev = corpora.tokenized(s.dataset, "dev", tok, store)
-        if cfg.max_train_captions is not None and cfg.max_train_captions < len(train):
-            train = train.select(range(cfg.max_train_captions))
-        n_dev = min(len(dev), cfg.max_dev_captions or DEV_DEFAULT)
-        if s.examples == "blocks":
-            rows = dev[:n_dev]
-            dev_seqs, dev_words, dev_bytes = rows["ids"], rows["words"], rows["bytes"]
-        else:
-            texts = corpora.split(s.dataset, "dev", store)[:n_dev][corpora.TEXT]
-            dev_seqs, dev_words, dev_bytes = _framed_dev(dev[:n_dev]["ids"], texts, tok, length)
-        frame = _framer(tok, length) if s.examples == "lines" else list
+        train, dev, dev_total = _examples(s, cfg, tok, model_cfg.n_positions, store)
+        frame = _framer(tok, model_cfg.n_positions) if s.examples == "lines" else list
 
         def evaluate(model, abort) -> dict:
-            device = next(model.parameters()).device
-            nll, n = sentence_nlls(model, dev_seqs, tok.eos_id, cfg.eval_batch_size, device, abort)
-            ppl = perplexity(model, dev_seqs, tok.eos_id, nll_counts=(nll, n))
-            total = nll.sum().item()
-            return {"dev_loss": ppl["loss"], "dev_perplexity": ppl["perplexity"],
-                    "dev_token_perplexity": ppl["token_perplexity"],
-                    "dev_word_perplexity": math.exp(total / max(sum(dev_words), 1)),
-                    "dev_bits_per_byte": total / math.log(2) / max(sum(dev_bytes), 1)}
+            return _dev_scores(model, dev, tok, cfg.eval_batch_size, abort)
 
         def epoch_batches(gen):
             # the order as one int32 tensor, read a batch at a time (a list of Python ints for a
@@ -117,14 +103,40 @@ class TextTask:
                 rows = train[order[i:i + cfg.batch_size].tolist()]["ids"]
                 yield data.collate([frame(r) for r in rows], tok.eos_id)
 
-        split_from = meta["split_from"]
-        info = {"dataset": s.dataset, "examples": s.examples,
-                "dev_scored": n_dev, "dev_total": len(dev),
-                "split_from": split_from}
-        return Prepared(tok, train, dev_seqs, epoch_batches, assignment_loss, evaluate, info=info,
+        info = {"dataset": s.dataset, "examples": s.examples, "dev_scored": len(dev[0]),
+                "dev_total": dev_total, "split_from": corpora.info(s.dataset, store)["split_from"]}
+        return Prepared(tok, train, dev[0], epoch_batches, assignment_loss, evaluate, info=info,
                         unit="blocks" if s.examples == "blocks" else "texts",
                         packs=s.examples == "lines",
                         unpacked_because="every block fills the context: no padding to drop")
+
+
+def _examples(s: TextSettings, cfg, tok, length: int, store):
+    """(the train examples, a memory-mapped Dataset of `ids`; the dev examples scored, with the
+    words and bytes their targets cover; how many dev examples there are)."""
+    make = (lambda split: corpora.blocks(s.dataset, split, tok, length, store)) \
+        if s.examples == "blocks" else (lambda split: corpora.tokenized(s.dataset, split, tok, store))
+    train, dev = make("train"), make("dev")
+    if cfg.max_train_captions is not None and cfg.max_train_captions < len(train):
+        train = train.select(range(cfg.max_train_captions))
+    n_dev = min(len(dev), cfg.max_dev_captions or DEV_DEFAULT)
+    if s.examples == "blocks":
+        rows = dev[:n_dev]
+        return train, (rows["ids"], rows["words"], rows["bytes"]), len(dev)
+    texts = corpora.split(s.dataset, "dev", store)[:n_dev][corpora.TEXT]
+    return train, _framed_dev(dev[:n_dev]["ids"], texts, tok, length), len(dev)
+
+
+def _dev_scores(model, dev, tok, batch_size: int, abort) -> dict:
+    """Perplexity per example (the assignment's), per token and per word, and bits per byte."""
+    seqs, words, nbytes = dev
+    nll, n = sentence_nlls(model, seqs, tok.eos_id, batch_size, next(model.parameters()).device, abort)
+    ppl = perplexity(model, seqs, tok.eos_id, nll_counts=(nll, n))
+    total = nll.sum().item()
+    return {"dev_loss": ppl["loss"], "dev_perplexity": ppl["perplexity"],
+            "dev_token_perplexity": ppl["token_perplexity"],
+            "dev_word_perplexity": math.exp(total / max(sum(words), 1)),
+            "dev_bits_per_byte": total / math.log(2) / max(sum(nbytes), 1)}
 
 
 def _framer(tok, length: int):
