@@ -111,4 +111,7 @@ def build(ctx: Context) -> None:
                     [message, table, chosen], api_name="import_dataset")
     gone.click(friendly(lambda *a: delete(*a, store=ctx.store)), [chosen, sure], [message, table, chosen],
                api_name="delete_dataset")
-    gr.api(friendly(lambda: corpora.listing(ctx.store)), api_name="datasets")
+    def datasets_api() -> list[dict]:
+        """Every dataset in the store: its source, text column, splits, preview and tokens."""
+        return corpora.listing(ctx.store)
+    gr.api(friendly(datasets_api), api_name="datasets")
