@@ -644,7 +644,6 @@ def test_a_birth_place_model_from_the_browser_alone(browser, tmp_path):
     birthplace-finetune, both from the Train form (a one-step budget), then answer the questions
     in the Evaluate tab, whose list offers only birth-place checkpoints."""
     from playwright.sync_api import expect
-    from lab.worker import jobs
     store = tmp_path / "store"
     store.mkdir()
     torch.manual_seed(0)
@@ -654,20 +653,11 @@ def test_a_birth_place_model_from_the_browser_alone(browser, tmp_path):
     def train(name, preset, parent, items):
         _choose(page, "#train-preset", preset)
         expect(page.locator("#train-preset input")).to_have_value(preset)
-        if parent:
-            _choose(page, "#train-parent", parent)
-            expect(page.locator("#train-parent-note")).to_contain_text(f"Fine-tuning {parent}", timeout=30_000)
-        page.locator("#train-name textarea, #train-name input").first.fill(name)
         for field, value in (("epochs", "1"), ("max_train_captions", str(items)), ("max_dev_captions", "20")):
             box = page.locator(f"#train-{field} input")
             box.fill(value)
             box.press("Tab")
-        page.locator("#train-start").click()
-        # this job's own line (the message of the job before it says "Queued job" too)
-        expect(page.locator("#train-message")).to_contain_text(f"({name}).", timeout=60_000)
-        job = max(j["id"] for j in jobs.list_jobs(store) if j["name"] == name)
-        wait_job(job, ("done", "failed"), timeout=300, store=store)
-        assert jobs.get(job, store)["status"] == "done", jobs.get(job, store)
+        train_from_the_form(page, store, name, parent)
 
     with serving(store) as url:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -688,6 +678,22 @@ def test_a_birth_place_model_from_the_browser_alone(browser, tmp_path):
         expect(table).to_contain_text("bp-tuned")
         _shot(page, "birthplace-from-the-browser")
         page.close()
+
+
+def train_from_the_form(page, store, name: str, parent: str = "") -> None:
+    """Name the run (and its parent), start it from the Train form, wait until its job is done."""
+    from playwright.sync_api import expect
+    from lab.worker import jobs
+    if parent:
+        _choose(page, "#train-parent", parent)
+        expect(page.locator("#train-parent-note")).to_contain_text(f"Fine-tuning {parent}", timeout=30_000)
+    page.locator("#train-name textarea, #train-name input").first.fill(name)
+    page.locator("#train-start").click()
+    # this job's own line (the message of the job before it says "Queued job" too)
+    expect(page.locator("#train-message")).to_contain_text(f"({name}).", timeout=60_000)
+    job = max(j["id"] for j in jobs.list_jobs(store) if j["name"] == name)
+    wait_job(job, ("done", "failed"), timeout=300, store=store)
+    assert jobs.get(job, store)["status"] == "done", jobs.get(job, store)
 
 
 def test_the_store_table_keeps_every_column_in_view(page, server):

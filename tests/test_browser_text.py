@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from lab.storage import checkpoints
-from lab.worker import jobs
-from tests.conftest import serving, wait_job
-from tests.test_browser import CHROMIUM, _choose, _shot, _tab, browser  # noqa: F401  (the fixture)
+from tests.conftest import serving
+from tests.test_browser import (CHROMIUM, _choose, _shot, _tab, browser,  # noqa: F401  (the fixture)
+                                train_from_the_form)
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed "
                                 "(make test installs it)")
@@ -24,17 +24,6 @@ def test_own_corpus_from_upload_to_compare_and_evaluate(browser, tmp_path):
     Dataset.from_dict({"id": list(range(600)), "body": body}).to_json(str(tmp_path / "harbour.jsonl"))
     store = tmp_path / "store"
     store.mkdir()
-
-    def train(page, name, parent=""):
-        if parent:
-            _choose(page, "#train-parent", parent)
-            expect(page.locator("#train-parent-note")).to_contain_text(f"Fine-tuning {parent}", timeout=30_000)
-        page.locator("#train-name textarea, #train-name input").first.fill(name)
-        page.locator("#train-start").click()
-        expect(page.locator("#train-message")).to_contain_text(f"({name}).", timeout=60_000)
-        job = max(j["id"] for j in jobs.list_jobs(store) if j["name"] == name)
-        wait_job(job, ("done", "failed"), timeout=300, store=store)
-        assert jobs.get(job, store)["status"] == "done", jobs.get(job, store)
 
     with serving(store) as url:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -56,8 +45,8 @@ def test_own_corpus_from_upload_to_compare_and_evaluate(browser, tmp_path):
             f = page.locator(f"#train-{field} input")
             f.fill(value)
             f.press("Tab")
-        train(page, "own-scratch")
-        train(page, "own-tuned", parent="own-scratch")
+        train_from_the_form(page, store, "own-scratch")
+        train_from_the_form(page, store, "own-tuned", parent="own-scratch")
         tuned = checkpoints.load("own-tuned", store)
         assert tuned.meta["parent"] == "own-scratch"
         assert tuned.meta["train"]["settings"]["task"]["dataset"] == "harbour"

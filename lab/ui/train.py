@@ -327,27 +327,29 @@ def _form(ctx: Context) -> Form:
     parent_note = gr.Markdown(elem_id="train-parent-note")
     m0, t0 = get_preset("tiny")
     values0 = setting_values(m0.to_dict(), t0.to_dict())
+    setting_inputs: list = []
     with section("model"):
         with gr.Row():
-            model_inputs, setting_inputs = [], []
-            for f in MODEL_FIELDS:          # a plugin's settings sit right after its dropdown
-                model_inputs.append(_field_component(ModelConfig, f, getattr(m0, f)))
-                for (kind, plugin, sf), value in zip(setting_fields(), values0):
-                    if kind == f:
-                        setting_inputs.append(_setting_component(
-                            kind, plugin, sf, getattr(m0, kind) == plugin, value))
+            model_inputs = _fields(ModelConfig, MODEL_FIELDS, m0, values0, setting_inputs)
     with gr.Accordion("training", open=True):
         with gr.Row():
-            train_inputs = []
-            for f in TRAIN_FIELDS:          # the task's settings sit right after its dropdown
-                train_inputs.append(_field_component(TrainConfig, f, getattr(t0, f)))
-                for (kind, plugin, sf), value in zip(setting_fields(), values0):
-                    if kind == f:
-                        setting_inputs.append(_setting_component(
-                            kind, plugin, sf, getattr(t0, kind) == plugin, value))
+            train_inputs = _fields(TrainConfig, TRAIN_FIELDS, t0, values0, setting_inputs)
     for comp, f in zip(model_inputs + train_inputs, MODEL_FIELDS + TRAIN_FIELDS):
         comp.elem_id = f"train-{f}"
     return Form(preset, name, parent, parent_note, model_inputs, setting_inputs, train_inputs)
+
+
+def _fields(cls, names: list[str], cfg, values0: list, setting_inputs: list) -> list:
+    """A section's inputs, each plugin's settings right after the field that chooses it (they go
+    to setting_inputs, in setting_fields() order: model kinds first, then the task's)."""
+    inputs = []
+    for f in names:
+        inputs.append(_field_component(cls, f, getattr(cfg, f)))
+        for (kind, plugin, sf), value in zip(setting_fields(), values0):
+            if kind == f:
+                setting_inputs.append(_setting_component(kind, plugin, sf, getattr(cfg, kind) == plugin,
+                                                         value))
+    return inputs
 
 
 def fill(p, chosen_parent):

@@ -114,8 +114,9 @@ class TextTask:
 def _examples(s: TextSettings, cfg, tok, length: int, store):
     """(the train examples, a memory-mapped Dataset of `ids`; the dev examples scored, with the
     words and bytes their targets cover; how many dev examples there are)."""
-    make = (lambda split: corpora.blocks(s.dataset, split, tok, length, store)) \
-        if s.examples == "blocks" else (lambda split: corpora.tokenized(s.dataset, split, tok, store))
+    key = corpora.tokenizer_key(tok)                 # once: it saves and hashes the tokenizer
+    make = (lambda split: corpora.blocks(s.dataset, split, tok, length, store, key)) \
+        if s.examples == "blocks" else (lambda split: corpora.tokenized(s.dataset, split, tok, store, key))
     train, dev = make("train"), make("dev")
     if cfg.max_train_captions is not None and cfg.max_train_captions < len(train):
         train = train.select(range(cfg.max_train_captions))

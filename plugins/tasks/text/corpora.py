@@ -401,13 +401,13 @@ def _record_tokens(name, which, kind, key, ds, store) -> None:
         _write_json(path_of(name, store) / INFO, fresh)
 
 
-def blocks(name: str, which: str, tok, length: int, store=None):
+def blocks(name: str, which: str, tok, length: int, store=None, key: str | None = None):
     """The split's texts joined, each after an end-of-text, and cut into blocks of `length`
     tokens (column `ids`), with the UTF-8 bytes and words the block's targets cover (`bytes`,
     `words`: an end-of-text target counts one of each, the newline it stands for). Joined MAP_BATCH
     texts at a time, as Hugging Face's run_clm does: each batch's last partial block is dropped.
     Cached beside the tokens by the split's fingerprint, the tokenizer and the length."""
-    key = tokenizer_key(tok)
+    key = key or tokenizer_key(tok)
     ds = tokenized(name, which, tok, store, key=key)
     cache = path_of(name, store) / "tokens" / key
     d = _datasets()

@@ -16,6 +16,7 @@ from plugins.tasks.text import corpora
 MAX_UPLOAD_BYTES = 2 * 10 ** 9        # a corpus upload (the web app takes files up to 2 GB)
 COLUMNS = ["name", "texts (train / dev / test)", "characters", "tokens", "text column", "source",
            "first text"]
+WIDTHS = ["12%", "13%", "11%", "14%", "9%", "13%", "28%"]     # every header whole at 1400 px
 
 
 def rows(store=None) -> list[list]:
@@ -99,7 +100,7 @@ def build(ctx: Context) -> None:
             go_folder = gr.Button("Import from the server", elem_id="data-import-folder")
         message = gr.Markdown(elem_id="data-message")
         table = gr.Dataframe(rows(ctx.store), headers=COLUMNS, interactive=False, wrap=True,
-                             elem_id="data-table")
+                             column_widths=WIDTHS, elem_id="data-table")
         with gr.Row():
             chosen = Dropdown(corpora.names(ctx.store), value=None, label="delete a dataset",
                               elem_id="data-delete-name")
