@@ -250,6 +250,9 @@ class TrainConfig(_Config, PluginSettings):
                                 "(early_stop=bleu or keep_bleu_best)", min=1, max=5000)
     keep_bleu_best: bool = setting(False, "also keep the evaluation with the best dev BLEU, as "
                                    "the checkpoint NAME-bleu")
+    keep_epochs: str = setting("", "also keep the weights at the end of these epochs, e.g. "
+                               "50,100, as the checkpoints NAME-e50, NAME-e100: a budget curve "
+                               "from one run", blank="none")
     eval_batch_size: int = setting(128, "examples per forward pass in evaluation", min=1,
                                    max=65536)
     max_train_captions: int | None = setting(None, "train on the first N training examples only",
@@ -339,8 +342,22 @@ class TrainConfig(_Config, PluginSettings):
             raise ConfigError("keep_bleu_best keeps the best-BLEU epoch beside the best-perplexity "
                               "one; with early_stop=bleu the checkpoint is already the best-BLEU "
                               "one: use early_stop=perplexity (or none) with keep_bleu_best")
+        self.kept_epochs()
         self._check_scheduled_sampling(task)
         self._check_settings()
+
+    def kept_epochs(self) -> list[int]:
+        """keep_epochs as whole epochs, ascending, each within the run's epochs."""
+        text = str(self.keep_epochs).replace(" ", "")
+        try:
+            kept = sorted({int(x) for x in text.split(",") if x})
+        except ValueError:
+            raise ConfigError(f"keep_epochs must be epoch numbers separated by commas, e.g. "
+                              f"50,100, or empty; got {self.keep_epochs!r}"[:300]) from None
+        bad = [e for e in kept if not 1 <= e <= self.epochs]
+        if bad:
+            raise ConfigError(f"keep_epochs {bad} out of range: this run has epochs 1 to {self.epochs}")
+        return kept
 
     def _check_scheduled_sampling(self, task: dict) -> None:
         if self.scheduled_sampling != "none" and not task.get("scheduled_sampling"):

@@ -332,3 +332,34 @@ def test_budgets_are_checked():
         with pytest.raises(ConfigError, match=said):
             TrainConfig(**bad).validate()
 
+
+
+def test_keep_epochs_keeps_the_weights_at_those_epochs_as_their_own_checkpoints(corpus_dir, straight):
+    """keep_epochs=1,2: NAME-e1 and NAME-e2 beside NAME; epoch 2's are the weights of two
+    uninterrupted epochs, bit for bit; each can be a fine-tune's parent; a new run refuses a name
+    whose NAME-eN exists."""
+    import torch
+    events = _tiny_run("budget", 2, keep_epochs="1, 2")
+    kept = [e["epoch"] for e in events if e["event"] == "eval" and e.get("kept")]
+    assert kept == [1, 2]
+    assert "kept as the -e1 checkpoint" in format_event(next(e for e in events if e.get("kept")), "budget")
+    for epoch in (1, 2):
+        info = checkpoints.info(f"budget-e{epoch}")
+        assert info["metrics"]["epoch"] == epoch and info["run"] == "budget"
+        assert "dev_perplexity" in info["metrics"]
+    assert _equal_to_straight("budget-e2", straight)
+    e1 = checkpoints.load("budget-e1").model.state_dict()
+    assert not all(torch.equal(e1[k], straight[k]) for k in straight)
+    assert [n for n, _ in runs.kept_checkpoints("budget", TrainConfig(epochs=2, keep_epochs="1,2"))] == \
+        ["budget", "budget-e1", "budget-e2"]
+    checkpoints.delete("budget")
+    with pytest.raises(checkpoints.CheckpointError, match="'budget-e1' already exists"):
+        _tiny_run("budget", 2, keep_epochs="1")
+
+
+@pytest.mark.parametrize("value, said", [("3", r"keep_epochs \[3\] out of range: this run has epochs 1 to 2"),
+                                         ("0,1", r"keep_epochs \[0\] out of range"),
+                                         ("first", "keep_epochs must be epoch numbers separated by commas")])
+def test_keep_epochs_outside_the_run_are_refused(value, said):
+    with pytest.raises(ConfigError, match=said):
+        TrainConfig(epochs=2, keep_epochs=value).check()

@@ -28,14 +28,15 @@ def results_path(sweep: str, run: str, store=None) -> Path:
 
 def kept_checkpoints(run: str, store=None) -> list[tuple[str, str]]:
     """The checkpoints a run keeps, with what chose each (its task's metrics: its own name by
-    early_stop's metric or the task's first, and NAME-bleu when keep_bleu_best kept one too)."""
+    early_stop's metric or the task's first, NAME-bleu when keep_bleu_best kept one too, and
+    NAME-eEPOCH for each epoch keep_epochs names)."""
     train = checkpoints.info(run, store).get("train") or {}
     if not train:
         return [(run, "as stored")]
     # the stored config as it was written (trusted: its run validated it)
     cfg = TrainConfig(**{k: v for k, v in train.items() if k in TrainConfig.__dataclass_fields__})
     kept = runs.kept_checkpoints(run, cfg)
-    return [(name, m.label) for i, (name, m) in enumerate(kept) if i == 0 or name in checkpoints.names(store)]
+    return [(name, label) for i, (name, label) in enumerate(kept) if i == 0 or name in checkpoints.names(store)]
 
 
 def score_run(run: str, score: dict, store=None, data_dir=None, should_stop=None):

@@ -145,7 +145,8 @@ def _eval_text(ev: dict) -> str:
             + (" best, saved" if ev.get("best") else "")
             + (" best dev BLEU, saved as the -bleu checkpoint" if ev.get("best_bleu") else "")
             + (f" best dev {ev['also_best']}, saved as the -{ev['also_best']} checkpoint"
-               if ev.get("also_best") else ""))
+               if ev.get("also_best") else "")
+            + (f" kept as the -e{ev['epoch']} checkpoint" if ev.get("kept") else ""))
 
 
 def _done_text(ev: dict, name: str) -> str:

@@ -71,10 +71,11 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
                   "objective": tasks.objective_of(train_cfg),
                   "data_dir": str(root), "run_dir": str(run_dir), "tokenizer": tok.kind}
     also = (tasks.also_kept(train_cfg) or [None])[0]
-    save_best, save_last, save_also_best = _savers(name, model, tok, provenance, also, store)
+    save_best, save_last, save_also_best, save_epoch = _savers(name, model, tok, provenance, also, store)
     trainer = Trainer(model, prepared, train_cfg, run_dir, on_best=save_best, on_stop=save_last,
                       should_stop=should_stop, best_by=tasks.kept_by(train_cfg), also_by=also,
-                      on_also_best=save_also_best if also else None, resume=state)
+                      on_also_best=save_also_best if also else None, on_epoch=save_epoch,
+                      resume=state)
     if distributed.rank() == 0:
         yield {"event": "data", "train_items": len(prepared.train_items),
                "dev_items": len(prepared.dev_items), "unit": prepared.unit,
@@ -170,7 +171,16 @@ def _savers(name: str, model, tok, provenance: dict, also, store):
                          metrics={k: v for k, v in record.items() if k.startswith("dev_")}
                          | {"epoch": record["epoch"]}, overwrite=True)
 
-    return save_best, save_last, save_also_best
+    @_saying("keeping the epoch's weights")
+    def save_epoch(record: dict):
+        """The weights at the end of an epoch keep_epochs names, as NAME-eEPOCH."""
+        checkpoints.save(model, tok, epoch_name(name, record["epoch"]), store,
+                         provenance={**provenance, "epoch": record["epoch"], "run": name,
+                                     "kept_by": f"keep_epochs (epoch {record['epoch']})"},
+                         metrics={k: v for k, v in record.items() if k.startswith("dev_")}
+                         | {"epoch": record["epoch"]}, overwrite=True)
+
+    return save_best, save_last, save_also_best, save_epoch
 
 
 def kept_name(name: str, metric: tasks.Metric) -> str:
@@ -178,9 +188,17 @@ def kept_name(name: str, metric: tasks.Metric) -> str:
     return checkpoints.check_name(f"{name}-{metric.name}")
 
 
-def kept_checkpoints(name: str, train_cfg: TrainConfig) -> list[tuple[str, tasks.Metric]]:
-    """The checkpoints a run of train_cfg writes, each with the metric that chooses it."""
-    return [(name, tasks.kept_by(train_cfg))] + [(kept_name(name, m), m) for m in tasks.also_kept(train_cfg)]
+def epoch_name(name: str, epoch: int) -> str:
+    """Where a run keeps the weights at an epoch keep_epochs names (NAME-e50)."""
+    return checkpoints.check_name(f"{name}-e{epoch}")
+
+
+def kept_checkpoints(name: str, train_cfg: TrainConfig) -> list[tuple[str, str]]:
+    """The checkpoints a run of train_cfg writes, each with what chooses it (a metric's label,
+    or the epoch keep_epochs names)."""
+    return ([(name, tasks.kept_by(train_cfg).label)]
+            + [(kept_name(name, m), m.label) for m in tasks.also_kept(train_cfg)]
+            + [(epoch_name(name, e), f"the weights at epoch {e}") for e in train_cfg.kept_epochs()])
 
 
 def refuse_taken(name: str, train_cfg: TrainConfig, store=None) -> None:

@@ -104,7 +104,8 @@ class Trainer:
                  on_best: Callable[[dict, dict], None] | None = None,
                  should_stop: Callable[[], bool] | None = None, resume: dict | None = None,
                  on_stop: Callable[[dict], None] | None = None,
-                 best_by=None, also_by=None, on_also_best: Callable[[dict, dict], None] | None = None):
+                 best_by=None, also_by=None, on_also_best: Callable[[dict, dict], None] | None = None,
+                 on_epoch: Callable[[dict], None] | None = None):
         self.model = model
         self.task = task    # the task's batches, loss and dev scores (lab.inputs.tasks.Prepared)
         self.resume = resume            # a checkpoint's train state: go on where it stood
@@ -114,6 +115,7 @@ class Trainer:
         # declares them; also_by (with on_also_best) keeps a second best by another one
         self.best_by = best_by or tasks.kept_by(cfg)
         self.also_by, self.on_also_best = also_by, on_also_best
+        self.on_epoch, self.keep_epochs = on_epoch, set(cfg.kept_epochs())
         self.should_stop = should_stop or (lambda: None)
         self.device = pick_device(cfg.device)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -424,6 +426,9 @@ class Trainer:
             else:
                 record = scored | {"total_steps": self.total_steps}
                 yield from self._keep_best(epoch, record, writer)
+                if epoch in self.keep_epochs and self.on_epoch:
+                    record["kept"] = True
+                    self.on_epoch(record)
         early = int(self.main and evaluated and cfg.early_stop != "none" and self.bad_epochs >= cfg.patience)
         if self.main:
             yield self._log(record, writer)

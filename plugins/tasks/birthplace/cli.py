@@ -26,7 +26,9 @@ def cmd_birthplace(args):
         if args.split == "test" and not args.predictions:
             raise ConfigError("the test split has no places to score against: give --predictions "
                               "FILE to write the answers")
-        result = bp.evaluate(args.checkpoint, args.split, args.store, args.data_dir)
+        import torch
+        result = bp.evaluate(args.checkpoint, args.split, args.store, args.data_dir,
+                             device="cuda" if torch.cuda.is_available() else "cpu")
         if args.predictions:
             _write_lines(args.predictions, result["predictions"])
         if args.json:
