@@ -51,10 +51,11 @@ class Capture:
 
 
 @torch.no_grad()
-def capture(model, tokenizer, text: str = "", ids: list[int] | None = None, n_prompt: int | None = None,
-            max_tokens: int | None = None) -> Capture:
-    """Attention of every layer and head over BOS + text (or BOS + ids); over the text alone for a
-    tokenizer without BOS (a birth-place model reads a question from its first character)."""
+def sequence(model, tokenizer, text: str = "", ids: list[int] | None = None,
+             max_tokens: int | None = None) -> tuple[list[int], list[str]]:
+    """The ids a view reads for a text (BOS + text, or the text alone for a tokenizer without BOS:
+    a birth-place model reads a question from its first character) and their strings; refused
+    past the model's context (or max_tokens)."""
     body = ids if ids is not None else tokenizer.encode(check_prompt(text))
     bos = tokenizer.bos_id
     seq = ([] if bos is None else [bos]) + list(body)
@@ -62,12 +63,21 @@ def capture(model, tokenizer, text: str = "", ids: list[int] | None = None, n_pr
     if len(seq) > limit:
         raise GenerationError(f"the text is {len(seq)} tokens{'' if bos is None else ' with BOS'}; "
                               f"at most {limit} can be shown")
+    return seq, ([] if bos is None else ["<bos>"]) + tokenizer.token_strings(list(body))
+
+
+def capture(model, tokenizer, text: str = "", ids: list[int] | None = None, n_prompt: int | None = None,
+            max_tokens: int | None = None) -> Capture:
+    """Attention of every layer and head over BOS + text (or BOS + ids); over the text alone for a
+    tokenizer without BOS (a birth-place model reads a question from its first character)."""
+    seq, shown = sequence(model, tokenizer, text, ids, max_tokens)
+    bos = tokenizer.bos_id
     was_training = model.training
     model.eval()
     out = model(torch.tensor([seq], device=next(model.parameters()).device), output_attentions=True)
     model.train(was_training)
     c = model.config
-    return Capture(tokens=([] if bos is None else ["<bos>"]) + tokenizer.token_strings(body), ids=seq,
+    return Capture(tokens=shown, ids=seq,
                    attentions=[a[0].float().cpu() for a in out.attentions],
                    n_prompt=len(seq) if n_prompt is None else n_prompt,
                    n_head=c.n_head, kv_heads=kv_heads(c), bos=bos is not None,

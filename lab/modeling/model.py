@@ -39,6 +39,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from lab.config import ModelConfig
+from lab.modeling.points import Point
 from lab.registry import MODELS, REGISTRIES, load_plugins
 
 
@@ -140,17 +141,21 @@ class Block(nn.Module):
         super().__init__()
         self.ln_1, self.attn, self.ln_2, self.mlp = ln_1, attn, ln_2, mlp
         self.pre_norm = norm_position == "pre"
+        # named points (lab.modeling.points): identities that hooks read and replace
+        self.hook_resid_pre, self.hook_attn_out, self.hook_resid_mid = Point(), Point(), Point()
+        self.hook_mlp_out, self.hook_resid_post = Point(), Point()
 
     def forward(self, x, pos, positions, past=None, need_weights=False, segments=None):
         packed = {} if segments is None else {"segments": segments}     # packed rows only
+        x = self.hook_resid_pre(x)
         if self.pre_norm:    # GPT-2: x + f(norm(x))
             a, present, w = self.attn(self.ln_1(x), pos, positions, past, need_weights, **packed)
-            x = x + a
-            x = x + self.mlp(self.ln_2(x))
+            x = self.hook_resid_mid(x + self.hook_attn_out(a))
+            x = self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln_2(x))))
         else:                # the original Transformer: norm(x + f(x))
             a, present, w = self.attn(x, pos, positions, past, need_weights, **packed)
-            x = self.ln_1(x + a)
-            x = self.ln_2(x + self.mlp(x))
+            x = self.hook_resid_mid(self.ln_1(x + self.hook_attn_out(a)))
+            x = self.hook_resid_post(self.ln_2(x + self.hook_mlp_out(self.mlp(x))))
         return x, present, w
 
 
@@ -162,7 +167,8 @@ class TfmrLM(nn.Module):
         super().__init__()
         self.config = config
         self.transformer = nn.ModuleDict(dict(
-            wte=wte, wpe=wpe, drop=nn.Dropout(config.dropout), h=nn.ModuleList(blocks), ln_f=ln_f))
+            wte=wte, wpe=wpe, drop=nn.Dropout(config.dropout), h=nn.ModuleList(blocks), ln_f=ln_f,
+            hook_embed=Point(), hook_final_norm=Point()))
         self.lm_head = lm_head
         if config.tie_embeddings:
             self.lm_head.weight = self.transformer.wte.weight
@@ -188,14 +194,15 @@ class TfmrLM(nn.Module):
         packed = segments is not None
         pos, t0 = self._positions(idx, past_key_values, positions, packed, labels)
         wpe = self.transformer.wpe
-        x = self.transformer.drop(wpe.embed(self.transformer.wte(idx), pos))   # (B, T, C)
+        x = self.transformer.hook_embed(self.transformer.drop(wpe.embed(self.transformer.wte(idx), pos)))
         presents, attentions = [], []
         for i, block in enumerate(self.transformer.h):
             past = past_key_values[i] if past_key_values else None
             x, present, w = block(x, pos, wpe, past, output_attentions, segments)
             presents.append(present)
             attentions.append(w)
-        logits = self.lm_head(self.transformer.ln_f(_last(x, logits_to_keep, labels)))   # (B, T, V)
+        h = self.transformer
+        logits = self.lm_head(h.hook_final_norm(h.ln_f(_last(x, logits_to_keep, labels))))  # (B, T, V)
         return LMOutput(logits, None if packed else KVCache(presents, t0 + T),
                         attentions if output_attentions else None, lm_loss(logits, labels))
 

@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from lab.modeling.model import KVSlot
+from lab.modeling.points import Point
 from lab.registry import ATTENTION
 
 
@@ -31,6 +32,7 @@ class CausalSelfAttention(nn.Module):
         self.attn_dropout = nn.Dropout(dropout)
         self.resid_dropout = nn.Dropout(dropout)
         self.dropout = dropout
+        self.hook_z = Point()     # each head's output before c_proj (lab.modeling.points)
 
     def mask_mod(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """(T, 1) query and (1, S) key positions -> (T, S), True where the query may see the key.
@@ -64,6 +66,7 @@ class CausalSelfAttention(nn.Module):
         k, v, present = self._with_past(k, v, past)
         mask, plain = self._mask(pos, T, k.size(2), segments, positions, need_weights, q.dtype)
         y, weights = self._attend(q, k, v, mask, plain, need_weights)
+        y = self.hook_z(y)                                     # (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)       # re-assemble the heads
         return self.resid_dropout(self.c_proj(y)), present, weights
 

@@ -73,6 +73,8 @@ class ProjectBlock(nn.Module):
 
 
 class PerceiverLM(PrefixLM):
+    points_absent = ("its middle blocks read the bottleneck's rows, not the text's positions: a "
+                     "lens or a patch there has no token to stand for (lab.modeling.points)")
     def __init__(self, config, wte, wpe, down, blocks, up, ln_f, lm_head, bottleneck_dim):
         super().__init__(config, wte, wpe, blocks, ln_f, lm_head)
         self.transformer["down"], self.transformer["up"] = down, up

@@ -31,6 +31,8 @@ class UniversalSettings:
 
 
 class UniversalLM(PrefixLM):
+    points_absent = ("one block applied again and again, each position halting at its own step: "
+                     "it has no fixed stack of layers to name (lab.modeling.points)")
     def __init__(self, config, wte, wpe, blocks, ln_f, lm_head, settings: UniversalSettings):
         super().__init__(config, wte, wpe, blocks, ln_f, lm_head)
         self.max_steps, self.threshold, self.ponder_weight = (

@@ -101,6 +101,8 @@ class XLBlock(nn.Module):
 
 
 class XLLM(PrefixLM):
+    points_absent = ("its blocks read each segment with the previous segment's memory: a point "
+                     "would stand for two segments at once (lab.modeling.points)")
     def __init__(self, config, wte, blocks, ln_f, lm_head, settings: XLSettings):
         super().__init__(config, wte, Positional(), blocks, ln_f, lm_head)
         self.segment_len, self.mem_len = settings.segment_len, settings.mem_len

@@ -1,0 +1,220 @@
+"""Head ablation: zero a set of heads' outputs (before the output projection), or put their mean
+over a seeded reference subset in their place, and see what changes: the captions the model
+writes from the same prompts, and its perplexity on a seeded subset with a paired 95% bootstrap
+interval and a verdict. `scan` ablates each head in turn, exactly: the residual stream below the
+ablated layer is computed once and reused, and a layer's heads run as one batch."""
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from lab.config import ConfigError, DecodeConfig
+from lab.evaluation.metrics import Aborted, bootstrap_indices, percentile_interval, sentence_nlls
+from lab.inputs import data, tasks
+from lab.inputs.data import collate, sentence_nll
+from lab.inside.hooks import check_model, hooked
+from lab.modeling.generate import generate
+
+MODES = ("zero", "mean")
+N_BOOT = 1000
+
+
+def parse_heads(text: str, n_layer: int, n_head: int) -> list[tuple[int, int]]:
+    """'1.3,2.1' (block.head, both from 1, as the attention grid numbers them) -> [(0, 2), (1, 0)]."""
+    heads = []
+    for item in str(text).replace(" ", "").split(","):
+        if not item:
+            continue
+        layer, dot, head = item.partition(".")
+        if not (dot and layer.isdigit() and head.isdigit()):
+            raise ConfigError(f"heads are BLOCK.HEAD pairs from 1, e.g. 1.3,2.1; got {item!r}"[:300])
+        layer, head = int(layer), int(head)
+        if not (1 <= layer <= n_layer and 1 <= head <= n_head):
+            raise ConfigError(f"head {item} out of range: this model has blocks 1 to {n_layer} and "
+                              f"heads 1 to {n_head}")
+        if (layer - 1, head - 1) in heads:
+            raise ConfigError(f"head {item} is named twice")
+        heads.append((layer - 1, head - 1))
+    if not heads:
+        raise ConfigError("name the heads to ablate, e.g. 1.3,2.1 (block.head, from 1)")
+    return heads
+
+
+def _device(model):
+    return next(model.parameters()).device
+
+
+@torch.no_grad()
+def head_means(model, seqs: list[list[int]], pad_id: int, batch_size: int = 64) -> dict[int, torch.Tensor]:
+    """Each layer's heads' mean output over the real tokens of `seqs`: {layer: (n_head, head_dim)}."""
+    n_layer = len(model.transformer.h)
+    names = [f"blocks.{i}.attn.z" for i in range(n_layer)]
+    sums, count = {}, 0.0
+    was = model.training
+    model.eval()
+    try:
+        for batch in data.batches(seqs, batch_size, pad_id):
+            real = (batch.input_ids != pad_id).float()
+            real[:, 0] = 1.0                                      # a leading BOS is real
+            real = real.to(_device(model))
+            with hooked(model, read=names) as seen:
+                model(batch.input_ids.to(_device(model)))
+            for i, n in enumerate(names):                         # z: (B, nh, T, hs)
+                s = (seen[n].float() * real[:, None, :, None]).sum((0, 2))
+                sums[i] = sums.get(i, 0) + s
+            count += float(real.sum())
+    finally:
+        model.train(was)
+    return {i: s / max(count, 1.0) for i, s in sums.items()}
+
+
+def ablations(heads: list[tuple[int, int]], mode: str, means: dict | None) -> dict:
+    """The replacements that ablate `heads`: {point name: fn(z) -> z}."""
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(layer, []).append(head)
+
+    def fn_for(layer, hs):
+        def fn(z):
+            z = z.clone()
+            z[:, hs] = 0.0 if mode == "zero" else means[layer][hs][None, :, None, :].to(z.dtype)
+            return z
+        return fn
+    return {f"blocks.{layer}.attn.z": fn_for(layer, hs) for layer, hs in by_layer.items()}
+
+
+def subsets(ck, split: str, n: int, seed: int, n_ref: int, data_dir=None):
+    """(texts scored, their ids, the reference ids the means come from, where they came from):
+    two disjoint seeded subsets of the checkpoint's task's split."""
+    tasks.check_view(ck, "generate", "head ablation scores the perplexity of texts")
+    texts, source = tasks.texts([ck], split, data_dir)
+    order = data.subset_indices(len(texts), min(len(texts), n + n_ref), seed)
+    scored, ref = [texts[i] for i in order[:n]], [texts[i] for i in order[n:]] or [texts[order[0]]]
+    n_pos = ck.config.n_positions
+    return scored, data.encode_captions(scored, ck.tokenizer, n_pos), \
+        data.encode_captions(ref, ck.tokenizer, n_pos), source
+
+
+def _losses(model, seqs, pad_id, replace=None) -> torch.Tensor:
+    """Per-text mean token loss, with the replacements in place."""
+    with hooked(model, replace=replace):
+        nll, cnt = sentence_nlls(model, seqs, pad_id, device=_device(model))
+    return nll / cnt
+
+
+def paired(intact: torch.Tensor, changed: torch.Tensor, idx: torch.Tensor) -> dict:
+    """Perplexity (exp of the mean per-text loss, the lab's) of both, the change and its paired
+    95% percentile-bootstrap interval over the texts, and a verdict."""
+    ppl = lambda x: torch.exp(x.double().mean(-1))               # noqa: E731
+    diff = (ppl(changed[idx]) - ppl(intact[idx]))
+    lo, hi = percentile_interval(diff)
+    d = float(ppl(changed) - ppl(intact))
+    verdict = ("perplexity rises (the interval excludes 0)" if lo > 0 else
+               "perplexity falls (the interval excludes 0)" if hi < 0 else
+               "no clear change (the interval includes 0)")
+    return {"perplexity": float(ppl(intact)), "ablated_perplexity": float(ppl(changed)),
+            "change": d, "change_ci": [lo, hi], "verdict": verdict}
+
+
+def ablate(ck, heads: list[tuple[int, int]], mode: str = "zero", split: str = "test", n: int = 200,
+           seed: int = 0, n_ref: int = 200, n_captions: int = 5, data_dir=None) -> dict:
+    """The intact and the ablated model side by side: perplexity on a seeded subset with the
+    paired interval and verdict, and greedy continuations of the first two tokens of the first
+    texts of the subset."""
+    if mode not in MODES:
+        raise ConfigError(f"mode must be zero or mean, got {mode!r}")
+    model, tok = ck.model, ck.tokenizer
+    check_model(model)
+    model.eval()
+    t0 = time.time()
+    texts, seqs, ref, source = subsets(ck, split, n, seed, n_ref, data_dir)
+    means = head_means(model, ref, tok.eos_id) if mode == "mean" else None
+    replace = ablations(heads, mode, means)
+    intact, changed = _losses(model, seqs, tok.eos_id), _losses(model, seqs, tok.eos_id, replace)
+    out = paired(intact, changed, bootstrap_indices(len(seqs), N_BOOT, seed))
+    prompts = [s[:2] for s in seqs[:n_captions]]
+    cfg = DecodeConfig(decoder="greedy", max_new_tokens=30)
+    said = lambda made: [tok.decode(p + new) for p, (new, _, _) in zip(prompts, made)]   # noqa: E731
+    plain = said(generate(model, prompts, cfg, tok.eos_id))
+    with hooked(model, replace=replace):
+        ablated = said(generate(model, prompts, cfg, tok.eos_id))
+    return {"checkpoint": ck.name, "heads": [f"{l + 1}.{h + 1}" for l, h in heads], "mode": mode,
+            "split": split, "n": len(seqs), "seed": seed, "source": source,
+            "reference_n": len(ref) if mode == "mean" else 0, **out,
+            "captions": [{"intact": a, "ablated": b} for a, b in zip(plain, ablated)],
+            "elapsed_s": time.time() - t0}
+
+
+@torch.no_grad()
+def _from_layer(model, layer: int, x: torch.Tensor) -> torch.Tensor:
+    """The logits from block `layer`'s input x (B, T, C) on: the blocks above, the final norm, the
+    output layer (plain rows from position 0, no cache)."""
+    h = model.transformer
+    pos = torch.arange(x.size(1), device=x.device)
+    for block in h.h[layer:]:
+        x, _, _ = block(x, pos, h.wpe)
+    return model.lm_head(h.hook_final_norm(h.ln_f(x)))
+
+
+@torch.no_grad()
+def scan(ck, mode: str = "zero", split: str = "test", n: int = 200, seed: int = 0, n_ref: int = 200,
+         data_dir=None, batch_size: int = 32, abort=None, progress=None) -> dict:
+    """Every head ablated alone: the change in perplexity with its paired interval, as a
+    blocks x heads grid, and the heads that matter most. Exact: each batch's residual stream
+    entering each block is kept from one intact pass, and the block's heads run together (one
+    copy of the batch per head, each copy with its own head ablated)."""
+    if mode not in MODES:
+        raise ConfigError(f"mode must be zero or mean, got {mode!r}")
+    model, tok = ck.model, ck.tokenizer
+    check_model(model)
+    model.eval()
+    t0 = time.time()
+    texts, seqs, ref, source = subsets(ck, split, n, seed, n_ref, data_dir)
+    means = head_means(model, ref, tok.eos_id) if mode == "mean" else None
+    L, H = len(model.transformer.h), model.config.n_head
+    dev = _device(model)
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    losses = torch.zeros(L, H, len(seqs), dtype=torch.float64)
+    intact = torch.zeros(len(seqs), dtype=torch.float64)
+    names = [f"blocks.{i}.resid_pre" for i in range(L)]
+    for k in range(0, len(order), batch_size):
+        rows = order[k:k + batch_size]
+        batch = collate([seqs[i] for i in rows], tok.eos_id).to(dev)
+        with hooked(model, read=names) as seen:
+            logits = model(batch.input_ids).logits
+        nll, cnt = sentence_nll(logits, batch)
+        intact[rows] = (nll / cnt).double().cpu()
+        many = _repeat(batch, H)
+        for layer in range(L):
+            if abort is not None and abort():
+                raise Aborted()
+
+            def one_head_each(z, layer=layer):          # z: (H * B, nh, T, hs), copy j ablates head j
+                z = z.clone().view(H, -1, *z.shape[1:])
+                for j in range(H):
+                    z[j, :, j] = 0.0 if mode == "zero" else means[layer][j][None, :].to(z.dtype)
+                return z.view(-1, *z.shape[2:])
+            x = seen[names[layer]].repeat(H, 1, 1)
+            with hooked(model, replace={f"blocks.{layer}.attn.z": one_head_each}):
+                logits = _from_layer(model, layer, x)
+            nll, cnt = sentence_nll(logits, many)
+            losses[layer, :, rows] = (nll / cnt).double().cpu().view(H, len(rows))
+            if progress:
+                progress(k + len(rows), len(seqs), layer + 1, L)
+    idx = bootstrap_indices(len(seqs), N_BOOT, seed)
+    grid = [[paired(intact, losses[l, h], idx) for h in range(H)] for l in range(L)]
+    ranked = sorted(((l, h) for l in range(L) for h in range(H)), key=lambda lh: -grid[lh[0]][lh[1]]["change"])
+    return {"checkpoint": ck.name, "mode": mode, "split": split, "n": len(seqs), "seed": seed,
+            "source": source, "perplexity": grid[0][0]["perplexity"],
+            "change": [[c["change"] for c in row] for row in grid],
+            "change_ci": [[c["change_ci"] for c in row] for row in grid],
+            "most": [{"head": f"{l + 1}.{h + 1}", **{k: grid[l][h][k] for k in ("change", "change_ci", "verdict")}}
+                     for l, h in ranked[:5]],
+            "elapsed_s": time.time() - t0}
+
+
+def _repeat(batch, k: int):
+    """The batch k times over (copies stacked along the rows)."""
+    return type(batch)(batch.input_ids.repeat(k, 1), batch.loss_mask.repeat(k, 1))

@@ -1,0 +1,159 @@
+"""Inside the model: named points on every model the registries build (or a reason they have
+none), the logit lens, head ablation and activation patching, with known answers: the lens's last
+layer is the model's output, patching nothing restores 0 and the last block's output 1, and a
+model built by hand whose one head copies the previous token."""
+import json
+import string
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from lab.config import ConfigError, TrainConfig
+from lab.inputs.tokenizers import CharTokenizer
+from lab.inside import ablation, lens, patching
+from lab.inside.hooks import hooked
+from lab.modeling.model import build
+from lab.modeling.points import points
+from lab.storage import checkpoints
+from lab.training import runs
+from tests.conftest import ROOT, tiny_config
+from tests.test_plugin_contracts import _cases, _model
+
+TOK97 = CharTokenizer(string.printable[:96])           # 97 ids with its end-of-text: tiny_config's
+
+
+def _expected(n_layer: int) -> list[str]:
+    per = ["resid_pre", "attn.z", "attn_out", "resid_mid", "mlp_out", "resid_post"]
+    return ["embed"] + [f"blocks.{i}.{p}" for i in range(n_layer) for p in per] + ["final_norm"]
+
+
+@pytest.mark.parametrize("overrides", _cases())
+def test_every_model_has_its_named_points_or_says_why_not(overrides):
+    """A new plugin either provides the points (the lens's last layer is then the model's own
+    logits, bit for bit, and patching nothing or the last block's output restores 0 or 1) or its
+    family declares them absent with a reason."""
+    model = _model(overrides)
+    absent = getattr(model, "points_absent", None)
+    if absent:
+        assert isinstance(absent, str) and len(absent) > 20 and points(model) == {}
+        with pytest.raises(ConfigError, match=f"the {model.config.model} family has no named points"):
+            lens.logit_lens(model, TOK97, "abc")
+        return
+    assert list(points(model)) == _expected(model.config.n_layer)
+    ids = [0] + TOK97.encode("a cat sat on")
+    with torch.no_grad():
+        own = model(torch.tensor([ids])).logits[0]
+    assert torch.equal(lens.lens_logits(model, ids)[-1], own)
+    clean, corrupt = "the cat", "the cab"         # the last token differs: every window sees it
+    right, other = TOK97.encode("o")[0], TOK97.encode("e")[0]
+    assert patching.restored(model, TOK97, clean, corrupt, [], right, other) == pytest.approx(0.0, abs=1e-6)
+    last = f"blocks.{model.config.n_layer - 1}.resid_post"
+    assert patching.restored(model, TOK97, clean, corrupt, [last], right, other) == pytest.approx(1.0, abs=1e-4)
+    assert patching.restored(model, TOK97, clean, corrupt, ["embed"], right, other) == pytest.approx(1.0, abs=1e-4)
+
+
+def _previous_token_model(norm_position="pre"):
+    """One block whose head 1 copies the previous token and head 2 does nothing; the MLP is off.
+    Residual dims: 0-7 the token, 8-23 the position, 24-31 the copied token, read by the output
+    layer. Characters a-g, ids 1-7 (0 is end-of-text)."""
+    tok = CharTokenizer("abcdefg")
+    model = build(tiny_config(vocab_size=8, n_positions=16, n_embd=32, n_layer=1, n_head=2,
+                              norm_position=norm_position)).eval()
+    h, S = model.transformer, 30.0
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        for ln in (h.h[0].ln_1, h.h[0].ln_2, h.ln_f):
+            if hasattr(ln, "weight"):           # post-norm: no final norm
+                ln.weight.fill_(1.0)
+        h.wte.weight[:, :8] = torch.eye(8)
+        h.wpe.weight[:, 8:24] = torch.eye(16)
+        W = h.h[0].attn.c_attn.weight          # (3 * 32, 32): rows q, k, v; head 1 = dims 0-15
+        for p in range(1, 16):
+            W[p - 1, 8 + p] = S                  # position p's query looks for key p - 1
+        for p in range(16):
+            W[32 + p, 8 + p] = S                 # a key is its position
+        W[64:72, 0:8] = torch.eye(8)             # head 1's value: the token
+        h.h[0].attn.c_proj.weight[24:32, 0:8] = torch.eye(8) * 10
+        model.lm_head.weight[:, 24:32] = torch.eye(8)
+    return model, tok
+
+
+def _next_ids(model, ids, replace=None):
+    with hooked(model, replace=replace), torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].argmax(-1).tolist()
+
+
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_a_head_built_to_copy_the_previous_token(norm_position):
+    """Ablating the copying head breaks the copy; ablating the other head changes nothing;
+    patching the copying head's output restores the clean answer entirely, and the residual
+    stream restores it only at the position where the prompts differ."""
+    model, tok = _previous_token_model(norm_position)
+    ids = [0] + tok.encode("abcfgde")
+    assert _next_ids(model, ids)[1:] == ids[:-1][:7]                  # each position: the token before
+    copy = ablation.ablations([(0, 0)], "zero", None)
+    other = ablation.ablations([(0, 1)], "zero", None)
+    assert _next_ids(model, ids, other) == _next_ids(model, ids)
+    broken = _next_ids(model, ids, copy)
+    assert sum(a == b for a, b in zip(broken[1:], ids[:-1])) <= 1
+    r = patching.patch(model, tok, "abcd", "abed")
+    assert (r["answer"], r["wrong"]) == ("c", "e")                    # at 'd': the token before it
+    assert r["heads"][0][0] == pytest.approx(1.0, abs=1e-4)
+    assert r["heads"][0][1] == pytest.approx(0.0, abs=1e-4)
+    assert r["resid"][0][3] == pytest.approx(1.0, abs=1e-4)           # <bos> a b [c|e] d: position 3
+    assert all(abs(v) < 1e-4 for t, v in enumerate(r["resid"][0]) if t != 3)
+    lensed = lens.logit_lens(model, tok, "abcd")
+    assert lensed["first_layer"][1:4] == [None, None, None]    # the next letter is never the token before
+    with pytest.raises(ConfigError, match="equal length in tokens"):
+        patching.patch(model, tok, "abcd", "abc")
+
+
+@pytest.fixture
+def captioner(corpus_dir):
+    list(runs.train("cap", tiny_config(n_positions=48), TrainConfig(
+        epochs=1, lr=1e-3, max_train_captions=640, max_dev_captions=60, tokenizer="words")))
+    return checkpoints.load("cap")
+
+
+@pytest.mark.parametrize("mode", ["zero", "mean"])
+def test_the_scan_of_every_head_is_the_ablation_of_each(captioner, mode):
+    """The scan (the stream below each layer reused, a layer's heads batched) gives each head
+    the change its own ablation gives, with a paired interval and a verdict."""
+    scan = ablation.scan(captioner, mode=mode, n=40, n_ref=30)
+    assert len(scan["change"]) == 2 and len(scan["change"][0]) == 4 and len(scan["most"]) == 5
+    one = ablation.ablate(captioner, [(1, 2)], mode=mode, n=40, n_ref=30, n_captions=2)
+    assert scan["change"][1][2] == pytest.approx(one["change"], rel=1e-4, abs=1e-3 * one["perplexity"] * 1e-2)
+    lo, hi = one["change_ci"]
+    assert lo <= one["change"] <= hi and one["verdict"]
+    assert len(one["captions"]) == 2 and all(c["intact"] and c["ablated"] for c in one["captions"])
+
+
+def test_bad_heads_and_models_without_texts_are_refused_in_one_line():
+    for text, said in [("3.1", "out of range"), ("1", "BLOCK.HEAD"), ("1.1,1.1", "named twice"),
+                       ("", "name the heads"), ("0.1", "out of range")]:
+        with pytest.raises(ConfigError, match=said):
+            ablation.parse_heads(text, 2, 4)
+
+
+def test_the_cli_reads_lens_ablation_and_patching_as_json(captioner, store):
+    def lab(*args):
+        return subprocess.run([sys.executable, "-m", "lab", *args], capture_output=True, text=True,
+                              cwd=ROOT, env={"LAB_STORE": str(store), "PATH": "/usr/bin:/bin"})
+    got = lab("lens", "--checkpoint", "cap", "--checkpoint", "cap", "--text", "A man riding a horse", "--json")
+    assert got.returncode == 0, got.stderr
+    two = json.loads(got.stdout)
+    assert len(two) == 2 and two[0]["layers"] == ["embeddings", "block 1", "block 2"]
+    got = lab("ablate", "--checkpoint", "cap", "--heads", "1.1", "--n", "20", "--json")
+    assert got.returncode == 0 and json.loads(got.stdout)["heads"] == ["1.1"]
+    got = lab("patch", "--checkpoint", "cap", "--clean", "A man riding a horse", "--corrupted",
+              "A woman riding a bike", "--answer", "on", "--wrong", "in", "--json")
+    assert got.returncode == 0 and len(json.loads(got.stdout)["resid"]) == 2
+    for args, said in [(("ablate", "--checkpoint", "cap", "--heads", "9.9"), "head 9.9 out of range"),
+                       (("patch", "--checkpoint", "cap", "--clean", "A man", "--corrupted", "A tall man"),
+                        "equal length in tokens"),
+                       (("lens", "--checkpoint", "cap", "--text", "  "), "type a text")]:
+        got = lab(*args)
+        assert got.returncode == 2 and said in got.stderr and "Traceback" not in got.stderr
