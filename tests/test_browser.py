@@ -122,7 +122,7 @@ def test_a_decoder_per_checkpoint_lists_the_chosen_ones(page, server):
 
 
 def test_head_view_draws_with_the_network_blocked(page):
-    _tab(page, "Attention")
+    _tab(page, "Inside the model")
     page.locator("#attention-go").click()
     frame = page.frame_locator("#attention-head-view iframe")
     # bertviz's head view draws one text element per token on each side, with d3, in SVG
@@ -413,7 +413,7 @@ def test_an_empty_lab_guides_the_first_visit(browser, empty_server):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(url)
     expect(page.locator("#start")).to_contain_text("New here?", timeout=60_000)
-    for tab in ("Compare", "Attention", "Evaluate", "Train", "Checkpoints"):
+    for tab in ("Compare", "Inside the model", "Evaluate", "Train", "Checkpoints"):
         _tab(page, tab)
         expect(page.get_by_text("The store has no checkpoints yet.").locator("visible=true")).to_have_count(1)
     _shot(page, "getting-started")
@@ -499,7 +499,7 @@ def test_compare_them_shows_the_captions_and_says_it_is_done(browser, tmp_path):
         expect(page.locator("#start-status-4")).to_contain_text("done", timeout=30_000)
         expect(page.locator("#start-status-4")).not_to_contain_text("press the button")
         _shot(page, "compare-them")
-        _tab(page, "Attention")
+        _tab(page, "Inside the model")
         expect(page.locator("#attention-checkpoint input")).to_have_value(start.SCRATCH)
         page.close()
 
@@ -508,7 +508,7 @@ def test_a_message_is_dismissed_when_the_tab_changes(page):
     """An error said in one tab does not follow the person to the next."""
     from playwright.sync_api import expect
     from lab.modeling.generate import MAX_PROMPT_CHARS
-    _tab(page, "Attention")
+    _tab(page, "Inside the model")
     page.locator("#attention-text textarea, #attention-text input").first.fill("x" * (MAX_PROMPT_CHARS + 1))
     page.locator("#attention-go").click()
     toast = page.get_by_test_id("toast-body")
@@ -523,7 +523,7 @@ def test_dark_theme_keeps_attention_and_charts_readable(browser, server):
     url, _ = server
     page = browser.new_page(viewport={"width": 1400, "height": 1000}, color_scheme="dark")
     page.goto(url + "?__theme=dark")
-    _tab(page, "Attention")
+    _tab(page, "Inside the model")
     page.locator("#attention-go").click()
     frame = page.locator("#attention-head-view iframe")
     frame.wait_for(timeout=60_000)
@@ -726,7 +726,7 @@ def test_a_new_action_clears_the_last_ones_error_mark(page):
     page.locator("#compare-go").click()
     mark = page.locator("#compare-out [data-testid=status-tracker] .error")
     expect(mark).to_have_count(1, timeout=30_000)
-    _tab(page, "Attention")
+    _tab(page, "Inside the model")
     page.locator("#attention-go").click()
     page.frame_locator("#attention-head-view iframe").locator("svg text").first.wait_for(timeout=60_000)
     _tab(page, "Compare")

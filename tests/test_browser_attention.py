@@ -54,7 +54,7 @@ def _choose(page, elem_id, name):
 
 
 def test_attention_of_two_checkpoints_side_by_side(page, server):
-    _tab(page, "Attention")
+    _tab(page, "Inside the model")
     _choose(page, "attention-checkpoint", "scratch-a")
     _choose(page, "attention-other", "chars")
     page.locator("#attention-go").click()
@@ -93,7 +93,7 @@ def test_a_deep_model_is_drawn_whole(page, server):
     """SmolLM2's 30 layers x 9 heads: the model view's frame holds the whole drawing (its last
     layer's row included, nothing cut off at the bottom), and the grid draws every head of every
     layer (270 heatmaps) at a height a page scrolls through."""
-    _tab(page, "Attention")
+    _tab(page, "Inside the model")
     _choose(page, "attention-checkpoint", "deep")
     page.locator("#attention-go").click()
     page.frame_locator("#attention-head-view iframe").locator("svg text").first.wait_for(timeout=60_000)
@@ -118,7 +118,7 @@ def test_a_deep_model_is_drawn_whole(page, server):
 def test_a_birthplace_model_answers_the_question_it_is_shown(page, server):
     """Ticked 'generate', a birth-place model answers: the view is the question, its ⁇ and the
     answer, read from the first character (no BOS), as the evaluation reads it."""
-    _tab(page, "Attention")
+    _tab(page, "Inside the model")
     _choose(page, "attention-checkpoint", "bp")
     page.locator("#attention-text textarea, #attention-text input").first.fill("Where was Ada Lovelace born?")
     page.get_by_label(re.compile("a birth-place model answers the question")).check()
@@ -133,7 +133,7 @@ def test_a_birthplace_model_answers_the_question_it_is_shown(page, server):
 
 
 def test_head_differences_across_tokenizers_and_views_cleared_on_a_new_choice(page, server):
-    _tab(page, "Attention")
+    _tab(page, "Inside the model")
     _choose(page, "attention-checkpoint", "scratch-a")
     _choose(page, "attention-other", "chars")
     page.locator("#attention-go").click()

@@ -157,3 +157,90 @@ def test_the_cli_reads_lens_ablation_and_patching_as_json(captioner, store):
                        (("lens", "--checkpoint", "cap", "--text", "  "), "type a text")]:
         got = lab(*args)
         assert got.returncode == 2 and said in got.stderr and "Traceback" not in got.stderr
+
+
+def test_attribution_patching_is_the_first_order_change(captioner):
+    """Attribution patching's estimate for a head equals the slope of the perplexity along a small
+    step towards its ablation (a central difference: the scoring's logits are float32, so the
+    step cannot be tiny)."""
+    from lab.inside.ablation import _losses, subsets
+    import math
+    captioner.model.double()
+    est = ablation.attribution(captioner, "zero", n=30)["change"]
+    _, seqs, _, _ = subsets(captioner, "test", 30, 0, 200)
+    pad = captioner.tokenizer.eos_id
+
+    def towards_zero(step):
+        def scaled(z):
+            z = z.clone()
+            z[:, 2] = z[:, 2] * (1 - step)
+            return z
+        return _losses(captioner.model, seqs, pad, {"blocks.1.attn.z": scaled}).mean().item()
+    base = _losses(captioner.model, seqs, pad).mean().item()
+    step = 1e-2
+    slope = (towards_zero(step) - towards_zero(-step)) / (2 * step) * math.exp(base)
+    assert slope == pytest.approx(est[1][2], rel=0.03)
+    assert ablation.rank_agreement([[1, 2], [3, 4]], [[10, 20], [30, 40]]) == pytest.approx(1.0)
+    assert ablation.rank_agreement([[1, 2], [3, 4]], [[4, 3], [2, 1]]) == pytest.approx(-1.0)
+
+
+def test_the_points_ablation_patching_and_lens_equal_transformer_lens_on_the_same_gpt2(tmp_path):
+    """GPT-2 weights made by `transformers`, imported into the lab and wrapped by TransformerLens
+    (its TransformerBridge over the same HF model): every named point holds TransformerLens's
+    activation at its hook of the same name; a head zeroed at hook_z, a residual position patched
+    at hook_resid_pre, and the lens read from hook_resid_post give the same logits."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
+    from lab.storage import interop
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(n_embd=48, n_layer=3, n_head=4, n_positions=64)).save_pretrained(tmp_path)
+    interop.import_hf_gpt2(tmp_path, "g")
+    ours = checkpoints.load("g").model.eval()
+    hf = GPT2LMHeadModel.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    tl = build_bridge_from_module(hf, "GPT2LMHeadModel", hf_config=hf.config)
+    gen = torch.Generator().manual_seed(1)
+    ids, other = (torch.randint(0, 50257, (1, 9), generator=gen) for _ in range(2))
+    close = dict(atol=2e-6, rtol=1e-5)
+
+    tl_logits, cache = tl.run_with_cache(ids)
+    names = list(points(ours))
+    with hooked(ours, read=names) as seen, torch.no_grad():
+        torch.testing.assert_close(ours(ids).logits, tl_logits, **close)
+    for name in names:
+        if name in ("embed", "final_norm"):
+            key = {"embed": "blocks.0.hook_resid_pre", "final_norm": "ln_final.hook_normalized"}[name]
+        else:
+            _, layer, rest = name.split(".", 2)
+            key = f"blocks.{layer}." + ("attn.hook_z" if rest == "attn.z" else f"hook_{rest}")
+        theirs = cache[key].transpose(1, 2) if name.endswith("attn.z") else cache[key]
+        torch.testing.assert_close(seen[name], theirs, **close, msg=name)
+
+    def zero_head(z, hook):
+        z = z.clone()
+        z[:, :, 2] = 0.0          # TransformerLens's z: (B, T, n_head, head_dim)
+        return z
+    with torch.no_grad():
+        torch.testing.assert_close(
+            hooked_logits(ours, other, ablation.ablations([(1, 2)], "zero", None)),
+            tl.run_with_hooks(other, fwd_hooks=[("blocks.1.attn.hook_z", zero_head)]), **close)
+
+    def patch_position(x, hook):
+        x = x.clone()
+        x[:, 4] = cache["blocks.2.hook_resid_pre"][:, 4]
+        return x
+
+    def ours_patched(x):
+        x = x.clone()
+        x[:, 4] = seen["blocks.2.resid_pre"][:, 4]
+        return x
+    with torch.no_grad():
+        torch.testing.assert_close(
+            hooked_logits(ours, other, {"blocks.2.resid_pre": ours_patched}),
+            tl.run_with_hooks(other, fwd_hooks=[("blocks.2.hook_resid_pre", patch_position)]), **close)
+        theirs = hf.lm_head(hf.transformer.ln_f(cache["blocks.1.hook_resid_post"]))[0]
+        torch.testing.assert_close(lens.lens_logits(ours, ids[0].tolist())[2], theirs, **close)
+
+
+def hooked_logits(model, ids, replace):
+    with hooked(model, replace=replace):
+        return model(ids).logits

@@ -47,6 +47,10 @@ def cmd_ablate(args):
               f"(seed {args.seed}); perplexity {r['perplexity']:.3f}; change per block and head:")
         for i, row in enumerate(r["change"]):
             print(f"  block {i + 1:>2}: " + " ".join(f"{c:+8.3f}" for c in row))
+        e = r["estimate"]
+        print(f"  attribution patching's estimate (one forward and backward pass, {e['elapsed_s']:.1f} s "
+              f"against the scan's {r['scan_s']:.1f} s) ranks the heads with Spearman "
+              f"{e['rank_agreement']:+.2f} against the exact scan")
         print("  the heads that matter most:")
         for m in r["most"]:
             lo, hi = m["change_ci"]
@@ -119,7 +123,8 @@ def _parser_patch(sub) -> None:
     p.add_argument("--clean", required=True)
     p.add_argument("--corrupted", required=True, help="as long as --clean in tokens")
     p.add_argument("--answer", help="the clean answer (its first token; default: the model's choice)")
-    p.add_argument("--wrong", help="the corrupted answer (default: the model's choice)")
+    p.add_argument("--wrong", help="the corrupted answer (default: the corrupted prompt's first "
+                                   "choice other than the clean answer)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_patch)
 

@@ -1,8 +1,11 @@
 """Reading and replacing activations at named points (lab.modeling.points), with plain torch
 forward hooks: a point is an identity module, so a hook that returns a tensor replaces what
-passes. Hooks are removed when the `with` block ends, whatever happens inside it."""
+passes. Hooks are removed when the `with` block ends, whatever happens inside it, and act only on
+the thread that set them: the app shares a loaded model between requests, and another request's
+pass through it (a Compare tab's generation) sees the model intact."""
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from typing import Callable
 
@@ -32,12 +35,21 @@ def hooked(model, read=(), replace: dict[str, Callable[[torch.Tensor], torch.Ten
                           f"{', '.join(list(found)[:8])}, ... ({len(found)} in all)")
     seen: dict[str, torch.Tensor] = {}
     handles = []
+    owner = threading.get_ident()   # a loaded model is shared: other requests' passes are left alone
+
+    def replacing(fn):
+        return lambda m, i, out: fn(out) if threading.get_ident() == owner else None
+
+    def reading(name):
+        def keep(m, i, out):
+            if threading.get_ident() == owner:
+                seen[name] = out.detach()
+        return keep
     try:
         for name, fn in (replace or {}).items():
-            handles.append(found[name].register_forward_hook(lambda m, i, out, fn=fn: fn(out)))
+            handles.append(found[name].register_forward_hook(replacing(fn)))
         for name in read:
-            handles.append(found[name].register_forward_hook(
-                lambda m, i, out, name=name: seen.__setitem__(name, out.detach())))
+            handles.append(found[name].register_forward_hook(reading(name)))
         yield seen
     finally:
         for h in handles:

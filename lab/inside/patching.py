@@ -18,7 +18,7 @@ MIN_SPAN = 0.5    # logits between the two runs' differences under which a fract
 
 
 def _answer_id(tokenizer, text: str | None, logits: torch.Tensor) -> int:
-    """The token of an answer given as text (its first token), or the model's own first choice."""
+    """The token of an answer given as text (its first token), or the first choice of `logits`."""
     if not text:
         return int(logits.argmax())
     ids = tokenizer.encode(text)
@@ -50,10 +50,12 @@ def patch(model, tokenizer, clean: str, corrupted: str, answer: str | None = Non
         with hooked(model, read=resid + zs) as clean_seen:
             la = model(xa).logits[0, -1].float()
         lb = model(xb).logits[0, -1].float()
-        right, other = _answer_id(tokenizer, answer, la), _answer_id(tokenizer, wrong, lb)
+        right = _answer_id(tokenizer, answer, la)
+        # unnamed, the corrupted answer is the corrupted prompt's first choice other than the clean one
+        other = _answer_id(tokenizer, wrong, lb.index_fill(0, torch.tensor([right], device=dev), -torch.inf))
         if right == other:
-            raise ConfigError(f"both prompts' answers are {tokenizer.token_strings([right])[0]!r}: "
-                              f"name two different answers (--answer, --wrong)")
+            raise ConfigError(f"the clean and the corrupted answer are both "
+                              f"{tokenizer.token_strings([right])[0]!r}: name two different answers")
         diff = lambda lg: lg[..., right] - lg[..., other]       # noqa: E731
         d_clean, d_corrupt = float(diff(la)), float(diff(lb))
         span = d_clean - d_corrupt

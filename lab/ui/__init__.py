@@ -16,7 +16,7 @@ from lab.errors import LabError
 from lab.inputs.tokenizers import gpt2
 from lab.registry import load_plugins
 from lab.evaluation.report import CAPTIONS_CSS
-from lab.ui import attention, checkpoints, compare, evaluate, experiments, start, train
+from lab.ui import attention, checkpoints, compare, evaluate, experiments, inside, start, train
 from lab.ui.access import LoginGate, Throttle
 from lab.ui.common import Context, friendly, read_metas
 from lab.ui.fields import Blocks
@@ -53,8 +53,14 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
         with gr.Tabs() as tabs:
             with gr.Tab("Compare", id="compare", render_children=True):
                 side_by_side = compare.build(ctx)
-            with gr.Tab("Attention", id="attention", render_children=True):
-                attention.build(ctx)
+            with gr.Tab("Inside the model", id="attention", render_children=True):
+                ctx.empty_note("Import SmolLM2 in the Checkpoints tab (about 15 s), or train a model "
+                               "in the Train tab; then look inside it here: its attention, the "
+                               "logit lens, heads ablated, activations patched.")
+                with gr.Tabs():
+                    with gr.Tab("Attention", id="attention-heads", render_children=True):
+                        attention.build(ctx)
+                    inside.build(ctx)
             with gr.Tab("Evaluate", id="evaluate", render_children=True):
                 evaluate.build(ctx)
             with gr.Tab("Train", id="train", render_children=True):

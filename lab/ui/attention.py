@@ -193,8 +193,6 @@ def view_columns() -> tuple[list, list]:
 
 
 def build(ctx: Context):
-    ctx.empty_note("Import SmolLM2 in the Checkpoints tab (about 15 s), or train a model in the "
-                   "Train tab; then show its attention here.")
     gr.Markdown("Attention of every layer and head, for one checkpoint or two side by side on the "
                 "same text. The head and model views are bertviz's, served from this machine (no "
                 "network needed); the grid shows every layer x head at once. Layers and heads are "

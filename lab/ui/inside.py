@@ -1,0 +1,329 @@
+"""The Inside-the-model tab's views beside Attention: the logit lens, head ablation (a set of
+heads, or each in turn with progress and a Stop) and activation patching, for the checkpoints the
+store holds; each result as a figure, a table to download (CSV, JSON) and an API endpoint that
+returns the figures as JSON (lab.inside's dicts)."""
+from __future__ import annotations
+
+import gradio as gr
+
+from lab.config import SEED_MAX, ConfigError
+from lab.inside import ablation, lens, patching
+from lab.inside.figures import lens_figure, patch_figure, scan_figure
+from lab.modeling.generate import MAX_PROMPT_CHARS
+from lab.storage import exports
+from lab.ui.common import (LOADED, Context, checkpoint_dropdown, friendly, need_checkpoint,
+                           stoppable, whole)
+from lab.ui.common import text as bounded_text
+from lab.ui.fields import Dataframe, Dropdown, Number, Radio, Textbox
+from lab.ui.work import progress_bar, streamed
+
+MAX_TEXTS = 2000          # texts one ablation request scores (each head's scan: at most 500)
+MAX_SCAN_TEXTS = 500
+
+
+def _loaded(name, what: str, store):
+    return LOADED.get(need_checkpoint(name, what, store), store)
+
+
+# ---------------------------------------------------------------- the logit lens
+
+def lens_of(name, text, top, store=None) -> dict:
+    text = bounded_text(text, "the text", MAX_PROMPT_CHARS).strip()
+    if not text:
+        raise ConfigError("type a text to read through the lens")
+    ck = _loaded(name, "a checkpoint", store)
+    try:
+        return {"checkpoint": ck.name, "text": text,
+                **lens.logit_lens(ck.model, ck.tokenizer, text, whole(top, "top", 1, 20))}
+    except ConfigError as e:
+        raise ConfigError(f"{ck.name}: {e}") from None
+
+
+def lens_rows(r: dict) -> list[list]:
+    return [[r["checkpoint"], layer, t, tok, r["next"][t], r["next_rank"][i][t], r["next_prob"][i][t],
+             r["top"][i][t][0][0], r["top"][i][t][0][1]]
+            for i, layer in enumerate(r["layers"]) for t, tok in enumerate(r["tokens"])]
+
+
+LENS_HEADERS = ["checkpoint", "layer", "position", "token", "next token", "rank of the next",
+                "p(next)", "top token", "p(top)"]
+
+
+def _first_said(r: dict) -> str:
+    firsts = [(t, r["first_layer"][t]) for t in range(len(r["tokens"])) if r["next"][t] is not None]
+    found = [f"`{r['next'][t]!r}` at {r['layers'][f]}" for t, f in firsts if f is not None]
+    return (f"**{r['checkpoint']}**: {len(found)} of {len(firsts)} next tokens ranked first by "
+            f"some layer's lens" + (f" (first: {', '.join(found[:6])}{' …' if len(found) > 6 else ''})"
+                                    if found else "") + ".")
+
+
+def show_lens(name, other, text, top, store=None):
+    first = lens_of(name, text, top, store)
+    results = [first] + ([lens_of(other, text, top, store)] if other else [])
+    figs = [lens_figure(r, r["checkpoint"], r["text"]) for r in results]
+    rows = [row for r in results for row in lens_rows(r)]
+    files = exports.write_table(LENS_HEADERS, rows, "lens-" + "-vs-".join(r["checkpoint"] for r in results),
+                                store, {"text": first["text"], "top": int(top)})
+    note = "\n\n".join(_first_said(r) for r in results)
+    return (note, gr.update(value=figs[0], visible=True),
+            gr.update(value=figs[1] if other else None, visible=bool(other)),
+            gr.update(value=files, visible=True))
+
+
+def _lens_view(ctx: Context):
+    gr.Markdown("Each layer's residual stream read through the final norm and the output layer, "
+                "as if the model stopped there (the logit lens): where along the depth the next "
+                "token becomes the model's first choice. The last row is the model's own output. "
+                "Hover a cell for its top tokens.")
+    with gr.Row():
+        name = checkpoint_dropdown(ctx, "checkpoint", task="generate", only=False, elem_id="lens-checkpoint")
+        other = ctx.add_dropdown(Dropdown([""] + ctx.checkpoint_names(), value="",
+                                          label="side by side with (optional)", allow_custom_value=True,
+                                          elem_id="lens-other"), "blank")
+        text = Textbox("A man riding a wave on top of a surfboard .", label="text", scale=2,
+                       elem_id="lens-text")
+        top = Number(5, label="top tokens kept", step=1, elem_id="lens-top")
+    go = gr.Button("Show the lens", variant="primary", elem_id="lens-go")
+    note = gr.Markdown(elem_id="lens-note")
+    with gr.Row():
+        fig_a = gr.Plot(show_label=False, elem_id="lens-figure", visible=False)
+        fig_b = gr.Plot(show_label=False, elem_id="lens-other-figure", visible=False)
+    files = gr.File(label="download the lens (CSV, JSON)", file_count="multiple", interactive=False,
+                    visible=False, elem_id="lens-files")
+    go.click(lambda: ("", *[gr.update(visible=False)] * 3), None, [note, fig_a, fig_b, files],
+             queue=False, api_visibility="private").then(
+        friendly(lambda *v: show_lens(*v, store=ctx.store)), [name, other, text, top],
+        [note, fig_a, fig_b, files], api_visibility="private")
+
+    def lens_api(checkpoint: str, text: str, top: int = 5) -> dict:
+        """The logit lens of a checkpoint over a text: per layer (embeddings, block 1..L) and
+        position the top tokens with their probabilities, the rank and probability of the next
+        token, and the first layer ranking it first."""
+        return lens_of(checkpoint, text, top, ctx.store)
+    gr.api(friendly(lens_api), api_name="lens")
+
+
+# ---------------------------------------------------------------- head ablation
+
+def _subset_args(split, n, seed, most: int) -> tuple[str, int, int]:
+    if split not in ("train", "dev", "test"):
+        raise ConfigError(f"split must be train, dev or test, got {split!r}")
+    return split, whole(n, "texts", 1, most), whole(seed, "seed", 0, SEED_MAX)
+
+
+def ablate_set(name, heads, mode, split, n, seed, store=None, data_dir=None) -> dict:
+    ck = _loaded(name, "a checkpoint", store)
+    split, n, seed = _subset_args(split, n, seed, MAX_TEXTS)
+    chosen = ablation.parse_heads(heads or "", len(ck.model.transformer.h), ck.model.config.n_head)
+    return ablation.ablate(ck, chosen, mode, split, n, seed, data_dir=data_dir)
+
+
+def scan_streamed(names: list, mode, split, n, seed, store=None, data_dir=None):
+    """Each checkpoint's scan in turn, in a thread that Stop ends: yields progress lines (str),
+    returns the scans."""
+    split, n, seed = _subset_args(split, n, seed, MAX_SCAN_TEXTS)
+    cks = [_loaded(x, "a checkpoint", store) for x in names]
+
+    def compute(work):
+        done = []
+        for i, ck in enumerate(cks):
+            def said(texts, total, layer, layers, i=i, ck=ck):
+                work.say(((i + (texts / total) * (layer / layers)) / len(cks),
+                          f"{ck.name}: block {layer} of {layers}, texts {texts} of {total}"))
+            done.append(ablation.scan(ck, mode, split, n, seed, data_dir=data_dir,
+                                      abort=work.stop_asked, progress=said))
+        return done
+    return (yield from streamed(compute, lambda said: said or (0.0, "loading the checkpoints")))
+
+
+def _scan_said(r: dict) -> str:
+    lines = [f"**{r['checkpoint']}**, perplexity {r['perplexity']:.3f} on {r['n']} {r['split']} texts "
+             f"(seed {r['seed']}); the heads that matter most:"]
+    for m in r["most"]:
+        lo, hi = m["change_ci"]
+        lines.append(f"- head {m['head']}: {m['change']:+.3f} [{lo:+.3f}, {hi:+.3f}], {m['verdict']}")
+    e = r["estimate"]
+    lines.append(f"\nAttribution patching's estimate of every head (one forward and one backward pass, "
+                 f"{e['elapsed_s']:.1f} s against the exact scan's {r['scan_s']:.1f} s) ranks the heads "
+                 f"with Spearman {e['rank_agreement']:+.2f} against the scan; its figures are in the "
+                 f"downloads.")
+    return "\n".join(lines)
+
+
+SCAN_HEADERS = ["checkpoint", "block", "head", "change in perplexity", "95% low", "95% high",
+                "attribution patching's estimate"]
+
+
+def show_scan(name, other, mode, split, n, seed, store=None, data_dir=None):
+    names = [need_checkpoint(name, "a checkpoint", store)] + ([other] if other else [])
+    waiting = (gr.skip(),) * 4
+    scans = None
+    stream = scan_streamed(names, mode, split, n, seed, store, data_dir)
+    try:
+        while True:
+            frac, said = next(stream)
+            yield (progress_bar(frac, said), *waiting)
+    except StopIteration as end:
+        scans = end.value
+    rows = [[r["checkpoint"], i + 1, h + 1, c, lo, hi, r["estimate"]["change"][i][h]] for r in scans
+            for i, (row, cis) in enumerate(zip(r["change"], r["change_ci"]))
+            for h, (c, (lo, hi)) in enumerate(zip(row, cis))]
+    files = exports.write_table(SCAN_HEADERS, rows, "ablate-each-" + "-vs-".join(names), store,
+                                {"mode": mode, "split": split, "n": int(n), "seed": int(seed)})
+    yield ("\n\n".join(_scan_said(r) for r in scans), gr.skip(),
+           gr.update(value=scan_figure(scans[0]), visible=True),
+           gr.update(value=scan_figure(scans[1]) if other else None, visible=bool(other)),
+           gr.update(value=files, visible=True))
+
+
+def show_set(name, heads, mode, split, n, seed, store=None, data_dir=None):
+    r = ablate_set(name, heads, mode, split, n, seed, store, data_dir)
+    lo, hi = r["change_ci"]
+    said = (f"**{r['checkpoint']}** with heads {', '.join(r['heads'])} {r['mode']}-ablated"
+            + (f" (their mean over {r['reference_n']} other {r['split']} texts)" if r["mode"] == "mean" else "")
+            + f", on {r['n']} {r['split']} texts (seed {r['seed']}): perplexity {r['perplexity']:.3f} "
+            f"→ {r['ablated_perplexity']:.3f}, change {r['change']:+.3f} [{lo:+.3f}, {hi:+.3f}] "
+            f"(paired 95% bootstrap): **{r['verdict']}**.")
+    rows = [[c["intact"], c["ablated"]] for c in r["captions"]]
+    files = exports.write_table(["intact", "ablated"], rows, f"ablate-{r['checkpoint']}", store,
+                                {k: v for k, v in r.items() if k != "captions"})
+    return (said, gr.update(value={"headers": ["intact (greedy)", "heads ablated (greedy)"], "data": rows},
+                            visible=True), gr.skip(), gr.skip(), gr.update(value=files, visible=True))
+
+
+def _ablation_view(ctx: Context):
+    gr.Markdown("Zero a set of heads' outputs (before the output projection), or put their mean "
+                "over other texts of the split in their place, and compare the model with itself "
+                "intact: perplexity on a seeded subset with a paired 95% interval, and captions "
+                "from the same prompts. *Ablate each head in turn* draws a blocks x heads map of "
+                "the change (exact; the stream below each block is computed once). Blocks and "
+                "heads are numbered from 1.")
+    with gr.Row():
+        name = checkpoint_dropdown(ctx, "checkpoint", task="generate", elem_id="ablate-checkpoint")
+        other = ctx.add_dropdown(Dropdown([""] + ctx.checkpoint_names(), value="",
+                                          label="scan side by side with (optional)",
+                                          allow_custom_value=True, elem_id="ablate-other"), "blank")
+        heads = Textbox("1.1", label="heads (block.head, e.g. 1.3,2.1)", elem_id="ablate-heads")
+    with gr.Row():
+        mode = Radio(list(ablation.MODES), value="zero", label="ablation", elem_id="ablate-mode")
+        split = Radio(["test", "dev"], value="test", label="texts", elem_id="ablate-split")
+        n = Number(200, label="texts scored", step=1, elem_id="ablate-n")
+        seed = Number(0, label="seed", step=1, elem_id="ablate-seed")
+    with gr.Row():
+        go = gr.Button("Ablate these heads", variant="primary", elem_id="ablate-go")
+        scan_go = gr.Button("Ablate each head in turn", elem_id="ablate-scan-go")
+        stop = gr.Button("Stop", variant="stop", visible=False, elem_id="ablate-stop")
+    said = gr.Markdown(elem_id="ablate-note")
+    captions = Dataframe(headers=["intact (greedy)", "heads ablated (greedy)"], visible=False,
+                         wrap=True, column_widths=["50%", "50%"], elem_id="ablate-captions")
+    with gr.Row():
+        fig_a = gr.Plot(show_label=False, elem_id="ablate-figure", visible=False)
+        fig_b = gr.Plot(show_label=False, visible=False, elem_id="ablate-other-figure")
+    files = gr.File(label="download (CSV, JSON)", file_count="multiple", interactive=False,
+                    visible=False, elem_id="ablate-files")
+    outs = [said, captions, fig_a, fig_b, files]
+    hide = lambda: [gr.update(visible=False)] * 4             # noqa: E731  (the last result's)
+    go.click(hide, None, [captions, fig_a, fig_b, files], queue=False, api_visibility="private").then(
+        friendly(lambda *v: show_set(*v, store=ctx.store, data_dir=ctx.data_dir)),
+        [name, heads, mode, split, n, seed], outs, api_visibility="private")
+    scan_go.click(hide, None, [captions, fig_a, fig_b, files], queue=False, api_visibility="private")
+    stoppable(scan_go, stop, lambda: scan_go.click(
+        friendly(lambda *v: (yield from show_scan(*v, store=ctx.store, data_dir=ctx.data_dir))),
+        [name, other, mode, split, n, seed], outs, api_visibility="private"),
+        said, [said], lambda s: ["Stopped before the end: no map." if s and "lab-progress" in s else gr.skip()])
+
+    def ablate_api(checkpoint: str, heads: str, mode: str = "zero", split: str = "test", n: int = 200,
+                   seed: int = 0) -> dict:
+        """Heads ablated (BLOCK.HEAD from 1, e.g. "1.3,2.1"; mode zero or mean): perplexity intact
+        and ablated on a seeded subset, the change with its paired 95% interval, a verdict, and
+        greedy captions of both from the same prompts."""
+        return ablate_set(checkpoint, heads, mode, split, n, seed, ctx.store, ctx.data_dir)
+
+    def ablate_each_api(checkpoint: str, mode: str = "zero", split: str = "test", n: int = 200,
+                        seed: int = 0):
+        """Each head ablated alone, streamed: {"progress", "doing"} updates, then the scan (the
+        change per block and head with intervals, and the heads that matter most)."""
+        stream = scan_streamed([checkpoint], mode, split, n, seed, ctx.store, ctx.data_dir)
+        try:
+            while True:
+                frac, doing = next(stream)
+                yield {"progress": frac, "doing": doing}
+        except StopIteration as end:
+            yield end.value[0]
+    gr.api(friendly(ablate_api), api_name="ablate")
+    gr.api(friendly(ablate_each_api), api_name="ablate_each")
+
+
+# ---------------------------------------------------------------- activation patching
+
+def patch_of(name, clean, corrupted, answer, wrong, store=None) -> dict:
+    ck = _loaded(name, "a checkpoint", store)
+    clean = bounded_text(clean, "the clean prompt", MAX_PROMPT_CHARS).strip()
+    corrupted = bounded_text(corrupted, "the corrupted prompt", MAX_PROMPT_CHARS).strip()
+    if not clean or not corrupted:
+        raise ConfigError("type a clean prompt and a corrupted one of the same length in tokens")
+    return {"checkpoint": ck.name, **patching.patch(ck.model, ck.tokenizer, clean, corrupted,
+                                                    answer or None, wrong or None)}
+
+
+def show_patch(name, clean, corrupted, answer, wrong, store=None):
+    r = patch_of(name, clean, corrupted, answer, wrong, store)
+    said = (f"**{r['checkpoint']}**: logit difference {r['answer']!r} − {r['wrong']!r} at the last "
+            f"position: clean {r['clean']:+.3f}, corrupted {r['corrupted']:+.3f}. A cell is the share "
+            f"of that gap its patch restores (0 nothing, 1 all).")
+    if r["warning"]:
+        said += f"\n\n**Note**: {r['warning']}."
+    rows = [[r["checkpoint"], "residual", layer, f"{t}: {tok}", v] for layer, row in zip(r["layers"], r["resid"])
+            for t, (tok, v) in enumerate(zip(r["tokens"], row))]
+    rows += [[r["checkpoint"], "head", layer, f"head {h + 1}", v] for layer, row in zip(r["layers"], r["heads"])
+             for h, v in enumerate(row)]
+    files = exports.write_table(["checkpoint", "patched", "block", "where", "restored"], rows,
+                                f"patch-{r['checkpoint']}", store,
+                                {"clean": clean, "corrupted": corrupted, "answer": r["answer"],
+                                 "wrong": r["wrong"], "clean_difference": r["clean"],
+                                 "corrupted_difference": r["corrupted"]})
+    return said, gr.update(value=patch_figure(r, r["checkpoint"]), visible=True), \
+        gr.update(value=files, visible=True)
+
+
+def _patching_view(ctx: Context):
+    gr.Markdown("Run a corrupted prompt, put one activation of the clean prompt in its place, and "
+                "see how much of the clean answer comes back: the residual stream entering each "
+                "block at each position, and each head's output. The two prompts must be the same "
+                "length in tokens. Left blank, the clean answer is the clean prompt's first choice "
+                "and the corrupted one the corrupted prompt's first choice other than it. A "
+                "birth-place model: *Where was Ada Lovelace born?* against a name of the same length.")
+    with gr.Row():
+        name = checkpoint_dropdown(ctx, "checkpoint", only=False, elem_id="patch-checkpoint")
+        clean = Textbox("A man riding a horse on a", label="clean prompt", elem_id="patch-clean", scale=2)
+        corrupted = Textbox("A woman riding a bike on a", label="corrupted prompt",
+                            elem_id="patch-corrupted", scale=2)
+    with gr.Row():
+        answer = Textbox("", label="clean answer (optional: its first token)", elem_id="patch-answer")
+        wrong = Textbox("", label="corrupted answer (optional)", elem_id="patch-wrong")
+        go = gr.Button("Patch", variant="primary", elem_id="patch-go")
+    said = gr.Markdown(elem_id="patch-note")
+    fig = gr.Plot(show_label=False, elem_id="patch-figure", visible=False)
+    files = gr.File(label="download (CSV, JSON)", file_count="multiple", interactive=False,
+                    visible=False, elem_id="patch-files")
+    go.click(lambda: ("", gr.update(visible=False), gr.update(visible=False)), None, [said, fig, files],
+             queue=False, api_visibility="private").then(
+        friendly(lambda *v: show_patch(*v, store=ctx.store)), [name, clean, corrupted, answer, wrong],
+        [said, fig, files], api_visibility="private")
+
+    def patch_api(checkpoint: str, clean: str, corrupted: str, answer: str = "", wrong: str = "") -> dict:
+        """Activation patching from the clean prompt into the corrupted one (equal length in
+        tokens): the share of the clean answer's logit difference each patch restores, per block
+        and position of the residual stream and per block and head."""
+        return patch_of(checkpoint, clean, corrupted, answer, wrong, ctx.store)
+    gr.api(friendly(patch_api), api_name="patch")
+
+
+def build(ctx: Context):
+    """The three views, each a tab beside Attention's (the caller's gr.Tabs)."""
+    with gr.Tab("Logit lens", id="lens", render_children=True):
+        _lens_view(ctx)
+    with gr.Tab("Head ablation", id="ablation", render_children=True):
+        _ablation_view(ctx)
+    with gr.Tab("Patching", id="patching", render_children=True):
+        _patching_view(ctx)
