@@ -55,6 +55,7 @@ bench: install
 	$(BIN)/python benchmarks/stream_vs_batches.py
 	$(BIN)/python benchmarks/save_cost.py
 	$(BIN)/python benchmarks/text_corpus.py
+	$(BIN)/python benchmarks/inside.py
 
 clean:
 	rm -rf $(VENV)

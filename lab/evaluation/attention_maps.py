@@ -50,7 +50,6 @@ class Capture:
         return len(self.attentions)
 
 
-@torch.no_grad()
 def sequence(model, tokenizer, text: str = "", ids: list[int] | None = None,
              max_tokens: int | None = None) -> tuple[list[int], list[str]]:
     """The ids a view reads for a text (BOS + text, or the text alone for a tokenizer without BOS:
@@ -66,6 +65,7 @@ def sequence(model, tokenizer, text: str = "", ids: list[int] | None = None,
     return seq, ([] if bos is None else ["<bos>"]) + tokenizer.token_strings(list(body))
 
 
+@torch.no_grad()
 def capture(model, tokenizer, text: str = "", ids: list[int] | None = None, n_prompt: int | None = None,
             max_tokens: int | None = None) -> Capture:
     """Attention of every layer and head over BOS + text (or BOS + ids); over the text alone for a

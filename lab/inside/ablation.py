@@ -16,9 +16,11 @@ from lab.inputs import data, tasks
 from lab.inputs.data import collate, sentence_nll
 from lab.inside.hooks import check_model, hooked
 from lab.modeling.generate import generate
+from lab.modeling.model import recycled_logits
 
 MODES = ("zero", "mean")
 N_BOOT = 1000
+TOKENS_PER_CALL = 1024     # a scan's forward passes: rows x positions of logits at once
 
 
 def parse_heads(text: str, n_layer: int, n_head: int) -> list[tuple[int, int]]:
@@ -163,9 +165,10 @@ def _from_layer(model, layer: int, x: torch.Tensor) -> torch.Tensor:
 def scan(ck, mode: str = "zero", split: str = "test", n: int = 200, seed: int = 0, n_ref: int = 200,
          data_dir=None, batch_size: int = 32, abort=None, progress=None, estimated: bool = True) -> dict:
     """Every head ablated alone: the change in perplexity with its paired interval, as a
-    blocks x heads grid, and the heads that matter most (the largest changes either way). Exact: each batch's residual stream
-    entering each block is kept from one intact pass, and the block's heads run together (one
-    copy of the batch per head, each copy with its own head ablated). estimated: attribution
+    blocks x heads grid, and the heads that matter most (the largest changes either way).
+    Exact: each batch's residual stream entering each block is kept from one intact pass, and
+    the block's heads run together (one copy of the batch per head, each copy with its own head
+    ablated). estimated: attribution
     patching's estimate of the same grid beside it, with Spearman's rank agreement."""
     if mode not in MODES:
         raise ConfigError(f"mode must be zero or mean, got {mode!r}")
@@ -181,45 +184,58 @@ def scan(ck, mode: str = "zero", split: str = "test", n: int = 200, seed: int = 
     losses = torch.zeros(L, H, len(seqs), dtype=torch.float64)
     intact = torch.zeros(len(seqs), dtype=torch.float64)
     names = [f"blocks.{i}.resid_pre" for i in range(L)]
-    for k in range(0, len(order), batch_size):
-        rows = order[k:k + batch_size]
-        batch = collate([seqs[i] for i in rows], tok.eos_id).to(dev)
-        with hooked(model, read=names) as seen:
-            logits = model(batch.input_ids).logits
-        nll, cnt = sentence_nll(logits, batch)
-        intact[rows] = (nll / cnt).double().cpu()
-        many = _repeat(batch, H)
-        for layer in range(L):
-            if abort is not None and abort():
-                raise Aborted()
-
-            def one_head_each(z, layer=layer):          # z: (H * B, nh, T, hs), copy j ablates head j
-                z = z.clone().view(H, -1, *z.shape[1:])
-                for j in range(H):
-                    z[j, :, j] = 0.0 if mode == "zero" else means[layer][j][None, :].to(z.dtype)
-                return z.view(-1, *z.shape[2:])
-            x = seen[names[layer]].repeat(H, 1, 1)
-            with hooked(model, replace={f"blocks.{layer}.attn.z": one_head_each}):
-                logits = _from_layer(model, layer, x)
-            nll, cnt = sentence_nll(logits, many)
-            losses[layer, :, rows] = (nll / cnt).double().cpu().view(H, len(rows))
-            if progress:
-                progress(k + len(rows), len(seqs), layer + 1, L)
+    with recycled_logits():            # each call's logits over the last's: no fresh pages
+        for k in range(0, len(order), batch_size):
+            rows = order[k:k + batch_size]
+            batch = collate([seqs[i] for i in rows], tok.eos_id).to(dev)
+            with hooked(model, read=names) as seen:
+                logits = model(batch.input_ids).logits
+            nll, cnt = sentence_nll(logits, batch)
+            intact[rows] = (nll / cnt).double().cpu()
+            # heads per call: about TOKENS_PER_CALL tokens of logits at once
+            per_call = max(1, min(H, TOKENS_PER_CALL // batch.input_ids.numel()))
+            for layer in range(L):
+                for j0 in range(0, H, per_call):
+                    if abort is not None and abort():
+                        raise Aborted()
+                    heads = list(range(j0, min(H, j0 + per_call)))
+                    x = seen[names[layer]].repeat(len(heads), 1, 1)
+                    ablate = {f"blocks.{layer}.attn.z": _one_head_each(heads, mode, means, layer)}
+                    with hooked(model, replace=ablate):
+                        logits = _from_layer(model, layer, x)
+                    nll, cnt = sentence_nll(logits, _repeat(batch, len(heads)))
+                    got = (nll / cnt).double().cpu().view(len(heads), len(rows))
+                    losses[layer, j0:j0 + len(heads), rows] = got
+                if progress:
+                    progress(k + len(rows), len(seqs), layer + 1, L)
     scan_s = time.time() - t0
     idx = bootstrap_indices(len(seqs), N_BOOT, seed)
     grid = [[paired(intact, losses[l, h], idx) for h in range(H)] for l in range(L)]
     exact = [[c["change"] for c in row] for row in grid]
     estimate = attribution(ck, mode, split, n, seed, n_ref, data_dir, batch_size) if estimated else None
-    ranked = sorted(((l, h) for l in range(L) for h in range(H)), key=lambda lh: -abs(grid[lh[0]][lh[1]]["change"]))
+    ranked = sorted(((l, h) for l in range(L) for h in range(H)),
+                    key=lambda lh: -abs(grid[lh[0]][lh[1]]["change"]))
     return {"checkpoint": ck.name, "mode": mode, "split": split, "n": len(seqs), "seed": seed,
             "source": source, "perplexity": grid[0][0]["perplexity"],
             "change": exact, "change_ci": [[c["change_ci"] for c in row] for row in grid],
             "scan_s": scan_s,
             "estimate": estimate and {"change": estimate["change"], "elapsed_s": estimate["elapsed_s"],
                                       "rank_agreement": rank_agreement(exact, estimate["change"])},
-            "most": [{"head": f"{l + 1}.{h + 1}", **{k: grid[l][h][k] for k in ("change", "change_ci", "verdict")}}
+            "most": [{"head": f"{l + 1}.{h + 1}",
+                      **{k: grid[l][h][k] for k in ("change", "change_ci", "verdict")}}
                      for l, h in ranked[:5]],
             "elapsed_s": time.time() - t0}
+
+
+def _one_head_each(heads: list[int], mode: str, means, layer: int):
+    """The replacement of a block's z for len(heads) stacked copies of a batch: copy c with head
+    heads[c] ablated."""
+    def fn(z):                                   # z: (copies * B, nh, T, hs)
+        z = z.clone().view(len(heads), -1, *z.shape[1:])
+        for c, j in enumerate(heads):
+            z[c, :, j] = 0.0 if mode == "zero" else means[layer][j][None, :].to(z.dtype)
+        return z.view(-1, *z.shape[2:])
+    return fn
 
 
 def _repeat(batch, k: int):
@@ -265,7 +281,8 @@ def attribution(ck, mode: str = "zero", split: str = "test", n: int = 200, seed:
         real[:, 0] = 1.0
         for i, z in kept.items():                             # z: (B, nh, T, hs)
             target = torch.zeros_like(z) if mode == "zero" else means[i][None, :, None, :].to(z.dtype)
-            est[i] += ((target - z.detach()) * z.grad * real[:, None, :, None]).sum((0, 2, 3)).double().cpu()
+            step = (target - z.detach()) * z.grad * real[:, None, :, None]
+            est[i] += step.sum((0, 2, 3)).double().cpu()
     ppl = math.exp(total)
     return {"checkpoint": ck.name, "mode": mode, "split": split, "n": len(seqs), "seed": seed,
             "change": (ppl * est).tolist(), "elapsed_s": time.time() - t0}

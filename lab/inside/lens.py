@@ -14,8 +14,9 @@ from lab.inside.hooks import hooked, residual_names, unembed
 def logit_lens(model, tokenizer, text: str, top: int = 5) -> dict:
     """{"tokens", "layers" (embeddings, block 1..L), "top": [layer][position] -> [[token, p], ...],
     "next": the tokens that come next (None at the last position), "next_rank" / "next_prob":
-    [layer][position] (rank 1 = the lens's first choice alone; tied tokens rank below it), "first_layer": per position, the first
-    layer whose lens ranks the next token first (None if none does)."""
+    [layer][position] (rank 1 = the lens's first choice alone; tied tokens rank below it),
+    "first_layer": per position, the first layer whose lens ranks the next token first (None if
+    none does)."""
     ids, shown = sequence(model, tokenizer, text)
     logp = lens_logits(model, ids).float().log_softmax(-1)
     return lens_table(logp, ids, shown, tokenizer, top)
@@ -57,7 +58,8 @@ def lens_table(logp: torch.Tensor, ids: list[int], shown: list[str], tokenizer, 
     strings = tokenizer.token_strings
     return {"tokens": shown, "ids": ids,
             "layers": ["embeddings"] + [f"block {i}" for i in range(1, L)],
-            "top": [[[[s, float(p)] for s, p in zip(strings(i_top[layer, t].tolist()), p_top[layer, t].tolist())]
+            "top": [[[[s, float(p)] for s, p in zip(strings(i_top[layer, t].tolist()),
+                                                   p_top[layer, t].tolist())]
                      for t in range(T)] for layer in range(L)],
             "next": [None if n is None else strings([n])[0] for n in nxt],
             "next_rank": rank, "next_prob": prob, "first_layer": first}

@@ -91,7 +91,8 @@ def patch(model, tokenizer, clean: str, corrupted: str, answer: str | None = Non
 
 
 @torch.no_grad()
-def restored(model, tokenizer, clean: str, corrupted: str, points: list[str], right: int, other: int) -> float:
+def restored(model, tokenizer, clean: str, corrupted: str, points: list[str], right: int,
+             other: int) -> float:
     """The fraction restored by patching whole points (every position) from the clean run into the
     corrupted one: 0 with no points, 1 with the last block's output (the tests' known answers)."""
     a, _ = sequence(model, tokenizer, clean)
