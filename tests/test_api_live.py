@@ -64,6 +64,15 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     note = call("/attention", "made-later", "A dog on a couch .", False, 0)[0]
     assert "tokens" in note
     assert call("/head_differences", "made-later", "made-later", "A dog .")["data"]
+    lensed = call("/lens", "made-later", "A dog on a couch .", 3)
+    assert lensed["checkpoint"] == "made-later" and len(lensed["layers"]) == 3      # embeddings + 2 blocks
+    ablated = call("/ablate", "made-later", "1.1,2.2", "zero", "test", 20, 0)
+    assert ablated["heads"] == ["1.1", "2.2"] and ablated["verdict"]
+    scanned = call("/ablate_each", "made-later", "zero", "test", 20, 0)
+    assert len(scanned["change"]) == 2 and "rank_agreement" in scanned["estimate"]
+    patched = call("/patch", "made-later", "A dog on a couch", "A cat on a couch", "", "")
+    assert len(patched["resid"]) == 2 and patched["answer"] != patched["wrong"]
+    _refused(lambda: call("/patch", "made-later", "A dog", "A big dog", "", ""), "equal length in tokens")
     scores = call("/evaluate", ["made-later"], greedy, 100, 0, "auto")
     assert "100 / 100" in scores["summary"] and scores["rows"][0][0] == "made-later"
     per_checkpoint = {"made-later": {"decoder": "top_k", "top_k": 5}}    # its own over the shared

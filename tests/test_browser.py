@@ -355,7 +355,8 @@ def test_named_endpoints_through_gradio_client(server):
 
 def test_compare_downloads_and_a_report_that_opens_offline(page, server, browser):
     """The captions as CSV and JSON, then the whole comparison as one HTML file: opened from disk
-    with every request blocked, its attention views draw."""
+    with every request blocked, its attention views draw and each checkpoint's logit lens of the
+    same row is there."""
     _, store = server
     _tab(page, "Compare")
     page.locator("#compare-go").click()
@@ -377,6 +378,9 @@ def test_compare_downloads_and_a_report_that_opens_offline(page, server, browser
     for frame in frames:
         frame.locator("svg").first.wait_for(timeout=30_000)
         assert frame.locator("text").count() > 4                              # tokens drawn
+    assert view.locator("table.lens").count() == 2                           # each one's logit lens
+    assert view.locator("table.lens tbody tr").count() == 2 * 3              # embeddings, 2 blocks
+    assert "rank" in view.locator("table.lens td[title]").first.get_attribute("title")
     if SHOTS:
         view.screenshot(path=str(Path(SHOTS) / "report.png"), full_page=True)
     offline.close()

@@ -68,11 +68,13 @@ def _settings_table(settings: dict) -> str:
 
 
 def comparison(captions_html: str, settings: dict, checkpoints: dict, scores: dict | None = None,
-               attention: list[tuple[str, str, str, int]] | None = None) -> str:
+               attention: list[tuple[str, str, str, int]] | None = None,
+               lenses: list[dict] | None = None) -> str:
     """The report. captions_html: the Compare tab's table; settings: what produced it (decoder,
     seed, prefix, n); checkpoints: {name: its config, provenance and metrics}; scores: the last
     'Which is better?' (a rows/provenance/verdicts dict); attention: (checkpoint, caption, self-
-    contained bertviz document, its height in pixels) for each view."""
+    contained bertviz document, its height in pixels) for each view; lenses: each checkpoint's
+    logit lens of the same caption (lab.inside.lens's dicts with "checkpoint")."""
     parts = [f"<h1>tfmr-lab comparison: {html.escape(' vs '.join(checkpoints))}</h1>",
              f"<p>Saved {time.strftime('%Y-%m-%d %H:%M:%S')}. This file needs no network.</p>",
              "<h2>Captions side by side</h2>",
@@ -87,11 +89,37 @@ def comparison(captions_html: str, settings: dict, checkpoints: dict, scores: di
             parts.append(f"<div><h3>{html.escape(name)}</h3><p>{html.escape(caption)}</p>"
                          f"{_frame(document, height)}</div>")
         parts.append("</div>")
+    if lenses:
+        parts.append("<h2>Logit lens</h2><p>Each layer's probability of the token that comes next "
+                     "(the residual stream read through the final norm and the output layer); "
+                     "hover a cell for the layer's top tokens.</p>")
+        parts += [lens_table(r) for r in lenses]
     parts.append("<h2>Checkpoints: config, provenance and metrics</h2>")
     for name, info in checkpoints.items():
         parts.append(f"<h3>{html.escape(name)}</h3><pre>{html.escape(json.dumps(info, indent=2, default=str))}</pre>")
     return ("<!doctype html><html><head><meta charset='utf-8'><title>tfmr-lab comparison</title>"
             f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>")
+
+
+def lens_table(r: dict) -> str:
+    """A logit lens as an HTML table (no script): layers x positions, each cell shaded by the
+    probability of the next token, the top tokens in its tooltip."""
+    head = "".join(f"<th>{html.escape(t)}</th>" for t in r["tokens"])
+    rows = []
+    for i, layer in enumerate(r["layers"]):
+        cells = []
+        for t in range(len(r["tokens"])):
+            p = r["next_prob"][i][t]
+            tops = ", ".join(f"{s!r} {q:.2f}" for s, q in r["top"][i][t][:3])
+            if p is None:
+                cells.append(f"<td title='{html.escape(tops, quote=True)}'></td>")
+                continue
+            tip = f"next {r['next'][t]!r}: rank {r['next_rank'][i][t]}, p {p:.3f}; top: {tops}"
+            cells.append(f"<td style='background:rgba(31,119,180,{p:.3f})' "
+                         f"title='{html.escape(tip, quote=True)}'>{p:.2f}</td>")
+        rows.append(f"<tr><th>{html.escape(layer)}</th>{''.join(cells)}</tr>")
+    return (f"<h3>{html.escape(r['checkpoint'])}</h3><table class='lens'><thead><tr><th></th>{head}"
+            f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
 def _scores_table(scores: dict) -> str:

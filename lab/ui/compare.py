@@ -15,6 +15,7 @@ from lab.ui.evaluate import wire as wire_scores
 from lab.evaluation import attention_maps
 from lab.storage import checkpoints, exports
 from lab.evaluation import report
+from lab.inside import lens
 from lab.ui.fields import Checkbox, Dataframe, Number, Radio, Textbox
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.modeling.generate import MAX_PROMPT_CHARS, GenerationError, sample_captions
@@ -196,8 +197,24 @@ def save_report(record, scores, row, store=None) -> str:
                    for n, d in record["decoders"].items()}}
     document = report.comparison(record["html"], settings, {n: _shareable(checkpoints.info(n, store))
                                                             for n in names},
-                                 scores if same else None, views)
+                                 scores if same else None, views, _lenses(names, record, k, store))
     return exports.write_html(document, "comparison-" + "-vs-".join(names), store)
+
+
+def _lenses(names: list[str], record: dict, k: int, store) -> list[dict]:
+    """Each checkpoint's logit lens of its own caption row k; a family without named points is
+    left out (its reason is in inside.md)."""
+    out = []
+    for name in names:
+        ck = LOADED.get(name, store)
+        if getattr(ck.model, "points_absent", None):
+            continue
+        try:
+            out.append({"checkpoint": name,
+                        **lens.logit_lens(ck.model, ck.tokenizer, record["captions"][name][k], top=3)})
+        except (ConfigError, GenerationError):
+            continue                  # a row this tokenizer cannot read: its attention said so
+    return out
 
 
 def _shareable(info: dict) -> dict:

@@ -240,7 +240,7 @@ def _ablation_view(ctx: Context):
         return ablate_set(checkpoint, heads, mode, split, n, seed, ctx.store, ctx.data_dir)
 
     def ablate_each_api(checkpoint: str, mode: str = "zero", split: str = "test", n: int = 200,
-                        seed: int = 0):
+                        seed: int = 0) -> dict:         # streamed: the annotation names the output
         """Each head ablated alone, streamed: {"progress", "doing"} updates, then the scan (the
         change per block and head with intervals, and the heads that matter most)."""
         stream = scan_streamed([checkpoint], mode, split, n, seed, ctx.store, ctx.data_dir)
