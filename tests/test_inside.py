@@ -244,3 +244,19 @@ def test_the_points_ablation_patching_and_lens_equal_transformer_lens_on_the_sam
 def hooked_logits(model, ids, replace):
     with hooked(model, replace=replace):
         return model(ids).logits
+
+
+def test_an_ablation_scores_bleu_with_paired_intervals(captioner):
+    """BLEU-4 forward, backward and harmonic of texts sampled with the same seed: ablating nothing
+    changes nothing (every interval is [0, 0]); ablating heads gives an interval around its
+    change and a verdict."""
+    from lab.inside.ablation import _bleu_change, subsets
+    texts, _, _, _ = subsets(captioner, "test", 30, 0, 200)
+    same = _bleu_change(captioner, texts, 30, 0, {}, None, "test")
+    for name in ("forward", "backward", "harmonic"):
+        assert same[name]["change"] == 0.0 and same[name]["change_ci"] == [0.0, 0.0]
+        assert 0 < same[name]["intact"] < 1
+    r = ablation.ablate(captioner, [(0, 0), (0, 1), (1, 0)], "zero", n=30, n_captions=1)
+    h = r["bleu"]["harmonic"]
+    assert h["change_ci"][0] <= h["change"] <= h["change_ci"][1] and h["verdict"]
+    assert r["bleu"]["bleu_tokens"] == "words"          # a words model: BLEU on words

@@ -123,8 +123,9 @@ def paired(intact: torch.Tensor, changed: torch.Tensor, idx: torch.Tensor) -> di
 def ablate(ck, heads: list[tuple[int, int]], mode: str = "zero", split: str = "test", n: int = 200,
            seed: int = 0, n_ref: int = 200, n_captions: int = 5, data_dir=None) -> dict:
     """The intact and the ablated model side by side: perplexity on a seeded subset with the
-    paired interval and verdict, and greedy continuations of the first two tokens of the first
-    texts of the subset."""
+    paired interval and verdict; n texts each writes by sampling (the same seed), scored by
+    BLEU-4 forward, backward and harmonic with paired intervals; and greedy continuations of the
+    first two tokens of the first texts of the subset."""
     if mode not in MODES:
         raise ConfigError(f"mode must be zero or mean, got {mode!r}")
     model, tok = ck.model, ck.tokenizer
@@ -136,6 +137,7 @@ def ablate(ck, heads: list[tuple[int, int]], mode: str = "zero", split: str = "t
     replace = ablations(heads, mode, means)
     intact, changed = _losses(model, seqs, tok.eos_id), _losses(model, seqs, tok.eos_id, replace)
     out = paired(intact, changed, bootstrap_indices(len(seqs), N_BOOT, seed))
+    out["bleu"] = _bleu_change(ck, texts, len(seqs), seed, replace, data_dir, split)
     prompts = [s[:2] for s in seqs[:n_captions]]
     cfg = DecodeConfig(decoder="greedy", max_new_tokens=30)
     # shown without the end-of-text each scored text starts with (data.encode_captions)
@@ -148,6 +150,47 @@ def ablate(ck, heads: list[tuple[int, int]], mode: str = "zero", split: str = "t
             "reference_n": len(ref) if mode == "mean" else 0, **out,
             "captions": [{"intact": a, "ablated": b} for a, b in zip(plain, ablated)],
             "elapsed_s": time.time() - t0}
+
+
+def _bleu_change(ck, texts: list[str], n: int, seed: int, replace: dict, data_dir, split: str) -> dict:
+    """n texts sampled (temperature 1, the same seed) by the intact and the ablated model, each
+    scored by BLEU-4 as Evaluate scores them: forward (each written text against every reference
+    of the split), backward (each of the subset's references against the written texts) and
+    their harmonic mean; each change with its paired 95% bootstrap interval (written text i of
+    both models comes from the same seed and position; reference i is the same)."""
+    from lab.evaluation.evaluate import bleu_tokens_of, choose_bleu_tokens
+    from lab.evaluation.metrics import References
+    from lab.modeling.generate import sample_captions
+    tok = ck.tokenizer
+    tokens = choose_bleu_tokens([tok.kind])
+    everything, _ = tasks.texts([ck], split, data_dir)
+    refs_all = References(bleu_tokens_of(everything, tok, tokens))
+    refs = bleu_tokens_of(texts, tok, tokens)
+    cfg = DecodeConfig(decoder="random", seed=seed)
+
+    def scored(replacing):
+        with hooked(ck.model, replace=replacing):
+            gen = sample_captions(ck.model, tok, n, cfg)
+        hyps = [g.tokens for g in gen] if tokens == "gpt2" else [g.text.split() for g in gen]
+        return (torch.tensor(refs_all.sentence_bleus(hyps), dtype=torch.float64),
+                torch.tensor(References(hyps).sentence_bleus(refs), dtype=torch.float64))
+    (f0, b0), (f1, b1) = scored(None), scored(replace)
+    idx = bootstrap_indices(n, N_BOOT, seed)
+    harmonic = lambda f, b: 2 * f * b / (f + b).clamp(min=1e-12)      # noqa: E731
+    out = {"bleu_tokens": tokens, "decoder": "random, temperature 1"}
+    for name, a, b in (("forward", f0, f1), ("backward", b0, b1)):
+        lo, hi = percentile_interval(b[idx].mean(1) - a[idx].mean(1))
+        out[name] = {"intact": float(a.mean()), "ablated": float(b.mean()),
+                     "change": float(b.mean() - a.mean()), "change_ci": [lo, hi]}
+    h0, h1 = harmonic(f0[idx].mean(1), b0[idx].mean(1)), harmonic(f1[idx].mean(1), b1[idx].mean(1))
+    lo, hi = percentile_interval(h1 - h0)
+    whole0, whole1 = float(harmonic(f0.mean(), b0.mean())), float(harmonic(f1.mean(), b1.mean()))
+    out["harmonic"] = {"intact": whole0, "ablated": whole1, "change": whole1 - whole0,
+                       "change_ci": [lo, hi],
+                       "verdict": ("BLEU falls (the interval excludes 0)" if hi < 0 else
+                                   "BLEU rises (the interval excludes 0)" if lo > 0 else
+                                   "no clear change in BLEU (the interval includes 0)")}
+    return out
 
 
 @torch.no_grad()

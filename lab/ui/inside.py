@@ -184,6 +184,12 @@ def show_set(name, heads, mode, split, n, seed, store=None, data_dir=None):
             + f", on {r['n']} {r['split']} texts (seed {r['seed']}): perplexity {r['perplexity']:.3f} "
             f"→ {r['ablated_perplexity']:.3f}, change {r['change']:+.3f} [{lo:+.3f}, {hi:+.3f}] "
             f"(paired 95% bootstrap): **{r['verdict']}**.")
+    for name in ("forward", "backward", "harmonic"):
+        b = r["bleu"][name]
+        lo, hi = b["change_ci"]
+        said += (f"\n- {name} BLEU-4 of {r['n']} sampled texts: {b['intact']:.4f} → {b['ablated']:.4f}, "
+                 f"change {b['change']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+                 + (f": **{b['verdict']}**" if "verdict" in b else ""))
     rows = [[c["intact"], c["ablated"]] for c in r["captions"]]
     files = exports.write_table(["intact", "ablated"], rows, f"ablate-{r['checkpoint']}", store,
                                 {k: v for k, v in r.items() if k != "captions"})
@@ -194,8 +200,8 @@ def show_set(name, heads, mode, split, n, seed, store=None, data_dir=None):
 def _ablation_view(ctx: Context):
     gr.Markdown("Zero a set of heads' outputs (before the output projection), or put their mean "
                 "over other texts of the split in their place, and compare the model with itself "
-                "intact: perplexity on a seeded subset with a paired 95% interval, and captions "
-                "from the same prompts. *Ablate each head in turn* draws a blocks x heads map of "
+                "intact: perplexity on a seeded subset and BLEU-4 of as many sampled texts, each "
+                "with a paired 95% interval, and captions from the same prompts. *Ablate each head in turn* draws a blocks x heads map of "
                 "the change (exact; the stream below each block is computed once). Blocks and "
                 "heads are numbered from 1.")
     with gr.Row():
