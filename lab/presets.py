@@ -13,6 +13,8 @@ PRESETS = {}
 # (Evaluate, sweeps) sample the whole distribution at temperature 1, the assignment's convention.
 DECODE_TO_SHOW = {"decoder": "top_p", "temperature": 0.7}
 DECODE_TO_SCORE = {"decoder": "random", "temperature": 1.0}
+# head ablation's continuations shown side by side: the same for both models, so greedy
+DECODE_TO_CONTINUE = {"decoder": "greedy", "max_new_tokens": 30}
 
 
 def preset(name: str, description: str):

@@ -128,7 +128,7 @@ def test_the_scan_of_every_head_is_the_ablation_of_each(captioner, mode):
     assert scan["change"][1][2] == pytest.approx(one["change"], rel=1e-4, abs=1e-3 * one["perplexity"] * 1e-2)
     lo, hi = one["change_ci"]
     assert lo <= one["change"] <= hi and one["verdict"]
-    assert len(one["captions"]) == 2 and all(c["intact"] and c["ablated"] for c in one["captions"])
+    assert len(one["continuations"]) == 2 and all(c["intact"] and c["ablated"] for c in one["continuations"])
 
 
 def test_bad_heads_and_models_without_texts_are_refused_in_one_line():

@@ -71,7 +71,7 @@ def cmd_ablate(args):
     print(f"  harmonic BLEU-4 of {r['n']} sampled texts ({r['bleu']['bleu_tokens']} tokens): "
           f"{h['intact']:.4f} -> {h['ablated']:.4f}, change {h['change']:+.4f} [{lo:+.4f}, {hi:+.4f}]: "
           f"{h['verdict']}")
-    for c in r["captions"]:
+    for c in r["continuations"]:
         print(f"  intact:  {c['intact']}\n  ablated: {c['ablated']}")
 
 

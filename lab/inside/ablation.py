@@ -11,12 +11,15 @@ import time
 import torch
 
 from lab.config import ConfigError, DecodeConfig
-from lab.evaluation.metrics import Aborted, bootstrap_indices, percentile_interval, sentence_nlls
+from lab.evaluation.evaluate import bleu_tokens_of, choose_bleu_tokens
+from lab.evaluation.metrics import (Aborted, References, bootstrap_indices, percentile_interval,
+                                    sentence_nlls)
 from lab.inputs import data, tasks
 from lab.inputs.data import collate, sentence_nll
 from lab.inside.hooks import check_model, hooked
-from lab.modeling.generate import generate
+from lab.modeling.generate import generate, sample_captions
 from lab.modeling.model import recycled_logits
+from lab.presets import DECODE_TO_CONTINUE, DECODE_TO_SCORE
 
 MODES = ("zero", "mean")
 N_BOOT = 1000
@@ -139,7 +142,7 @@ def ablate(ck, heads: list[tuple[int, int]], mode: str = "zero", split: str = "t
     out = paired(intact, changed, bootstrap_indices(len(seqs), N_BOOT, seed))
     out["bleu"] = _bleu_change(ck, texts, len(seqs), seed, replace, data_dir, split)
     prompts = [s[:2] for s in seqs[:n_captions]]
-    cfg = DecodeConfig(decoder="greedy", max_new_tokens=30)
+    cfg = DecodeConfig.from_dict(DECODE_TO_CONTINUE)
     # shown without the end-of-text each scored text starts with (data.encode_captions)
     said = lambda made: [tok.decode(p[1:] + new) for p, (new, _, _) in zip(prompts, made)]   # noqa: E731
     plain = said(generate(model, prompts, cfg, tok.eos_id))
@@ -148,7 +151,7 @@ def ablate(ck, heads: list[tuple[int, int]], mode: str = "zero", split: str = "t
     return {"checkpoint": ck.name, "heads": [f"{l + 1}.{h + 1}" for l, h in heads], "mode": mode,
             "split": split, "n": len(seqs), "seed": seed, "source": source,
             "reference_n": len(ref) if mode == "mean" else 0, **out,
-            "captions": [{"intact": a, "ablated": b} for a, b in zip(plain, ablated)],
+            "continuations": [{"intact": a, "ablated": b} for a, b in zip(plain, ablated)],
             "elapsed_s": time.time() - t0}
 
 
@@ -158,15 +161,12 @@ def _bleu_change(ck, texts: list[str], n: int, seed: int, replace: dict, data_di
     of the split), backward (each of the subset's references against the written texts) and
     their harmonic mean; each change with its paired 95% bootstrap interval (written text i of
     both models comes from the same seed and position; reference i is the same)."""
-    from lab.evaluation.evaluate import bleu_tokens_of, choose_bleu_tokens
-    from lab.evaluation.metrics import References
-    from lab.modeling.generate import sample_captions
     tok = ck.tokenizer
     tokens = choose_bleu_tokens([tok.kind])
     everything, _ = tasks.texts([ck], split, data_dir)
     refs_all = References(bleu_tokens_of(everything, tok, tokens))
     refs = bleu_tokens_of(texts, tok, tokens)
-    cfg = DecodeConfig(decoder="random", seed=seed)
+    cfg = DecodeConfig.from_dict({**DECODE_TO_SCORE, "seed": seed})
 
     def scored(replacing):
         with hooked(ck.model, replace=replacing):
@@ -211,8 +211,8 @@ def scan(ck, mode: str = "zero", split: str = "test", n: int = 200, seed: int = 
     blocks x heads grid, and the heads that matter most (the largest changes either way).
     Exact: each batch's residual stream entering each block is kept from one intact pass, and
     the block's heads run together (one copy of the batch per head, each copy with its own head
-    ablated). estimated: attribution
-    patching's estimate of the same grid beside it, with Spearman's rank agreement."""
+    ablated). estimated: attribution patching's estimate of the same grid beside it, with
+    Spearman's rank agreement."""
     if mode not in MODES:
         raise ConfigError(f"mode must be zero or mean, got {mode!r}")
     model, tok = ck.model, ck.tokenizer
@@ -221,37 +221,9 @@ def scan(ck, mode: str = "zero", split: str = "test", n: int = 200, seed: int = 
     t0 = time.time()
     texts, seqs, ref, source = subsets(ck, split, n, seed, n_ref, data_dir)
     means = head_means(model, ref, tok.eos_id) if mode == "mean" else None
-    L, H = len(model.transformer.h), model.config.n_head
-    dev = _device(model)
-    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
-    losses = torch.zeros(L, H, len(seqs), dtype=torch.float64)
-    intact = torch.zeros(len(seqs), dtype=torch.float64)
-    names = [f"blocks.{i}.resid_pre" for i in range(L)]
-    with recycled_logits():            # each call's logits over the last's: no fresh pages
-        for k in range(0, len(order), batch_size):
-            rows = order[k:k + batch_size]
-            batch = collate([seqs[i] for i in rows], tok.eos_id).to(dev)
-            with hooked(model, read=names) as seen:
-                logits = model(batch.input_ids).logits
-            nll, cnt = sentence_nll(logits, batch)
-            intact[rows] = (nll / cnt).double().cpu()
-            # heads per call: about TOKENS_PER_CALL tokens of logits at once
-            per_call = max(1, min(H, TOKENS_PER_CALL // batch.input_ids.numel()))
-            for layer in range(L):
-                for j0 in range(0, H, per_call):
-                    if abort is not None and abort():
-                        raise Aborted()
-                    heads = list(range(j0, min(H, j0 + per_call)))
-                    x = seen[names[layer]].repeat(len(heads), 1, 1)
-                    ablate = {f"blocks.{layer}.attn.z": _one_head_each(heads, mode, means, layer)}
-                    with hooked(model, replace=ablate):
-                        logits = _from_layer(model, layer, x)
-                    nll, cnt = sentence_nll(logits, _repeat(batch, len(heads)))
-                    got = (nll / cnt).double().cpu().view(len(heads), len(rows))
-                    losses[layer, j0:j0 + len(heads), rows] = got
-                if progress:
-                    progress(k + len(rows), len(seqs), layer + 1, L)
+    intact, losses = _scan_losses(model, seqs, tok.eos_id, mode, means, batch_size, abort, progress)
     scan_s = time.time() - t0
+    L, H = losses.shape[:2]
     idx = bootstrap_indices(len(seqs), N_BOOT, seed)
     grid = [[paired(intact, losses[l, h], idx) for h in range(H)] for l in range(L)]
     exact = [[c["change"] for c in row] for row in grid]
@@ -268,6 +240,38 @@ def scan(ck, mode: str = "zero", split: str = "test", n: int = 200, seed: int = 
                       **{k: grid[l][h][k] for k in ("change", "change_ci", "verdict")}}
                      for l, h in ranked[:5]],
             "elapsed_s": time.time() - t0}
+
+
+@torch.no_grad()
+def _scan_losses(model, seqs, pad: int, mode: str, means, batch_size: int, abort, progress):
+    """(each text's loss intact (N,), with each head ablated alone (L, H, N)): batches of texts
+    by length, each block's heads in calls of about TOKENS_PER_CALL tokens of logits."""
+    L, H = len(model.transformer.h), model.config.n_head
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    losses = torch.zeros(L, H, len(seqs), dtype=torch.float64)
+    intact = torch.zeros(len(seqs), dtype=torch.float64)
+    names = [f"blocks.{i}.resid_pre" for i in range(L)]
+    with recycled_logits():            # each call's logits over the last's: no fresh pages
+        for k in range(0, len(order), batch_size):
+            rows = order[k:k + batch_size]
+            batch = collate([seqs[i] for i in rows], pad).to(_device(model))
+            with hooked(model, read=names) as seen:
+                nll, cnt = sentence_nll(model(batch.input_ids).logits, batch)
+            intact[rows] = (nll / cnt).double().cpu()
+            per_call = max(1, min(H, TOKENS_PER_CALL // batch.input_ids.numel()))
+            for layer in range(L):
+                for j0 in range(0, H, per_call):
+                    if abort is not None and abort():
+                        raise Aborted()
+                    heads = list(range(j0, min(H, j0 + per_call)))
+                    ablate = {f"blocks.{layer}.attn.z": _one_head_each(heads, mode, means, layer)}
+                    with hooked(model, replace=ablate):
+                        logits = _from_layer(model, layer, seen[names[layer]].repeat(len(heads), 1, 1))
+                    nll, cnt = sentence_nll(logits, _repeat(batch, len(heads)))
+                    losses[layer, j0:j0 + len(heads), rows] = (nll / cnt).double().cpu().view(len(heads), -1)
+                if progress:
+                    progress(k + len(rows), len(seqs), layer + 1, L)
+    return intact, losses
 
 
 def _one_head_each(heads: list[int], mode: str, means, layer: int):
@@ -295,40 +299,45 @@ def attribution(ck, mode: str = "zero", split: str = "test", n: int = 200, seed:
     if mode not in MODES:
         raise ConfigError(f"mode must be zero or mean, got {mode!r}")
     model, tok = ck.model, ck.tokenizer
-    found = check_model(model)
+    check_model(model)
     model.eval()
     t0 = time.time()
     texts, seqs, ref, source = subsets(ck, split, n, seed, n_ref, data_dir)
     means = head_means(model, ref, tok.eos_id) if mode == "mean" else None
-    L = len(model.transformer.h)
-    dev = _device(model)
-    est = torch.zeros(L, model.config.n_head, dtype=torch.float64)
+    est = torch.zeros(len(model.transformer.h), model.config.n_head, dtype=torch.float64)
     total = 0.0
     for k in range(0, len(seqs), batch_size):
-        batch = collate(seqs[k:k + batch_size], tok.eos_id).to(dev)
-        kept = {}
-        handles = [found[f"blocks.{i}.attn.z"].register_forward_hook(
-            lambda m, i_, out, i=i: (out.retain_grad(), kept.__setitem__(i, out))[1])
-            for i in range(L)]
-        try:
-            with torch.enable_grad():
-                nll, cnt = sentence_nll(model(batch.input_ids).logits, batch)
-                loss = (nll / cnt).sum() / len(seqs)          # this batch's share of the mean
-                total += float(loss.detach())
-                loss.backward()
-        finally:
-            for h in handles:
-                h.remove()
-            model.zero_grad(set_to_none=True)
-        real = (batch.input_ids != tok.eos_id).float()
-        real[:, 0] = 1.0
-        for i, z in kept.items():                             # z: (B, nh, T, hs)
-            target = torch.zeros_like(z) if mode == "zero" else means[i][None, :, None, :].to(z.dtype)
-            step = (target - z.detach()) * z.grad * real[:, None, :, None]
-            est[i] += step.sum((0, 2, 3)).double().cpu()
+        batch = collate(seqs[k:k + batch_size], tok.eos_id).to(_device(model))
+        total += _attribute(model, batch, tok.eos_id, len(seqs), mode, means, est)
     ppl = math.exp(total)
     return {"checkpoint": ck.name, "mode": mode, "split": split, "n": len(seqs), "seed": seed,
             "change": (ppl * est).tolist(), "elapsed_s": time.time() - t0}
+
+
+def _attribute(model, batch, pad: int, n: int, mode: str, means, est: torch.Tensor) -> float:
+    """One batch's forward and backward pass: adds each head's first-order change of the mean
+    loss over n texts to est (L, H); returns the batch's share of that mean loss."""
+    found = check_model(model)
+    kept = {}
+    handles = [found[f"blocks.{i}.attn.z"].register_forward_hook(
+        lambda m, i_, out, i=i: (out.retain_grad(), kept.__setitem__(i, out))[1])
+        for i in range(len(model.transformer.h))]
+    try:
+        with torch.enable_grad():
+            nll, cnt = sentence_nll(model(batch.input_ids).logits, batch)
+            loss = (nll / cnt).sum() / n                      # this batch's share of the mean
+            loss.backward()
+    finally:
+        for h in handles:
+            h.remove()
+        model.zero_grad(set_to_none=True)
+    real = (batch.input_ids != pad).float()
+    real[:, 0] = 1.0
+    for i, z in kept.items():                                 # z: (B, nh, T, hs)
+        target = torch.zeros_like(z) if mode == "zero" else means[i][None, :, None, :].to(z.dtype)
+        step = (target - z.detach()) * z.grad * real[:, None, :, None]
+        est[i] += step.sum((0, 2, 3)).double().cpu()
+    return float(loss.detach())
 
 
 def rank_agreement(a: list[list[float]], b: list[list[float]]) -> float:

@@ -29,20 +29,16 @@ def _answer_id(tokenizer, text: str | None, logits: torch.Tensor) -> int:
 
 @torch.no_grad()
 def patch(model, tokenizer, clean: str, corrupted: str, answer: str | None = None,
-          wrong: str | None = None, batch_size: int = 64) -> dict:
+          wrong: str | None = None) -> dict:
     """{"tokens" (clean) and "corrupted_tokens", "answer"/"wrong" tokens, "clean"/"corrupted"
     logit differences, "resid": [block][position] restored fraction, "heads": [block][head]}."""
     check_model(model)
-    a, shown_a = sequence(model, tokenizer, clean)
-    b, shown_b = sequence(model, tokenizer, corrupted)
-    if len(a) != len(b):
-        raise ConfigError(f"the clean prompt is {len(a)} tokens and the corrupted one {len(b)}: "
-                          f"patching needs prompts of equal length in tokens")
+    (a, shown_a), (b, shown_b) = _prompts(model, tokenizer, clean, corrupted)
     was = model.training
     model.eval()
     t0 = time.time()
     dev = next(model.parameters()).device
-    L, H, T = len(model.transformer.h), model.config.n_head, len(a)
+    L = len(model.transformer.h)
     resid = [f"blocks.{i}.resid_pre" for i in range(L)]
     zs = [f"blocks.{i}.attn.z" for i in range(L)]
     try:
@@ -50,34 +46,19 @@ def patch(model, tokenizer, clean: str, corrupted: str, answer: str | None = Non
         with hooked(model, read=resid + zs) as clean_seen:
             la = model(xa).logits[0, -1].float()
         lb = model(xb).logits[0, -1].float()
-        right = _answer_id(tokenizer, answer, la)
-        # unnamed, the corrupted answer is the corrupted prompt's first choice other than the clean one
-        other = _answer_id(tokenizer, wrong, lb.index_fill(0, torch.tensor([right], device=dev), -torch.inf))
-        if right == other:
-            raise ConfigError(f"the clean and the corrupted answer are both "
-                              f"{tokenizer.token_strings([right])[0]!r}: name two different answers")
-        diff = lambda lg: lg[..., right] - lg[..., other]       # noqa: E731
-        d_clean, d_corrupt = float(diff(la)), float(diff(lb))
+        right, other = _answers(tokenizer, answer, wrong, la, lb)
+        d_clean, d_corrupt = float(la[right] - la[other]), float(lb[right] - lb[other])
         span = d_clean - d_corrupt
-        frac = lambda lg: ((diff(lg) - d_corrupt) / span).tolist()   # noqa: E731
-        out_resid = []
-        for i in range(L):                   # copy t of the corrupted run gets the clean position t
-            def at_position(x, i=i):
-                x = x.clone()
-                t = torch.arange(x.size(0), device=x.device)
-                x[t, t] = clean_seen[resid[i]][0, :x.size(0)]
-                return x
-            with hooked(model, replace={resid[i]: at_position}):
-                out_resid.append(frac(model(xb.repeat(T, 1)).logits[:, -1].float()))
-        out_heads = []
-        for i in range(L):                   # copy h gets the clean head h, at every position
-            def head_each(z, i=i):
-                z = z.clone()
-                h = torch.arange(z.size(0), device=z.device)
-                z[h, h] = clean_seen[zs[i]][0, :z.size(0)]
-                return z
-            with hooked(model, replace={zs[i]: head_each}):
-                out_heads.append(frac(model(xb.repeat(H, 1)).logits[:, -1].float()))
+
+        def restored_by(name: str) -> list[float]:
+            """Copy c of the corrupted run gets the clean run's slice c of `name` (a position of
+            the stream, or a head): the share of the gap each copy restores."""
+            seen = clean_seen[name][0]
+            copies = len(a) if name.endswith("resid_pre") else model.config.n_head
+            with hooked(model, replace={name: lambda x: _slice_each(x, seen)}):
+                lg = model(xb.repeat(copies, 1)).logits[:, -1].float()
+            return ((lg[:, right] - lg[:, other] - d_corrupt) / span).tolist()
+        out_resid, out_heads = [restored_by(n) for n in resid], [restored_by(n) for n in zs]
     finally:
         model.train(was)
     strings = tokenizer.token_strings
@@ -85,9 +66,45 @@ def patch(model, tokenizer, clean: str, corrupted: str, answer: str | None = Non
             "wrong": strings([other])[0], "clean": d_clean, "corrupted": d_corrupt,
             "resid": out_resid, "heads": out_heads,
             "layers": [f"block {i + 1}" for i in range(L)], "elapsed_s": time.time() - t0,
-            "warning": (f"the clean and corrupted logit differences are only {abs(span):.3f} apart: "
-                        f"the fractions are ratios of small numbers; choose prompts whose answers "
-                        f"differ more" if abs(span) < MIN_SPAN else None)}
+            "warning": _warning(span)}
+
+
+def _prompts(model, tokenizer, clean: str, corrupted: str):
+    """Each prompt's ids and token strings, refused unless they are as long in tokens."""
+    a, b = sequence(model, tokenizer, clean), sequence(model, tokenizer, corrupted)
+    if len(a[0]) != len(b[0]):
+        raise ConfigError(f"the clean prompt is {len(a[0])} tokens and the corrupted one {len(b[0])}: "
+                          f"patching needs prompts of equal length in tokens")
+    return a, b
+
+
+def _answers(tokenizer, answer, wrong, clean_logits, corrupted_logits) -> tuple[int, int]:
+    """The clean answer's token (named, or the clean run's first choice) and the corrupted one's
+    (named, or the corrupted run's first choice other than the clean answer)."""
+    right = _answer_id(tokenizer, answer, clean_logits)
+    others = corrupted_logits.index_fill(0, torch.tensor([right], device=corrupted_logits.device),
+                                         -torch.inf)
+    other = _answer_id(tokenizer, wrong, others)
+    if right == other:
+        raise ConfigError(f"the clean and the corrupted answer are both "
+                          f"{tokenizer.token_strings([right])[0]!r}: name two different answers")
+    return right, other
+
+
+def _warning(span: float) -> str | None:
+    if abs(span) >= MIN_SPAN:
+        return None
+    return (f"the clean and corrupted logit differences are only {abs(span):.3f} apart: the "
+            f"fractions are ratios of small numbers; choose prompts whose answers differ more")
+
+
+def _slice_each(x: torch.Tensor, clean: torch.Tensor) -> torch.Tensor:
+    """Copy c of x (the batch's row c) gets clean's slice c along x's second axis: a position of
+    a residual stream (B, T, C), or a head of z (B, nh, T, hs)."""
+    x = x.clone()
+    c = torch.arange(x.size(0), device=x.device)
+    x[c, c] = clean[:x.size(0)]
+    return x
 
 
 @torch.no_grad()

@@ -19,6 +19,9 @@ from lab.ui.work import progress_bar, streamed
 
 MAX_TEXTS = 2000          # texts one ablation request scores (each head's scan: at most 500)
 MAX_SCAN_TEXTS = 500
+# a scan's work in head-texts (each head ablated alone on each text): SmolLM2's 270 heads on 20
+# texts took 3.5 minutes on the 2-core machine sharing it (docs/inside.md); at most about twice
+MAX_SCAN_WORK = 10_000
 
 
 def _loaded(name, what: str, store):
@@ -123,6 +126,13 @@ def scan_streamed(names: list, mode, split, n, seed, store=None, data_dir=None):
     returns the scans."""
     split, n, seed = _subset_args(split, n, seed, MAX_SCAN_TEXTS)
     cks = [_loaded(x, "a checkpoint", store) for x in names]
+    for ck in cks:
+        heads = len(ck.model.transformer.h) * ck.model.config.n_head
+        if n * heads > MAX_SCAN_WORK:
+            raise ConfigError(f"each of {ck.name}'s {heads} heads alone on {n} texts is "
+                              f"{n * heads:,} head-texts; one request may ask at most "
+                              f"{MAX_SCAN_WORK:,}: ask for at most {MAX_SCAN_WORK // heads} texts, "
+                              f"or run `python -m lab ablate --each` from the command line")
 
     def compute(work):
         done = []
@@ -190,20 +200,24 @@ def show_set(name, heads, mode, split, n, seed, store=None, data_dir=None):
         said += (f"\n- {name} BLEU-4 of {r['n']} sampled texts: {b['intact']:.4f} → {b['ablated']:.4f}, "
                  f"change {b['change']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
                  + (f": **{b['verdict']}**" if "verdict" in b else ""))
-    rows = [[c["intact"], c["ablated"]] for c in r["captions"]]
+    rows = [[c["intact"], c["ablated"]] for c in r["continuations"]]
     files = exports.write_table(["intact", "ablated"], rows, f"ablate-{r['checkpoint']}", store,
-                                {k: v for k, v in r.items() if k != "captions"})
+                                {k: v for k, v in r.items() if k != "continuations"})
     return (said, gr.update(value={"headers": ["intact (greedy)", "heads ablated (greedy)"], "data": rows},
                             visible=True), gr.skip(), gr.skip(), gr.update(value=files, visible=True))
 
 
+ABLATION_ABOUT = ("Zero a set of heads' outputs (before the output projection), or put their "
+                  "mean over other texts of the split in their place, and compare the model with "
+                  "itself intact: perplexity on a seeded subset and BLEU-4 of as many sampled "
+                  "texts, each with a paired 95% interval, and continuations from the same "
+                  "prompts. *Ablate each head in turn* draws a blocks x heads map of the change "
+                  "(exact; the stream below each block is computed once). Blocks and heads are "
+                  "numbered from 1.")
+
+
 def _ablation_view(ctx: Context):
-    gr.Markdown("Zero a set of heads' outputs (before the output projection), or put their mean "
-                "over other texts of the split in their place, and compare the model with itself "
-                "intact: perplexity on a seeded subset and BLEU-4 of as many sampled texts, each "
-                "with a paired 95% interval, and captions from the same prompts. *Ablate each head in turn* draws a blocks x heads map of "
-                "the change (exact; the stream below each block is computed once). Blocks and "
-                "heads are numbered from 1.")
+    gr.Markdown(ABLATION_ABOUT)
     with gr.Row():
         name = checkpoint_dropdown(ctx, "checkpoint", task="generate", elem_id="ablate-checkpoint")
         other = ctx.add_dropdown(Dropdown([""] + ctx.checkpoint_names(), value="",
@@ -238,6 +252,11 @@ def _ablation_view(ctx: Context):
         [name, other, mode, split, n, seed], outs, api_visibility="private"),
         said, [said], lambda s: ["Stopped before the end: no map." if s and "lab-progress" in s else gr.skip()])
 
+    _ablation_api(ctx)
+
+
+def _ablation_api(ctx: Context):
+    """The ablation's API endpoints: /ablate and the streamed /ablate_each."""
     def ablate_api(checkpoint: str, heads: str, mode: str = "zero", split: str = "test", n: int = 200,
                    seed: int = 0) -> dict:
         """Heads ablated (BLOCK.HEAD from 1, e.g. "1.3,2.1"; mode zero or mean): perplexity intact
