@@ -102,6 +102,20 @@ def subsets(ck, split: str, n: int, seed: int, n_ref: int, data_dir=None):
         data.encode_captions(ref, ck.tokenizer, n_pos), source
 
 
+def _prepared(ck, mode: str, split: str, n: int, seed: int, n_ref: int, data_dir):
+    """What every ablation starts from: (the texts scored, their ids, where they came from, with
+    mode=mean each head's mean over the reference subset (else None), and the reference texts
+    counted (0 without mode=mean)); the model in eval mode."""
+    if mode not in MODES:
+        raise ConfigError(f"mode must be zero or mean, got {mode!r}")
+    check_model(ck.model)
+    ck.model.eval()
+    texts, seqs, ref, source = subsets(ck, split, n, seed, n_ref, data_dir)
+    if mode != "mean":
+        return texts, seqs, source, None, 0
+    return texts, seqs, source, head_means(ck.model, ref, ck.tokenizer.eos_id), len(ref)
+
+
 def _losses(model, seqs, pad_id, replace=None) -> torch.Tensor:
     """Per-text mean token loss, with the replacements in place."""
     with hooked(model, replace=replace):
@@ -129,14 +143,9 @@ def ablate(ck, heads: list[tuple[int, int]], mode: str = "zero", split: str = "t
     paired interval and verdict; n texts each writes by sampling (the same seed), scored by
     BLEU-4 forward, backward and harmonic with paired intervals; and greedy continuations of the
     first two tokens of the first texts of the subset."""
-    if mode not in MODES:
-        raise ConfigError(f"mode must be zero or mean, got {mode!r}")
     model, tok = ck.model, ck.tokenizer
-    check_model(model)
-    model.eval()
     t0 = time.time()
-    texts, seqs, ref, source = subsets(ck, split, n, seed, n_ref, data_dir)
-    means = head_means(model, ref, tok.eos_id) if mode == "mean" else None
+    texts, seqs, source, means, n_refs = _prepared(ck, mode, split, n, seed, n_ref, data_dir)
     replace = ablations(heads, mode, means)
     intact, changed = _losses(model, seqs, tok.eos_id), _losses(model, seqs, tok.eos_id, replace)
     out = paired(intact, changed, bootstrap_indices(len(seqs), N_BOOT, seed))
@@ -150,7 +159,7 @@ def ablate(ck, heads: list[tuple[int, int]], mode: str = "zero", split: str = "t
         ablated = said(generate(model, prompts, cfg, tok.eos_id))
     return {"checkpoint": ck.name, "heads": [f"{l + 1}.{h + 1}" for l, h in heads], "mode": mode,
             "split": split, "n": len(seqs), "seed": seed, "source": source,
-            "reference_n": len(ref) if mode == "mean" else 0, **out,
+            "reference_n": n_refs, **out,
             "continuations": [{"intact": a, "ablated": b} for a, b in zip(plain, ablated)],
             "elapsed_s": time.time() - t0}
 
@@ -213,21 +222,20 @@ def scan(ck, mode: str = "zero", split: str = "test", n: int = 200, seed: int = 
     the block's heads run together (one copy of the batch per head, each copy with its own head
     ablated). estimated: attribution patching's estimate of the same grid beside it, with
     Spearman's rank agreement."""
-    if mode not in MODES:
-        raise ConfigError(f"mode must be zero or mean, got {mode!r}")
     model, tok = ck.model, ck.tokenizer
-    check_model(model)
-    model.eval()
     t0 = time.time()
-    texts, seqs, ref, source = subsets(ck, split, n, seed, n_ref, data_dir)
-    means = head_means(model, ref, tok.eos_id) if mode == "mean" else None
+    texts, seqs, source, means, n_refs = _prepared(ck, mode, split, n, seed, n_ref, data_dir)
     intact, losses = _scan_losses(model, seqs, tok.eos_id, mode, means, batch_size, abort, progress)
     scan_s = time.time() - t0
     L, H = losses.shape[:2]
     idx = bootstrap_indices(len(seqs), N_BOOT, seed)
     grid = [[paired(intact, losses[l, h], idx) for h in range(H)] for l in range(L)]
     exact = [[c["change"] for c in row] for row in grid]
-    estimate = attribution(ck, mode, split, n, seed, n_ref, data_dir, batch_size) if estimated else None
+    estimate = None
+    if estimated:                      # the same texts and means, not drawn again
+        e0 = time.time()
+        estimate = {"change": _estimate(model, seqs, tok.eos_id, mode, means, batch_size)}
+        estimate["elapsed_s"] = time.time() - e0
     ranked = sorted(((l, h) for l in range(L) for h in range(H)),
                     key=lambda lh: -abs(grid[lh[0]][lh[1]]["change"]))
     return {"checkpoint": ck.name, "mode": mode, "split": split, "n": len(seqs), "seed": seed,
@@ -296,22 +304,22 @@ def attribution(ck, mode: str = "zero", split: str = "test", n: int = 200, seed:
     order, from one forward and one backward pass: the change in the mean per-text loss is about
     (ablated z - z) . d(loss)/dz, summed over the head's positions; the perplexity's change about
     the perplexity times that. {"change": [block][head] estimated change in perplexity, "elapsed_s"}."""
-    if mode not in MODES:
-        raise ConfigError(f"mode must be zero or mean, got {mode!r}")
     model, tok = ck.model, ck.tokenizer
-    check_model(model)
-    model.eval()
     t0 = time.time()
-    texts, seqs, ref, source = subsets(ck, split, n, seed, n_ref, data_dir)
-    means = head_means(model, ref, tok.eos_id) if mode == "mean" else None
+    texts, seqs, source, means, n_refs = _prepared(ck, mode, split, n, seed, n_ref, data_dir)
+    return {"checkpoint": ck.name, "mode": mode, "split": split, "n": len(seqs), "seed": seed,
+            "change": _estimate(model, seqs, tok.eos_id, mode, means, batch_size),
+            "elapsed_s": time.time() - t0}
+
+
+def _estimate(model, seqs, pad: int, mode: str, means, batch_size: int) -> list[list[float]]:
+    """Attribution patching's [block][head] estimated change in perplexity over `seqs`."""
     est = torch.zeros(len(model.transformer.h), model.config.n_head, dtype=torch.float64)
     total = 0.0
     for k in range(0, len(seqs), batch_size):
-        batch = collate(seqs[k:k + batch_size], tok.eos_id).to(_device(model))
-        total += _attribute(model, batch, tok.eos_id, len(seqs), mode, means, est)
-    ppl = math.exp(total)
-    return {"checkpoint": ck.name, "mode": mode, "split": split, "n": len(seqs), "seed": seed,
-            "change": (ppl * est).tolist(), "elapsed_s": time.time() - t0}
+        batch = collate(seqs[k:k + batch_size], pad).to(_device(model))
+        total += _attribute(model, batch, pad, len(seqs), mode, means, est)
+    return (math.exp(total) * est).tolist()
 
 
 def _attribute(model, batch, pad: int, n: int, mode: str, means, est: torch.Tensor) -> float:
