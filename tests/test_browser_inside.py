@@ -91,6 +91,12 @@ def test_heads_ablated_then_every_head_scanned_with_a_stop(page, server):
     expect(page.locator("#ablate-files")).to_contain_text("ablate-each-words-vs-bpe")
     _shot(page, "inside-scan")
 
+    page.locator("#ablate-n input").fill("9999")                   # refused before it starts:
+    page.locator("#ablate-scan-go").click()                         # the Stop button goes too
+    expect(page.get_by_text("texts must be a whole number from 1 to 500")).to_be_visible(timeout=30_000)
+    expect(page.locator("#ablate-stop")).to_be_hidden(timeout=10_000)
+    page.locator("#ablate-n input").fill("60")
+
     page.locator("#ablate-heads textarea, #ablate-heads input").first.fill("7.1")
     page.locator("#ablate-go").click()
     expect(page.get_by_text("head 7.1 out of range: this model has blocks 1 to 2")).to_be_visible(timeout=30_000)

@@ -259,6 +259,8 @@ def stoppable(go: gr.Button, stop: gr.Button, start, reads, writes: list, after)
     # `.then` runs after a stop too, on the last values the request sent
     running.then(lambda value: [hidden, *after(value)], reads, [stop, *writes], queue=False,
                  api_visibility="private")
+    # a request refused before its first update (no checkpoint chosen): Stop goes too
+    running.failure(lambda: hidden, None, stop, queue=False, api_visibility="private")
     stop.click(lambda: hidden, None, stop, cancels=[running], queue=False, api_visibility="private")
     return running
 
