@@ -278,9 +278,15 @@ class TrainConfig(_Config, PluginSettings):
     objective: str = setting("", "the task's objective (python -m lab plugins lists each "
                              "task's)", blank="the task's first")
     lr_schedule: str = setting("constant", "warmup_cosine: linear warm-up over warmup_steps, then "
-                               "cosine decay to 10% of lr", choices=("constant", "warmup_cosine"))
-    warmup_steps: int = setting(0, "linear warm-up steps of warmup_cosine", min=0, max=10 ** 9,
-                                unit="steps", blank="0: none")
+                               "cosine decay to 10% of lr at the last step; mingpt: minGPT's own "
+                               "(the birth-place assignment's), a cosine over decay_epochs floored "
+                               "at 10% but not clamped, so it rises again after",
+                               choices=("constant", "warmup_cosine", "mingpt"))
+    warmup_steps: int = setting(0, "linear warm-up steps of warmup_cosine and mingpt", min=0,
+                                max=10 ** 9, unit="steps", blank="0: none")
+    decay_epochs: float = setting(0.0, "mingpt: the epochs its cosine takes to fall to 10% (the "
+                                  "assignment: 200 of its 650)", min=0.0, max=10 ** 6,
+                                  unit="epochs", blank="0: the whole run")
     scheduled_sampling: str = setting("none", "feed the model its own sampled tokens more often "
                                       "as training goes (Bengio et al. 2015), where the task "
                                       "allows it", choices=("none", "linear", "exponential",

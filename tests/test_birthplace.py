@@ -2,6 +2,7 @@
 examples, the London baseline, greedy answers, and pretrain -> finetune -> evaluate through the
 CLI; a stopped pretraining run resumes to the same weights."""
 import json
+import math
 
 import pytest
 import torch
@@ -130,6 +131,16 @@ def test_warm_up_then_cosine_decay_to_a_tenth():
     assert scheduled_lr(cfg, 54, 104) == pytest.approx(0.55)
     assert scheduled_lr(cfg, 104, 104) == pytest.approx(0.1)
     assert scheduled_lr(TrainConfig(lr=0.3), 50, 100) == 0.3
+
+
+def test_mingpt_cosine_is_floored_not_clamped():
+    """minGPT's schedule as the assignment runs it (650 epochs, a 200-epoch decay, no warm-up):
+    full at the start, 10% from epoch 200, back to full at 400, 10% again at 600."""
+    cfg = TrainConfig(lr=1.0, lr_schedule="mingpt", decay_epochs=200)
+    at = [scheduled_lr(cfg, epoch * 23, 650 * 23, 23) for epoch in (0, 100, 200, 300, 400, 600, 650)]
+    assert at == pytest.approx([1.0, 0.5, 0.1, 0.5, 1.0, 0.1, 0.5 * (1 + math.cos(math.pi * 3.25))])
+    whole = TrainConfig(lr=1.0, lr_schedule="mingpt", warmup_steps=2)
+    assert [scheduled_lr(whole, s, 102) for s in (0, 1, 52, 102)] == pytest.approx([0.5, 1.0, 0.5, 0.1])
 
 
 def test_pretrain_finetune_evaluate_from_the_command_line(tmp_path, capsys, store):

@@ -363,3 +363,22 @@ def test_keep_epochs_keeps_the_weights_at_those_epochs_as_their_own_checkpoints(
 def test_keep_epochs_outside_the_run_are_refused(value, said):
     with pytest.raises(ConfigError, match=said):
         TrainConfig(epochs=2, keep_epochs=value).check()
+
+
+def test_early_stop_none_keeps_the_last_epoch_even_where_dev_got_worse(corpus_dir, monkeypatch):
+    """early_stop=none keeps the last evaluation's weights (the birth-place assignment's way),
+    not the best dev perplexity's."""
+    from lab.training.train import Trainer
+    real = Trainer._evaluate
+
+    def worse_each_epoch(self, epoch, step):
+        record = real(self, epoch, step)
+        if record:
+            record["dev_perplexity"] = 10.0 + epoch
+        return record
+    monkeypatch.setattr(Trainer, "_evaluate", worse_each_epoch)
+    events = _tiny_run("last", 3, early_stop="none")
+    assert [e["epoch"] for e in events if e["event"] == "eval" and e.get("best")] == [1, 2, 3]
+    assert checkpoints.info("last")["metrics"]["epoch"] == 3
+    events = _tiny_run("best", 3)
+    assert [e["epoch"] for e in events if e["event"] == "eval" and e.get("best")] == [1]

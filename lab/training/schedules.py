@@ -11,13 +11,20 @@ from lab.inputs.data import Batch
 from lab.modeling.sampling import draw
 
 
-def scheduled_lr(cfg: TrainConfig, step: int, total_steps: int) -> float:
-    """The learning rate of the step after `step` steps: constant, or (warmup_cosine, minGPT's)
-    a linear warm-up over warmup_steps, then a cosine decay to 10% of lr at the last step."""
+def scheduled_lr(cfg: TrainConfig, step: int, total_steps: int, steps_per_epoch: int = 1) -> float:
+    """The learning rate of the step after `step` steps: constant; warmup_cosine, a linear warm-up
+    over warmup_steps, then a cosine decay to 10% of lr at the last step; or mingpt, minGPT's
+    trainer as the birth-place assignment runs it: the same warm-up, then
+    max(0.1, (1 + cos(pi * progress)) / 2) with progress reaching 1 after decay_epochs and not
+    clamped there (minGPT's 650 epochs with a 200-epoch decay go down, up at 400, down at 600)."""
     if cfg.lr_schedule == "constant":
         return cfg.lr
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.lr_schedule == "mingpt":
+        end = round(cfg.decay_epochs * steps_per_epoch) if cfg.decay_epochs else total_steps
+        progress = (step - cfg.warmup_steps) / max(end - cfg.warmup_steps, 1)
+        return cfg.lr * max(0.1, 0.5 * (1.0 + math.cos(math.pi * progress)))
     span = max(total_steps - cfg.warmup_steps, 1)
     progress = min((step - cfg.warmup_steps) / span, 1.0)
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))

@@ -382,7 +382,7 @@ class Trainer:
         if self.packed and self.world == 1:     # packed here, before the copy to the device (its
             batch = pack(batch)                 # slicing is many small copies); under DDP each
         batch = batch.to(self.device)           # process packs its rows after the split
-        lr = scheduled_lr(self.cfg, self.step, self.total_steps)
+        lr = scheduled_lr(self.cfg, self.step, self.total_steps, self.steps_per_epoch)
         for group in self.opt.param_groups:
             group["lr"] = lr
         if self.cfg.scheduled_sampling != "none":
@@ -445,7 +445,7 @@ class Trainer:
     def _keep_best(self, epoch: int, record: dict, writer):
         """Save the checkpoint when dev improved (marking the record best), count the epochs
         without improvement, and keep the best by the second metric when there is one."""
-        if self.best is None or self._better(record, self.best):
+        if self.best is None or self.cfg.early_stop == "none" or self._better(record, self.best):
             self.best, self.bad_epochs, record["best"] = record, 0, True
             yield self._log(self.progress(epoch, "saving"), writer)
             if self.on_best:
