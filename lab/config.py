@@ -236,6 +236,9 @@ class TrainConfig(_Config, PluginSettings):
     lr: float = setting(1e-4, "Adam's learning rate", min=1e-12, max=10.0)
     weight_decay: float = setting(0.0, "AdamW's decay", min=0.0, max=10.0,
                                   blank="0: plain Adam (the assignment's)")
+    decay_biases: bool = setting(True, "AdamW decays the biases too (minGPT leaves them alone)")
+    adam_beta2: float = setting(0.999, "Adam's second-moment decay (torch's 0.999; minGPT's "
+                                "0.95)", min=0.5, max=0.99999)
     grad_clip: float = setting(0.0, "the largest gradient norm", min=0.0, max=1e6,
                                blank="0: no clipping")
     seed: int = setting(0, "seeds the initialisation, the shuffling and dropout", min=0,

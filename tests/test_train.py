@@ -382,3 +382,21 @@ def test_early_stop_none_keeps_the_last_epoch_even_where_dev_got_worse(corpus_di
     assert checkpoints.info("last")["metrics"]["epoch"] == 3
     events = _tiny_run("best", 3)
     assert [e["epoch"] for e in events if e["event"] == "eval" and e.get("best")] == [1]
+
+
+def test_minGPT_optimizer_leaves_biases_undecayed_with_its_betas():
+    """decay_biases=false puts the biases in a group of their own without weight decay (minGPT's
+    AdamW); adam_beta2 reaches every group; the default decays every parameter."""
+    import torch
+    from lab.modeling.model import build
+    from lab.training.train import make_optimizer
+    model = build(ModelConfig(model="gpt2", vocab_size=40, n_layer=1, n_head=2, n_embd=16, n_positions=16))
+    biases = frozenset(id(p) for n, p in model.named_parameters() if n.endswith("bias"))
+    params = list(model.parameters())
+    cfg = TrainConfig(weight_decay=0.1, decay_biases=False, adam_beta2=0.95)
+    groups = make_optimizer(params, cfg, torch.device("cpu"), biases).param_groups
+    assert [g["weight_decay"] for g in groups] == [0.1, 0.0]
+    assert {id(p) for p in groups[1]["params"]} == biases and len(biases) > 0
+    assert all(g["betas"] == (0.9, 0.95) for g in groups)
+    whole = make_optimizer(params, cfg.replace(decay_biases=True), torch.device("cpu"), biases)
+    assert len(whole.param_groups) == 1 and whole.param_groups[0]["weight_decay"] == 0.1
