@@ -373,7 +373,9 @@ def _api_cases():
         if a["decoder"] in ("beam", "greedy") and "temperature" not in over:
             del a["temperature"]                   # not a setting of those decoders
         decode = {k: v for k, v in a.items() if k in DECODER_KEYS}
-        return ("/compare", [a["checkpoints"], decode, a["seed"], a["prefix"], a["n"], per], expected)
+        held = [a["held_out"]] if "held_out" in a else []
+        return ("/compare", [a["checkpoints"], decode, a["seed"], a["prefix"], a["n"], per] + held,
+                expected)
 
     def per_model(cells, expected):
         return compare(expected, per={"good": cells})
@@ -391,6 +393,10 @@ def _api_cases():
 
     cases = [
         compare("choose checkpoints to compare", checkpoints=[]),
+        compare("held-out prompt words must be a whole number from 0 to 50, got 51", held_out=51),
+        compare("held-out prompt words must be a whole number from 0 to 50, got -1", held_out=-1),
+        compare("held-out prompt words must be a whole number from 0 to 50, got 'many'", held_out="many"),
+        compare("a prefix ('A dog') and held-out prompts (3 words) both given", prefix="A dog", held_out=3),
         compare("is not allowed", checkpoints=["../elsewhere/x"]),
         compare("is not allowed", checkpoints=["/etc"]),
         compare("is not allowed", checkpoints=["good\n"]),

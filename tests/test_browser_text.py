@@ -35,6 +35,7 @@ def test_own_corpus_from_upload_to_compare_and_evaluate(browser, tmp_path):
         expect(page.locator("#data-message")).to_contain_text("Imported harbour: train 570 texts, dev 30 "
                                                               "texts (text column body)", timeout=60_000)
         expect(page.locator("#data-table")).to_contain_text("harbour.jsonl")
+        expect(page.locator("#data-table")).to_contain_text("not yet tokenized")
         _choose(page, "#train-preset", "tiny")
         _choose(page, "#train-task", "text")
         box = page.locator("#train-task-dataset textarea, #train-task-dataset input").first
@@ -50,6 +51,8 @@ def test_own_corpus_from_upload_to_compare_and_evaluate(browser, tmp_path):
         tuned = checkpoints.load("own-tuned", store)
         assert tuned.meta["parent"] == "own-scratch"
         assert tuned.meta["train"]["settings"]["task"]["dataset"] == "harbour"
+        # the run tokenized the dataset: the table says so without a reload
+        expect(page.locator("#data-table")).not_to_contain_text("not yet tokenized", timeout=20_000)
         _shot(page, "text-trained")
 
         _tab(page, "Compare")
@@ -61,6 +64,17 @@ def test_own_corpus_from_upload_to_compare_and_evaluate(browser, tmp_path):
         page.locator("#compare-go").click()
         out = page.locator("#compare-out")
         expect(out.locator("td").filter(has_text="a lighthouse keeper")).to_have_count(16, timeout=120_000)
+        page.get_by_label("prefix (optional)").fill("")
+        held = page.locator("#compare-held-out input")
+        held.fill("3")
+        held.press("Tab")
+        page.locator("#compare-go").click()
+        expect(out.locator("th").filter(has_text="held-out text")).to_have_count(1, timeout=120_000)
+        cells = out.locator("tbody tr").first.locator("td")
+        start = " ".join(cells.last.inner_text().split()[:3])
+        expect(cells.nth(1)).to_contain_text(start)
+        expect(cells.nth(2)).to_contain_text(start)
+        _shot(page, "text-compare-held-out")
         page.locator("#compare-score").click()
         verdicts = page.locator("#compare-verdicts")
         expect(verdicts).to_contain_text("Verdicts", timeout=180_000)

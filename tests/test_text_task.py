@@ -322,3 +322,35 @@ def test_a_sweep_over_a_dataset_trains_and_scores_on_its_texts(sources, store):
         dev = body[300:]
         assert scored["n"] == 12
         assert scored["subset_hash"] == data.subset_hash([dev[i] for i in data.subset_indices(100, 12, 0)])
+
+
+def test_compare_and_generate_continue_held_out_texts(sources, capsys):
+    """held_out=N: row i starts with the first N words of a held-out (dev) text drawn by the seed,
+    each row's continuation is what that prompt alone gives, and the texts come beside (Compare's
+    table and CSV, generate's --json); a prefix and held-out prompts together are refused."""
+    from lab.config import DecodeConfig
+    from lab.modeling.generate import sample_captions
+    from lab.ui import compare
+    folder, _ = sources
+    corpora.import_source(folder / "corpus.jsonl", "mine")
+    _train("mine-model", "task=text", "task.dataset=mine")
+    dev = list(corpora.split("mine", "dev")[corpora.TEXT])
+    table, record = compare.compare(["mine-model"], {"decoder": "greedy"}, seed=3, n=4, held_out=3)
+    held = record["held_out_texts"]
+    assert len(held) == 4 and set(held) <= set(dev) and record["held_out"] == 3
+    ck = checkpoints.load("mine-model")
+    for text, whole_text in zip(record["captions"]["mine-model"], held):
+        start = " ".join(whole_text.split()[:3])
+        assert text.startswith(start)
+        alone = sample_captions(ck.model, ck.tokenizer, 1, DecodeConfig(decoder="greedy"), prompt=start)
+        assert text == alone[0].text
+    assert "held-out text" in table and "its first 3 words are the row" in table
+    csv = compare.caption_files(record)
+    assert any(str(f).endswith(".csv") and "held-out text" in Path(f).read_text() for f in csv)
+    with pytest.raises(ConfigError, match="a prefix .* and held-out prompts .* both given"):
+        compare.plan(["mine-model"], {"decoder": "greedy"}, prefix="a", held_out=2)
+    assert cli_main(["generate", "--checkpoint", "mine-model", "--held-out", "2", "--n", "3",
+                     "--decoder", "greedy", "--json"]) in (0, None)
+    rows = json.loads(capsys.readouterr().out)["captions"]
+    assert len(rows) == 3 and all(r["text"].startswith(" ".join(r["held_out_text"].split()[:2]))
+                                  for r in rows)

@@ -9,6 +9,7 @@ from lab.config import ConfigError, DecodeConfig
 from lab.evaluation import attention_maps, exposure
 from lab.evaluation.evaluate import evaluate
 from lab.evaluation.metrics import bleu
+from lab.inputs import tasks
 from lab.inputs.data import read_hypotheses, read_lines
 from lab.inputs.tokenizers import gpt2
 from lab.modeling.generate import sample_captions
@@ -24,14 +25,24 @@ def _decode_cfg(args) -> DecodeConfig:
 def cmd_generate(args):
     cfg = _decode_cfg(args)
     ck = checkpoints.load(args.checkpoint, args.store)
-    gen = sample_captions(ck.model, ck.tokenizer, args.n, cfg, prompt=args.prompt or "", probs=True)
+    n, prompts, held = args.n, None, None
+    if args.held_out:
+        if args.prompt:
+            raise ConfigError("--prompt and --held-out both given: continue one prompt, or the "
+                              "starts of held-out texts")
+        prompts, held, _ = tasks.held_out_prompts([ck], args.n, cfg.seed, args.held_out)
+        n = len(prompts)
+    gen = sample_captions(ck.model, ck.tokenizer, n, cfg, prompt=args.prompt or "", probs=True,
+                          prompts=prompts)
     if args.json:
         print_json({"checkpoint": ck.name, "decode": cfg.to_dict(), "prompt": args.prompt or "",
+                    "held_out": args.held_out,
                     "captions": [{"text": g.text, "tokens": g.tokens, "probs": g.probs,
-                                  "finished": g.finished} for g in gen]})
+                                  "finished": g.finished, **({"held_out_text": held[i]} if held else {})}
+                                 for i, g in enumerate(gen)]})
     else:
-        for g in gen:
-            print(g.text)
+        for i, g in enumerate(gen):
+            print(g.text if not held else f"{g.text}\n    held out: {held[i]}")
 
 
 def cmd_evaluate(args):
@@ -134,6 +145,9 @@ def _parser_generate(sub) -> None:
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--n", type=int, default=10)
     p.add_argument("--prompt", default="")
+    p.add_argument("--held-out", dest="held_out", type=int, default=0, metavar="WORDS",
+                   help="start each row with the first WORDS words of a held-out text of the "
+                        "checkpoint's corpus (its dev split, drawn by --seed)")
     _add_decode_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_generate)

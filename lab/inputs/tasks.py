@@ -107,6 +107,24 @@ def texts(cks: list, split: str, data_dir=None) -> tuple[list[str], dict]:
     return next(iter(found.values()))[0]
 
 
+MAX_PROMPT_WORDS = 50      # a held-out prompt's length, in words
+
+
+def held_out_prompts(cks: list, n: int, seed: int, words: int,
+                     data_dir=None) -> tuple[list[str], list[str], dict]:
+    """Prompts that continue held-out texts: n texts of the checkpoints' dev split drawn by `seed`
+    (all of them when it has fewer), and the first `words` words of each. Returns (prompts, the
+    texts they start, where the texts come from)."""
+    if isinstance(words, bool) or not isinstance(words, int) or not 1 <= words <= MAX_PROMPT_WORDS:
+        raise ConfigError(f"held-out prompt words must be a whole number from 1 to "
+                          f"{MAX_PROMPT_WORDS}, got {words!r}")
+    pool, source = texts(cks, "dev", data_dir)
+    chosen = [pool[i] for i in data.subset_indices(len(pool), n, seed)]
+    if not chosen:
+        raise ConfigError(f"{source['source']} has no dev texts to take prompts from")
+    return [" ".join(t.split()[:words]) for t in chosen], chosen, source
+
+
 def _caption_texts(split: str, data_dir=None) -> tuple[list[str], dict]:
     return data.load_split(split, data_dir), {"split": split,
                                               "source": str(data.resolve_data_dir(data_dir))}

@@ -334,14 +334,17 @@ def check_prompt(prompt: str) -> str:
 
 def sample_captions(model, tokenizer, n: int, cfg: DecodeConfig, prompt: str = "",
                     batch_size: int = 500, abort=None, probs: bool = False,
-                    done=None) -> list[Generated]:
-    """n captions, each starting with `prompt` (may be empty), decoded as `cfg` says; with
-    probs, each new token's probability too (for a display; scoring needs none). abort and
-    done: as generate() takes them."""
+                    done=None, prompts: list[str] | None = None) -> list[Generated]:
+    """n captions, each starting with `prompt` (may be empty), or row i with prompts[i] (then n
+    is their number), decoded as `cfg` says; with probs, each new token's probability too (for a
+    display; scoring needs none). abort and done: as generate() takes them."""
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CAPTIONS:
         raise GenerationError(f"the number of captions must be a whole number from 1 to "
                               f"{MAX_CAPTIONS}, got {n!r}")
-    prefix, ids = caption_prompt(tokenizer, prompt)
-    outs = generate(model, [ids] * n, cfg, tokenizer.eos_id, batch_size, abort, probs, done)
+    if prompts is not None and len(prompts) != n:
+        raise GenerationError(f"{len(prompts)} prompts for {n} captions: give one a caption")
+    rows = [caption_prompt(tokenizer, p) for p in prompts] if prompts is not None \
+        else [caption_prompt(tokenizer, prompt)] * n
+    outs = generate(model, [ids for _, ids in rows], cfg, tokenizer.eos_id, batch_size, abort, probs, done)
     return [Generated(prefix + new, tokenizer.decode(prefix + new), len(prefix), ps, fin)
-            for new, ps, fin in outs]
+            for (prefix, _), (new, ps, fin) in zip(rows, outs)]

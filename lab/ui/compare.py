@@ -14,6 +14,7 @@ from lab.ui.evaluate import scores
 from lab.ui.evaluate import wire as wire_scores
 from lab.evaluation import attention_maps
 from lab.storage import checkpoints, exports
+from lab.inputs import tasks
 from lab.evaluation import report
 from lab.inside import lens
 from lab.ui.fields import Checkbox, Dataframe, Number, Radio, Textbox
@@ -69,35 +70,49 @@ class Comparison:
     seed: int
     prefix: str
     n: int
+    held_out: int = 0                   # words of each held-out text its row starts with; 0: none
+    prompts: list[str] | None = None    # a prompt a row (held-out starts), or the prefix for all
+    texts: list[str] | None = None      # the held-out texts those prompts start
 
 
 def plan(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
-         per_checkpoint: dict | None = None, store=None) -> Comparison:
+         per_checkpoint: dict | None = None, store=None, held_out=0) -> Comparison:
     """A comparison's values, each checked where it enters, and its work within the budget (the
-    API's and the form's one check)."""
+    API's and the form's one check). held_out: start row i with the first `held_out` words of a
+    held-out text of the checkpoints' corpus (drawn by the seed) instead of the prefix."""
     chosen = names_list(checkpoints_chosen, "checkpoints to compare", store=store)
     n = whole(n, "number of captions", 1, 200)
     seed = whole(seed, "seed", 0, SEED_MAX)
     prefix = text(prefix, "prefix", MAX_PROMPT_CHARS).strip()
+    held_out = whole(held_out or 0, "held-out prompt words", 0, tasks.MAX_PROMPT_WORDS)
+    if held_out and prefix:
+        raise ConfigError(f"a prefix ({prefix[:40]!r}) and held-out prompts ({held_out} words) both "
+                          "given: clear the prefix, or set held-out prompt words to 0")
     settings = decoders_of(chosen, decode, per_checkpoint, seed)   # all checked before any runs
     within_budget("this comparison", n, settings, "fewer captions, beams or checkpoints")
-    return Comparison(chosen, settings, seed, prefix, n)
+    prompts = held = None
+    if held_out:
+        cks = [LOADED.get(name, store) for name in chosen]
+        prompts, held, _ = tasks.held_out_prompts(cks, n, seed, held_out)
+        n = len(prompts)
+    return Comparison(chosen, settings, seed, prefix, n, held_out, prompts, held)
 
 
 def compare(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
-            per_checkpoint: dict | None = None, store=None):
+            per_checkpoint: dict | None = None, store=None, held_out=0):
     """Captions of each chosen checkpoint side by side: `decode` the shared decoder by name
     ({"decoder": "top_p", "temperature": 0.7}), `per_checkpoint` a checkpoint's own settings over
-    it ({"scratch": {"decoder": "greedy"}}). Returns (the table's HTML, the record)."""
-    return captions(plan(checkpoints_chosen, decode, seed, prefix, n, per_checkpoint, store),
+    it ({"scratch": {"decoder": "greedy"}}), `held_out` as plan() takes it. Returns (the table's
+    HTML, the record)."""
+    return captions(plan(checkpoints_chosen, decode, seed, prefix, n, per_checkpoint, store, held_out),
                     Work(), store)
 
 
 def compare_stream(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
-                   per_checkpoint: dict | None = None, store=None):
+                   per_checkpoint: dict | None = None, store=None, held_out=0):
     """compare() as a stream: (a progress line, RUNNING) at least every POLL_S while the captions
     are drawn, then compare()'s (table, record). Closed early, the drawing stops."""
-    todo = plan(checkpoints_chosen, decode, seed, prefix, n, per_checkpoint, store)
+    todo = plan(checkpoints_chosen, decode, seed, prefix, n, per_checkpoint, store, held_out)
     yield (yield from streamed(lambda work: captions(todo, work, store),
                                lambda said: (captions_progress(todo, said), RUNNING)))
 
@@ -110,13 +125,18 @@ def captions(todo: Comparison, work: Work, store=None):
         work.say((i, 0))
         ck = LOADED.get(name, store)
         caps = sample_captions(ck.model, ck.tokenizer, todo.n, cfg, prompt=todo.prefix, probs=True,
-                               abort=work.stop_asked, done=lambda k, i=i: work.say((i, k)))
+                               abort=work.stop_asked, done=lambda k, i=i: work.say((i, k)),
+                               prompts=todo.prompts)
         columns.append((name, cfg.label(), [shade(ck.tokenizer, c) for c in caps]))
         texts[name] = [c.text for c in caps]
+    if todo.texts:
+        columns.append(("held-out text", f"its first {todo.held_out} words are the row's prompt",
+                        [html.escape(t) for t in todo.texts]))
     table = captions_table(columns)
     decoders = {name: cfg.to_dict() for name, cfg in zip(todo.chosen, todo.settings)}
     record = {"html": table, "captions": texts, "seed": todo.seed, "prefix": todo.prefix,
-              "n": todo.n, "decoders": decoders}
+              "n": todo.n, "decoders": decoders, "held_out": todo.held_out,
+              "held_out_texts": todo.texts}
     return table, record
 
 
@@ -134,7 +154,7 @@ def _form(checkpoints_chosen, decoder, rest, what: str, store=None):
     fields after the decoder's (seed, prefix, n, ...)."""
     k = len(DecodeConfig.setting_names())
     values, after = rest[:k], rest[k:]
-    per_model, per_model_rows = after[3], after[4]
+    per_model, per_model_rows = after[4], after[5]
     chosen = names_list(checkpoints_chosen, what, store=store)
     own = {}
     if per_model and per_model_rows is not None:
@@ -147,17 +167,17 @@ def _form(checkpoints_chosen, decoder, rest, what: str, store=None):
 
 def compare_form(checkpoints_chosen, decoder, *rest, store=None):
     """The page's Compare: rest is the decoder settings' fields (DecodeConfig.setting_names()),
-    seed, prefix, n, the per-checkpoint checkbox and its table; read as compare() takes them,
-    streamed as compare_stream() streams."""
-    chosen, decode, own, (seed, prefix, n, _, _) = _form(checkpoints_chosen, decoder, rest,
-                                                         "checkpoints to compare", store)
-    yield from compare_stream(chosen, decode, seed, prefix, n, own, store=store)
+    seed, prefix, n, held-out prompt words, the per-checkpoint checkbox and its table; read as
+    compare() takes them, streamed as compare_stream() streams."""
+    chosen, decode, own, (seed, prefix, n, held_out, _, _) = _form(
+        checkpoints_chosen, decoder, rest, "checkpoints to compare", store)
+    yield from compare_stream(chosen, decode, seed, prefix, n, own, store=store, held_out=held_out)
 
 
 def scores_form(checkpoints_chosen, decoder, *rest, store=None, data_dir=None):
     """The page's *Which is better?*: the Compare form's fields, then the subset size and BLEU
     tokens; each checkpoint is scored with the decoder its captions use."""
-    chosen, decode, own, (seed, _, _, _, _, score_n, bleu_tokens) = _form(
+    chosen, decode, own, (seed, _, _, _, _, _, score_n, bleu_tokens) = _form(
         checkpoints_chosen, decoder, rest, "checkpoints to evaluate", store)
     yield from scores(chosen, decode, score_n, seed, bleu_tokens, store, data_dir, own)
 
@@ -167,9 +187,12 @@ def caption_files(record, store=None):
     if not isinstance(record, dict):
         return None
     names = list(record["captions"])
-    rows = [[i + 1] + [record["captions"][n][i] for n in names] for i in range(record["n"])]
-    about = {k: record[k] for k in ("seed", "prefix", "decoders")}
-    return exports.write_table(["row"] + names, rows, "captions-" + "-vs-".join(names), store, about)
+    held = record.get("held_out_texts") or []
+    rows = [[i + 1] + [record["captions"][n][i] for n in names] + held[i:i + 1]
+            for i in range(record["n"])]
+    about = {k: record.get(k) for k in ("seed", "prefix", "decoders", "held_out")}
+    return exports.write_table(["row"] + names + (["held-out text"] if held else []), rows,
+                               "captions-" + "-vs-".join(names), store, about)
 
 
 def save_report(record, scores, row, store=None) -> str:
@@ -192,6 +215,8 @@ def save_report(record, scores, row, store=None) -> str:
                       attention_maps.view_height(cap, "head")))
     same = scores and scores["provenance"]["checkpoints"] == names
     settings = {"seed": record["seed"], "prefix": record["prefix"] or "(none)",
+                **({"prompts": f"the first {record['held_out']} words of held-out texts"}
+                   if record.get("held_out") else {}),
                 "captions per checkpoint": record["n"],
                 **{f"decoder of {n}": DecodeConfig.from_dict(d).label()
                    for n, d in record["decoders"].items()}}
@@ -350,16 +375,13 @@ def build(ctx: Context) -> SideBySide:
     chosen = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, task="generate",
                                   elem_id="compare-checkpoints")
     dec = decoder_inputs(DECODE_TO_SHOW, elem_id="compare-decoder")
-    with gr.Row():
-        seed = Number(0, label="seed", step=1)
-        prefix = Textbox("", label="prefix (optional)", placeholder="A man")
-        n = Number(8, label="captions", step=1, elem_id="compare-n")
+    seed, prefix, n, held_out = _prompt_fields()
     per_model, per_model_rows = _per_model_table(chosen)
     with gr.Row():
         go = gr.Button("Generate side by side", variant="primary", elem_id="compare-go")
         stop = stop_button("compare-stop")
     out = gr.HTML(elem_id="compare-out")
-    inputs = [chosen, *dec.components(), seed, prefix, n, per_model, per_model_rows]
+    inputs = [chosen, *dec.components(), seed, prefix, n, held_out, per_model, per_model_rows]
     last = gr.State(None)            # the last comparison, for its downloads and the report
     files = gr.File(label="download the captions (CSV, JSON)", file_count="multiple",
                     interactive=False, elem_id="compare-files")
@@ -382,6 +404,18 @@ def build(ctx: Context) -> SideBySide:
     return SideBySide(chosen, then)
 
 
+def _prompt_fields():
+    """Seed, prefix, how many rows, and held-out prompts' words, in a row."""
+    with gr.Row():
+        seed = Number(0, label="seed", step=1)
+        prefix = Textbox("", label="prefix (optional)", placeholder="A man")
+        n = Number(8, label="captions", step=1, elem_id="compare-n")
+        held_out = Number(0, label="held-out prompts: first N words (0: none)", step=1, minimum=0,
+                          maximum=tasks.MAX_PROMPT_WORDS, elem_id="compare-held-out",
+                          info="each row continues the start of a different held-out text")
+    return seed, prefix, n, held_out
+
+
 def _per_model_table(chosen):
     """The checkbox and the table of a decoder per checkpoint; the table follows the checkbox and
     the chosen checkpoints (the page may change them itself)."""
@@ -397,13 +431,14 @@ def _per_model_table(chosen):
 
 def _wire_api(ctx: Context) -> None:
     def compare_api(checkpoints: list[str], decode: dict, seed: int = 0, prefix: str = "",
-                    n: int = 8, per_checkpoint: dict | None = None) -> str:
+                    n: int = 8, per_checkpoint: dict | None = None, held_out: int = 0) -> str:
         """Captions side by side (HTML), streamed: a progress line (HTML) at least every half
         second while they are drawn, then the captions. decode: the shared decoder by name, e.g.
         {"decoder": "top_p", "temperature": 0.7}; per_checkpoint: {checkpoint: its own decoder
-        settings}."""
+        settings}; held_out: start each row with the first N words of a held-out text of the
+        checkpoints' corpus (drawn by the seed; 0: the prefix for every row)."""
         for shown, _ in compare_stream(checkpoints, decode, seed, prefix, n, per_checkpoint,
-                                       store=ctx.store):
+                                       store=ctx.store, held_out=held_out):
             yield shown
     gr.api(friendly(compare_api), api_name="compare")
 

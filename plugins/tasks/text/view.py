@@ -17,6 +17,7 @@ MAX_UPLOAD_BYTES = 2 * 10 ** 9        # a corpus upload (the web app takes files
 COLUMNS = ["name", "texts (train / dev / test)", "characters", "tokens", "text column", "source",
            "first text"]
 WIDTHS = ["12%", "13%", "11%", "14%", "9%", "13%", "28%"]     # every header whole at 1400 px
+FOLLOW_S = 5.0          # how often the table looks at the store again
 
 
 def rows(store=None) -> list[list]:
@@ -112,7 +113,24 @@ def build(ctx: Context) -> None:
                     [message, table, chosen], api_name="import_dataset")
     gone.click(friendly(lambda *a: delete(*a, store=ctx.store)), [chosen, sure], [message, table, chosen],
                api_name="delete_dataset")
+    _follow(ctx, table, chosen)
+
     def datasets_api() -> list[dict]:
         """Every dataset in the store: its source, text column, splits, preview and tokens."""
         return corpora.listing(ctx.store)
     gr.api(friendly(datasets_api), api_name="datasets")
+
+
+def _follow(ctx: Context, table, chosen) -> None:
+    """The table and the delete dropdown follow the store every FOLLOW_S seconds (from the first
+    tick on a page's load): a run that tokenizes a dataset, or an import from the CLI, shows
+    without a reload."""
+    seen = gr.State(None)
+
+    def refresh(last):
+        now = rows(ctx.store)
+        if now == last:
+            return gr.skip(), gr.skip(), last
+        return now, gr.update(choices=corpora.names(ctx.store)), now
+    gr.Timer(FOLLOW_S).tick(friendly(refresh), seen, [table, chosen, seen], api_visibility="private",
+                            show_progress="hidden")
