@@ -59,6 +59,7 @@ def test_own_corpus_from_upload_to_compare_and_evaluate(browser, tmp_path):
         chosen = page.locator("#compare-checkpoints")
         expect(chosen).to_contain_text("own-scratch", timeout=30_000)
         expect(chosen).to_contain_text("own-tuned")
+        expect(page.locator("#compare-n")).to_contain_text("texts")   # not captions: text models
         _choose(page, "#compare-decoder", "greedy")
         page.get_by_label("prefix (optional)").fill("a lighthouse keeper")
         page.locator("#compare-go").click()

@@ -178,6 +178,6 @@ def test_scores_use_the_decoder_each_checkpoint_writes_its_captions_with(store):
     from lab.config import DecodeConfig
     fields = [None] * len(DecodeConfig.setting_names())
     table = [["b", "top_k", *[5 if n == "top_k" else None for n in DecodeConfig.setting_names()]]]
-    *_, (form_rows, _, _) = scores_form(["a", "b"], "greedy", *fields, 0, "", 8, True, table, 20, "auto",
+    *_, (form_rows, _, _) = scores_form(["a", "b"], "greedy", *fields, 0, "", 8, 0, True, table, 20, "auto",
                                         store=store)
     assert form_rows == rows

@@ -338,6 +338,7 @@ def test_compare_and_generate_continue_held_out_texts(sources, capsys):
     table, record = compare.compare(["mine-model"], {"decoder": "greedy"}, seed=3, n=4, held_out=3)
     held = record["held_out_texts"]
     assert len(held) == 4 and set(held) <= set(dev) and record["held_out"] == 3
+    assert record["unit"] == "texts" and compare.rows_label(["mine-model"])["label"] == "texts"
     ck = checkpoints.load("mine-model")
     for text, whole_text in zip(record["captions"]["mine-model"], held):
         start = " ".join(whole_text.split()[:3])

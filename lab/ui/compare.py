@@ -12,15 +12,13 @@ from lab.ui.evaluate import COLUMNS as EVAL_COLUMNS
 from lab.ui.evaluate import WIDTHS as EVAL_WIDTHS
 from lab.ui.evaluate import scores
 from lab.ui.evaluate import wire as wire_scores
-from lab.evaluation import attention_maps
 from lab.storage import checkpoints, exports
 from lab.inputs import tasks
-from lab.evaluation import report
-from lab.inside import lens
+from lab.ui import compare_report
+from lab.errors import LabError
 from lab.ui.fields import Checkbox, Dataframe, Number, Radio, Textbox
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
-from lab.modeling.generate import MAX_PROMPT_CHARS, GenerationError, sample_captions
-from lab.ui.attention import MAX_TOKENS as MAX_ATTENTION_TOKENS
+from lab.modeling.generate import MAX_PROMPT_CHARS, sample_captions
 from lab.presets import DECODE_TO_SHOW
 from lab.registry import DECODERS
 from lab.ui.work import Work, progress_bar, streamed, within_budget
@@ -73,6 +71,7 @@ class Comparison:
     held_out: int = 0                   # words of each held-out text its row starts with; 0: none
     prompts: list[str] | None = None    # a prompt a row (held-out starts), or the prefix for all
     texts: list[str] | None = None      # the held-out texts those prompts start
+    unit: str = "captions"              # what the rows are: texts where a model is not a captioner
 
 
 def plan(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
@@ -95,7 +94,24 @@ def plan(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
         cks = [LOADED.get(name, store) for name in chosen]
         prompts, held, _ = tasks.held_out_prompts(cks, n, seed, held_out)
         n = len(prompts)
-    return Comparison(chosen, settings, seed, prefix, n, held_out, prompts, held)
+    return Comparison(chosen, settings, seed, prefix, n, held_out, prompts, held, unit_of(chosen, store))
+
+
+def unit_of(names, store=None) -> str:
+    """What a comparison's rows are called: captions while every checkpoint is a captioner (or an
+    import, which follows the others), else texts."""
+    metas = [checkpoints.info(name, store) for name in names]
+    named = {tasks.task_of(m) for m in metas if m.get("task")}
+    return "captions" if named <= {"captions"} else "texts"
+
+
+def rows_label(names, store=None):
+    """The rows field's label for the chosen checkpoints (captions, or texts)."""
+    try:
+        unit = unit_of(names if isinstance(names, list) else [], store)
+    except LabError:
+        unit = "captions"               # a damaged choice: Generate will say what is wrong
+    return gr.update(label=unit)
 
 
 def compare(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
@@ -136,7 +152,7 @@ def captions(todo: Comparison, work: Work, store=None):
     decoders = {name: cfg.to_dict() for name, cfg in zip(todo.chosen, todo.settings)}
     record = {"html": table, "captions": texts, "seed": todo.seed, "prefix": todo.prefix,
               "n": todo.n, "decoders": decoders, "held_out": todo.held_out,
-              "held_out_texts": todo.texts}
+              "held_out_texts": todo.texts, "unit": todo.unit}
     return table, record
 
 
@@ -145,7 +161,7 @@ def captions_progress(todo: Comparison, said) -> str:
     i, k = said or (0, 0)
     return progress_bar((i + k / todo.n) / len(todo.chosen),
                         f"checkpoint {i + 1} of {len(todo.chosen)}: {todo.chosen[i]}, "
-                        f"{k} of {todo.n} captions …")
+                        f"{k} of {todo.n} {todo.unit} …")
 
 
 def _form(checkpoints_chosen, decoder, rest, what: str, store=None):
@@ -193,61 +209,6 @@ def caption_files(record, store=None):
     about = {k: record.get(k) for k in ("seed", "prefix", "decoders", "held_out")}
     return exports.write_table(["row"] + names + (["held-out text"] if held else []), rows,
                                "captions-" + "-vs-".join(names), store, about)
-
-
-def save_report(record, scores, row, store=None) -> str:
-    """The last comparison as one self-contained HTML file; scores only when they are of the same
-    checkpoints."""
-    if not isinstance(record, dict):        # none yet, or one under way (RUNNING)
-        raise ConfigError("generate captions side by side first; the report holds that comparison")
-    names = list(record["captions"])
-    k = whole(row, "caption row", 1, record["n"]) - 1
-    views = []
-    for name in names:
-        ck = LOADED.get(name, store)
-        caption = record["captions"][name][k]
-        try:
-            cap = attention_maps.capture(ck.model, ck.tokenizer, caption, max_tokens=MAX_ATTENTION_TOKENS)
-        except GenerationError as e:
-            raise ConfigError(f"{name}, caption row {k + 1}: {e}; choose a shorter row or prefix") from None
-        doc = attention_maps.bertviz_html(cap, "head", REPORT_ASSETS, title=name)
-        views.append((name, f"row {k + 1}: {caption}", report.self_contained(doc, REPORT_ASSETS),
-                      attention_maps.view_height(cap, "head")))
-    same = scores and scores["provenance"]["checkpoints"] == names
-    settings = {"seed": record["seed"], "prefix": record["prefix"] or "(none)",
-                **({"prompts": f"the first {record['held_out']} words of held-out texts"}
-                   if record.get("held_out") else {}),
-                "captions per checkpoint": record["n"],
-                **{f"decoder of {n}": DecodeConfig.from_dict(d).label()
-                   for n, d in record["decoders"].items()}}
-    document = report.comparison(record["html"], settings, {n: _shareable(checkpoints.info(n, store))
-                                                            for n in names},
-                                 scores if same else None, views, _lenses(names, record, k, store))
-    return exports.write_html(document, "comparison-" + "-vs-".join(names), store)
-
-
-def _lenses(names: list[str], record: dict, k: int, store) -> list[dict]:
-    """Each checkpoint's logit lens of its own caption row k; a family without named points is
-    left out (its reason is in inside.md)."""
-    out = []
-    for name in names:
-        ck = LOADED.get(name, store)
-        if getattr(ck.model, "points_absent", None):
-            continue
-        try:
-            out.append({"checkpoint": name,
-                        **lens.logit_lens(ck.model, ck.tokenizer, record["captions"][name][k], top=3)})
-        except (ConfigError, GenerationError):
-            continue                  # a row this tokenizer cannot read: its attention said so
-    return out
-
-
-def _shareable(info: dict) -> dict:
-    """A checkpoint's details without the server's folders (the report is for sharing)."""
-    return {k: v for k, v in info.items() if k not in ("directory", "run_dir", "data_dir")}
-
-
-REPORT_ASSETS = "/lab-report-assets"     # a placeholder the report replaces by the scripts themselves
 
 
 def _cell(value, shared):
@@ -375,7 +336,7 @@ def build(ctx: Context) -> SideBySide:
     chosen = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, task="generate",
                                   elem_id="compare-checkpoints")
     dec = decoder_inputs(DECODE_TO_SHOW, elem_id="compare-decoder")
-    seed, prefix, n, held_out = _prompt_fields()
+    seed, prefix, n, held_out = _prompt_fields(ctx, chosen)
     per_model, per_model_rows = _per_model_table(chosen)
     with gr.Row():
         go = gr.Button("Generate side by side", variant="primary", elem_id="compare-go")
@@ -404,8 +365,9 @@ def build(ctx: Context) -> SideBySide:
     return SideBySide(chosen, then)
 
 
-def _prompt_fields():
-    """Seed, prefix, how many rows, and held-out prompts' words, in a row."""
+def _prompt_fields(ctx: Context, chosen):
+    """Seed, prefix, how many rows (called captions or texts as the chosen checkpoints are), and
+    held-out prompts' words, in a row."""
     with gr.Row():
         seed = Number(0, label="seed", step=1)
         prefix = Textbox("", label="prefix (optional)", placeholder="A man")
@@ -413,6 +375,8 @@ def _prompt_fields():
         held_out = Number(0, label="held-out prompts: first N words (0: none)", step=1, minimum=0,
                           maximum=tasks.MAX_PROMPT_WORDS, elem_id="compare-held-out",
                           info="each row continues the start of a different held-out text")
+    chosen.change(lambda names: rows_label(names, ctx.store), chosen, n, api_visibility="private",
+                  show_progress="hidden")
     return seed, prefix, n, held_out
 
 
@@ -467,7 +431,7 @@ def _report_section(ctx: Context, last: gr.State, scored: gr.State) -> None:
             row = Number(1, label="caption row for the attention view", step=1)
             go_r = gr.Button("Save the report", elem_id="compare-report")
         report_file = gr.File(label="report (HTML)", interactive=False, elem_id="compare-report-file")
-        go_r.click(friendly(lambda r, sc, k: save_report(r, sc, k, ctx.store)), [last, scored, row],
+        go_r.click(friendly(lambda r, sc, k: compare_report.save(r, sc, k, ctx.store)), [last, scored, row],
                    report_file, api_visibility="private")
 
 

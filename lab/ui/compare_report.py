@@ -1,0 +1,67 @@
+"""The Compare tab's report: the last comparison as one self-contained HTML file (its captions,
+settings, provenance, scores of the same checkpoints, each checkpoint's attention and logit lens
+of one row)."""
+from __future__ import annotations
+
+from lab.config import ConfigError, DecodeConfig
+from lab.evaluation import attention_maps, report
+from lab.inside import lens
+from lab.modeling.generate import GenerationError
+from lab.storage import checkpoints, exports
+from lab.ui.attention import MAX_TOKENS as MAX_ATTENTION_TOKENS
+from lab.ui.common import LOADED, whole
+
+
+def save(record, scores, row, store=None) -> str:
+    """The last comparison as one self-contained HTML file; scores only when they are of the same
+    checkpoints."""
+    if not isinstance(record, dict):        # none yet, or one under way (RUNNING)
+        raise ConfigError("generate captions side by side first; the report holds that comparison")
+    names = list(record["captions"])
+    k = whole(row, "caption row", 1, record["n"]) - 1
+    views = []
+    for name in names:
+        ck = LOADED.get(name, store)
+        caption = record["captions"][name][k]
+        try:
+            cap = attention_maps.capture(ck.model, ck.tokenizer, caption, max_tokens=MAX_ATTENTION_TOKENS)
+        except GenerationError as e:
+            raise ConfigError(f"{name}, caption row {k + 1}: {e}; choose a shorter row or prefix") from None
+        doc = attention_maps.bertviz_html(cap, "head", REPORT_ASSETS, title=name)
+        views.append((name, f"row {k + 1}: {caption}", report.self_contained(doc, REPORT_ASSETS),
+                      attention_maps.view_height(cap, "head")))
+    same = scores and scores["provenance"]["checkpoints"] == names
+    settings = {"seed": record["seed"], "prefix": record["prefix"] or "(none)",
+                **({"prompts": f"the first {record['held_out']} words of held-out texts"}
+                   if record.get("held_out") else {}),
+                f"{record.get('unit', 'captions')} per checkpoint": record["n"],
+                **{f"decoder of {n}": DecodeConfig.from_dict(d).label()
+                   for n, d in record["decoders"].items()}}
+    document = report.comparison(record["html"], settings, {n: _shareable(checkpoints.info(n, store))
+                                                            for n in names},
+                                 scores if same else None, views, _lenses(names, record, k, store))
+    return exports.write_html(document, "comparison-" + "-vs-".join(names), store)
+
+
+def _lenses(names: list[str], record: dict, k: int, store) -> list[dict]:
+    """Each checkpoint's logit lens of its own caption row k; a family without named points is
+    left out (its reason is in inside.md)."""
+    out = []
+    for name in names:
+        ck = LOADED.get(name, store)
+        if getattr(ck.model, "points_absent", None):
+            continue
+        try:
+            out.append({"checkpoint": name,
+                        **lens.logit_lens(ck.model, ck.tokenizer, record["captions"][name][k], top=3)})
+        except (ConfigError, GenerationError):
+            continue                  # a row this tokenizer cannot read: its attention said so
+    return out
+
+
+def _shareable(info: dict) -> dict:
+    """A checkpoint's details without the server's folders (the report is for sharing)."""
+    return {k: v for k, v in info.items() if k not in ("directory", "run_dir", "data_dir")}
+
+
+REPORT_ASSETS = "/lab-report-assets"     # a placeholder the report replaces by the scripts themselves
