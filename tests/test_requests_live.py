@@ -143,7 +143,7 @@ def test_a_request_over_the_budget_is_refused_the_same_through_the_api_and_the_f
     with pytest.raises(Exception) as api:
         c.predict(**asked, api_name="/compare")
     assert FAULT in str(api.value) and "Traceback" not in str(api.value)
-    form = compare.compare_form(NAMES * 2, "beam", *_form_fields({"num_beams": 16}), 0, "", 200,
+    form = compare.compare_form(NAMES * 2, "beam", *_form_fields({"num_beams": 16}), 0, "", 200, 0,
                                 False, None, store=store)
     with pytest.raises(LabError) as said:
         next(form)
@@ -155,7 +155,7 @@ def test_a_request_over_the_budget_is_refused_the_same_through_the_api_and_the_f
         c.predict(NAMES[:3], {"decoder": "random"}, 5000, 0, "auto", None, api_name="/evaluate")
     assert scoring in str(api.value)
     for form in (evaluate.run(NAMES[:3], "random", *_form_fields({}), 5000, 0, "auto", store=store),
-                 compare.scores_form(NAMES[:3], "random", *_form_fields({}), 0, "", 8, False, None,
+                 compare.scores_form(NAMES[:3], "random", *_form_fields({}), 0, "", 8, 0, False, None,
                                      5000, "auto", store=store)):
         with pytest.raises(LabError, match=scoring):
             next(form)

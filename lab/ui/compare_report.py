@@ -34,7 +34,7 @@ def save(record, scores, row, store=None) -> str:
     settings = {"seed": record["seed"], "prefix": record["prefix"] or "(none)",
                 **({"prompts": f"the first {record['held_out']} words of held-out texts"}
                    if record.get("held_out") else {}),
-                f"{record.get('unit', 'captions')} per checkpoint": record["n"],
+                f"{record.get('unit') or 'rows'} per checkpoint": record["n"],
                 **{f"decoder of {n}": DecodeConfig.from_dict(d).label()
                    for n, d in record["decoders"].items()}}
     document = report.comparison(record["html"], settings, {n: _shareable(checkpoints.info(n, store))
