@@ -13,15 +13,7 @@
 # it in .devdata/birth). In $OUT: summary.txt as it goes, results.tgz (logs, predictions, the
 # runs' metrics), and each pretrained checkpoint's weights (NAME.tgz) for later fine-tunes.
 # SMOKE=1 runs the same steps at a toy size (on the CPU, to check the script).
-set -o pipefail
-export PYTHONUNBUFFERED=1 LAB_STORE=${LAB_STORE:-/tmp/store} LAB_BIRTHPLACE_DIR=${BIRTH:-$PWD/.devdata/birth}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
-PY=${PY:-python3}
-R=/tmp/birth-results; rm -rf $R; mkdir -p $R $OUT
-S=$OUT/summary.txt
-say() { echo "[$SECONDS s] $*" | tee -a $S; }
-# exact on a GPU (pack joins examples only to save compute on padding); float32 as the assignment
-G=(--set pack=false --set precision=fp32)
+source "$(dirname "$0")/common.sh"
 TAG=${TAG:-m}
 read -r -a SETS <<< "${RECIPE:---set lr_schedule=mingpt --set decay_epochs=200 --set warmup_steps=0}"
 PRE=(); FT=(); A_END=490; B_END=570
@@ -29,8 +21,6 @@ if [ -n "$SMOKE" ]; then
   PRE=(--set epochs=2 --set max_train_captions=128 --set max_dev_captions=32 --set n_layer=2)
   FT=(--set epochs=1 --set max_train_captions=64 --set max_dev_captions=20); A_END=120; B_END=300
 fi
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a $S
-$PY -c "import torch; print('torch', torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())" | tee -a $S
 
 say "pretraining with ${SETS[*]}: vanilla and Perceiver, side by side"
 for m in vanilla:pre650$TAG perceiver:perc650$TAG; do
@@ -40,12 +30,6 @@ done
 wait
 say "pretraining ended"; for n in pre650$TAG perc650$TAG; do grep '^epoch [0-9]*:' $R/$n.log | tail -n 1 | sed "s/^/$n /" | tee -a $S; done
 
-finetune() {   # $1: the pretrained checkpoint, $2: the fine-tune's name, then its settings
-  local parent=$1 name=$2; shift 2
-  timeout $((B_END - SECONDS)) $PY -m lab birthplace finetune --name $name --parent $parent "${G[@]}" "${FT[@]}" "$@" > $R/$name.log 2>&1 &&
-  timeout $((B_END - SECONDS)) $PY -m lab birthplace evaluate --checkpoint $name --split dev --predictions $R/$name-dev-predictions.txt --json > $R/$name.dev.json 2>&1 &&
-  timeout $((B_END - SECONDS)) $PY -m lab birthplace evaluate --checkpoint $name --split test --predictions $R/$name-test-predictions.txt > $R/$name.test.log 2>&1
-}
 say "fine-tuning each (10 epochs, batch 256, lr 6e-4): constant as minGPT, and the preset's cosine"
 for n in pre650$TAG perc650$TAG; do
   finetune $n ft-$n-const --set lr_schedule=constant &

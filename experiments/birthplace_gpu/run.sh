@@ -6,22 +6,12 @@
 # folder in $BIRTH (the device command carries it in .devdata/birth). Everything lands in $OUT:
 # summary.txt as it goes, results.tgz (logs, predictions, the runs' metrics) at the end.
 # SMOKE=1 runs the same steps at a toy size (on the CPU, to check the script).
-set -o pipefail
-export PYTHONUNBUFFERED=1 LAB_STORE=${LAB_STORE:-/tmp/store} LAB_BIRTHPLACE_DIR=${BIRTH:-$PWD/.devdata/birth}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
-PY=${PY:-python3}
-R=/tmp/birth-results; rm -rf $R; mkdir -p $R $OUT
-S=$OUT/summary.txt
-say() { echo "[$SECONDS s] $*" | tee -a $S; }
-# exact on a GPU (pack joins examples only to save compute on padding); float32 as the assignment
-G=(--set pack=false --set precision=fp32)
+source "$(dirname "$0")/common.sh"
 KEEP=50,100,200,400,650; PRE=(--set max_minutes=5.5); FT=(); A_END=400; B_END=530
 if [ -n "$SMOKE" ]; then
-  KEEP=1,2; PRE=(--set epochs=2 --set max_train_captions=128 --set max_dev_captions=32 --set n_layer=1)
+  KEEP=1,2; PRE=(--set epochs=2 --set max_train_captions=128 --set max_dev_captions=32 --set n_layer=2)
   FT=(--set epochs=1 --set max_train_captions=64 --set max_dev_captions=20); A_END=120; B_END=240
 fi
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a $S
-$PY -c "import torch; print('torch', torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())" | tee -a $S
 
 say "pretraining: vanilla (keep_epochs=$KEEP) and Perceiver, side by side"
 timeout $((A_END - SECONDS)) $PY -m lab birthplace pretrain --model vanilla --name pre650 \
@@ -32,11 +22,6 @@ wait
 say "pretraining ended"; tail -n 2 $R/pre650.log $R/perc650.log | tee -a $S
 ls $LAB_STORE | tee -a $S
 
-finetune() {   # $1: the pretrained checkpoint, $2: the fine-tune's name
-  timeout $((B_END - SECONDS)) $PY -m lab birthplace finetune --name $2 --parent $1 "${G[@]}" "${FT[@]}" > $R/$2.log 2>&1 &&
-  timeout $((B_END - SECONDS)) $PY -m lab birthplace evaluate --checkpoint $2 --split dev --predictions $R/$2-dev-predictions.txt --json > $R/$2.dev.json 2>&1 &&
-  timeout $((B_END - SECONDS)) $PY -m lab birthplace evaluate --checkpoint $2 --split test --predictions $R/$2-test-predictions.txt > $R/$2.test.log 2>&1
-}
 say "fine-tuning each kept checkpoint (10 epochs, batch 256, lr 6e-4), then dev and test answers"
 KEPT=$(ls $LAB_STORE | grep -E '^(pre650|perc650)-e[0-9]+$')
 for run in pre650 perc650; do    # a run cut short by its budget: fine-tune the checkpoint it kept

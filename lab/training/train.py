@@ -452,7 +452,7 @@ class Trainer:
     def _keep_best(self, epoch: int, record: dict, writer):
         """Save the checkpoint when dev improved (marking the record best), count the epochs
         without improvement, and keep the best by the second metric when there is one."""
-        if self.best is None or self.cfg.early_stop == "none" or self._better(record, self.best):
+        if self.best is None or self._better(record, self.best):
             self.best, self.bad_epochs, record["best"] = record, 0, True
             yield self._log(self.progress(epoch, "saving"), writer)
             if self.on_best:
@@ -493,6 +493,10 @@ class Trainer:
         return record
 
     def _better(self, record: dict, best: dict) -> bool:
+        """Whether `record` is the one to keep over `best`: by the kept metric, or (early_stop
+        none) always, the last evaluation being the one kept."""
+        if self.cfg.early_stop == "none":
+            return True
         if self.best_by.score in record and self.best_by.score in best:
             return self.best_by.better(record, best)
         return record["dev_perplexity"] < best["dev_perplexity"]    # every task's dev scores have it
