@@ -24,7 +24,8 @@ from lab.modeling import flops  # noqa: E402
 from lab.inputs import tokenizers
 from lab.config import TrainConfig  # noqa: E402
 from lab.inputs.data import assignment_loss, batches, collate, encode_captions, load_split  # noqa: E402
-from lab.training.train import autocast, make_optimizer, shard_loss  # noqa: E402
+from lab.training.parameters import make_optimizer  # noqa: E402
+from lab.training.train import autocast, shard_loss  # noqa: E402
 
 EOS = 50256
 

@@ -256,7 +256,7 @@ def test_one_parser_for_block_lists():
     """The layers kept from a pretrained model and the blocks a fine-tune trains are read alike:
     in order, each once, within the model."""
     from lab.storage.interop import parse_layers
-    from lab.training.train import parse_train_layers
+    from lab.training.parameters import parse_train_layers
     for parse in (lambda t: parse_layers(t, 4), lambda t: parse_train_layers(t, 4)):
         assert parse("1,3") == [1, 3] and parse("4, 2") == [4, 2]
         with pytest.raises(ConfigError, match=r"repeats block\(s\) \[2\]; name each block once"):

@@ -7,7 +7,8 @@ from lab.modeling import flops
 from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.modeling.model import build
 from lab.training.progress import format_event
-from lab.training.train import autocast, make_optimizer, resolve_precision
+from lab.training.parameters import make_optimizer
+from lab.training.train import autocast, resolve_precision
 
 
 def _model(**overrides):

@@ -9,7 +9,8 @@ from lab.storage import checkpoints
 from lab.training import runs
 from lab.config import ModelConfig, TrainConfig
 from lab.modeling.model import build
-from lab.training.train import autocast, make_optimizer
+from lab.training.parameters import make_optimizer
+from lab.training.train import autocast
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -389,7 +389,7 @@ def test_minGPT_optimizer_leaves_biases_undecayed_with_its_betas():
     AdamW); adam_beta2 reaches every group; the default decays every parameter."""
     import torch
     from lab.modeling.model import build
-    from lab.training.train import make_optimizer
+    from lab.training.parameters import make_optimizer
     model = build(ModelConfig(model="gpt2", vocab_size=40, n_layer=1, n_head=2, n_embd=16, n_positions=16))
     biases = frozenset(id(p) for n, p in model.named_parameters() if n.endswith("bias"))
     params = list(model.parameters())

@@ -37,7 +37,7 @@ from lab.worker.executors import RayTasks, executor_name
 from lab.worker.ledger import FINAL, SCHEMA, add_tables, connect, read_row  # noqa: F401
 from lab.training import heartbeat
 from lab.training.progress import format_event
-from lab.training.train import parse_train_layers
+from lab.training.parameters import parse_train_layers
 
 def shutdown_grace_s() -> float:
     """LAB_SHUTDOWN_GRACE_S: how long jobs get to save when the lab stops (default 60 s)."""
