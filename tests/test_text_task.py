@@ -80,6 +80,36 @@ def test_every_format_imports_whole_with_a_seeded_dev_cut(sources, file):
     assert stored_texts("again")["dev"] == got["dev"]
 
 
+def test_a_large_import_cuts_by_row_numbers_in_order_without_an_index_list(tmp_path, monkeypatch):
+    """Past IN_MEMORY_ROWS the steps go through scratch files. Blank rows interleaved (some
+    only white space) are dropped before the dev cut, and both parts keep the source's order.
+    `Dataset.select` is never given an index array: it turns one into a Python list, about 90
+    bytes a row (3 GB for a 2 GB corpus of 33 million captions)."""
+    from datasets import Dataset
+    monkeypatch.setattr(corpora, "IN_MEMORY_ROWS", 50)
+    monkeypatch.setattr(corpora, "CUT_BATCH", 64)
+    select = Dataset.select
+
+    def contiguous_only(self, indices, *args, **kwargs):     # save_to_disk's shards are ranges
+        assert isinstance(indices, range), "Dataset.select was called with an index array"
+        return select(self, indices, *args, **kwargs)
+    monkeypatch.setattr(Dataset, "select", contiguous_only)
+    body = texts(600, seed=5)
+    lines = [t if i % 5 else "  \t" if i % 10 else "" for i, t in enumerate(body)]
+    (tmp_path / "big.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in lines),
+                                        encoding="utf-8")
+    meta = corpora.import_source(tmp_path / "big.jsonl", "big", dev_fraction=0.25, seed=1)
+    got = stored_texts("big")
+    kept = [t for t in lines if t.strip()]
+    assert len(kept) == 480 and len(got["dev"]) == 120 and len(got["train"]) == 360
+    assert sorted(got["train"] + got["dev"]) == sorted(kept)
+    position = {t: i for i, t in enumerate(kept)}          # the seeded sentences are distinct
+    assert len(position) == len(kept)
+    for part in ("train", "dev"):
+        assert [position[t] for t in got[part]] == sorted(position[t] for t in got[part])
+    assert meta["splits"]["dev"]["rows"] == 120
+
+
 def test_a_saved_dataset_dict_keeps_its_own_splits(sources):
     folder, body = sources
     meta = corpora.import_source(folder / "saved-dict", "dict")
@@ -211,7 +241,7 @@ def test_a_model_trains_on_its_own_corpus_with_bits_per_byte_from_its_dev_texts(
     assert (said["train_items"], said["dev_items"], said["unit"]) == (380, 20, "texts")
     scores = [e for e in events if e["event"] == "eval"][-1]
     ck = checkpoints.load("mine-model")
-    assert ck.meta["train"]["settings"] == {"task": {"dataset": "mine", "examples": "lines"}}
+    assert ck.meta["train"]["settings"] == {"task": {"dataset": "mine", "examples": "lines", "bleu": "auto"}}
     tok = ck.tokenizer
     dev = list(corpora.split("mine", "dev")[corpora.TEXT])
     seqs = [[tok.eos_id, *tok.encode(t), tok.eos_id] for t in dev]
@@ -301,6 +331,38 @@ def test_models_of_a_dataset_are_scored_on_its_texts_with_bits_per_byte(sources)
     assert last["models"]["own"]["bits_per_byte"] == pytest.approx(alone["perplexity"]["bits_per_byte"],
                                                                     rel=1e-6)
     assert any("bits per byte" in v for v in verdicts(last))
+    assert "forward_bleu" in last["models"]["own"]        # task.bleu=auto: these average 10 words
+
+
+def test_bleu_is_a_task_setting_and_not_scored_on_long_texts(sources):
+    """task.bleu=no, or auto on texts averaging over BLEU_MAX_WORDS words: Evaluate generates
+    nothing and shows perplexity and bits per byte alone, saying why BLEU is not scored."""
+    from lab.config import DecodeConfig
+    from lab.evaluation.evaluate import evaluate, evaluate_live, verdicts
+    from lab.ui.evaluate import provenance_md, table
+    from plugins.tasks.text import BLEU_MAX_WORDS, TextTask
+    folder, _ = sources
+    corpora.import_source(folder / "saved-dict", "dict")
+    _train("short", "task=text", "task.dataset=dict", "task.bleu=no")
+    _train("other", "task=text", "task.dataset=dict")
+    short, other = checkpoints.load("short"), checkpoints.load("other")
+    long_texts = [" ".join(["word"] * (BLEU_MAX_WORDS + 5))] * 3
+    assert "average 35 words, over the 30" in TextTask().bleu_skipped(other, long_texts)
+    assert TextTask().bleu_skipped(other, ["a short text"]) == ""
+    *_, last = evaluate_live({"other": other, "short": short}, 20, DecodeConfig(decoder="greedy"),
+                             chunk=10, n_boot=50)
+    assert last["provenance"]["bleu_skipped"] == "short was trained with task.bleu=no"
+    assert last["provenance"]["generated"] == {}                        # nothing generated
+    assert not any("bleu" in key for row in last["models"].values() for key in row)
+    assert not any("bleu" in key for key in last["differences"][0])
+    said = verdicts(last)              # per word, per byte, per sentence; no BLEU
+    assert len(said) == 3 and not any("BLEU" in v for v in said)
+    assert table(last)[1][-3:] == ["— (not scored)"] * 3
+    summary = provenance_md(last)
+    assert "BLEU not scored: short was trained with task.bleu=no" in summary
+    assert "20 / 20** texts scored" in summary and "paired bootstrap by text" in summary
+    alone = evaluate("short", n=5)
+    assert "bleu" not in alone and alone["provenance"]["bleu_skipped"].endswith("task.bleu=no")
 
 
 def test_a_sweep_over_a_dataset_trains_and_scores_on_its_texts(sources, store):

@@ -6,7 +6,8 @@ second from /proc: its peak anonymous memory (RssAnon: what the process itself h
 file-backed memory (RssFile: pages of memory-mapped files it has touched, which the kernel drops
 under pressure), and its wall time. The corpus, the store and the cache go under --dir.
 
-Run: .venv/bin/python experiments/text_corpus/big_corpus.py --dir /somewhere/with/8GB [--gigabytes 2]"""
+Run: .venv/bin/python experiments/text_corpus/big_corpus.py --dir /somewhere/with/8GB [--gigabytes 2]
+[--steps 0: the import alone]"""
 import argparse
 import json
 import random
@@ -77,14 +78,11 @@ def main():
     py = sys.executable
     print(json.dumps(measured([py, "-m", "lab", "--store", str(store), "data", "import", str(corpus),
                                "--name", "big", "--dev-fraction", "0.001"])))
-    print(json.dumps(measured([py, "-m", "lab", "--store", str(store), "train", "--preset", "tiny",
-                               "--name", "big-model", "--set", "task=text", "--set", "task.dataset=big",
-                               "--set", f"max_steps={args.steps}", "--set", "max_dev_captions=500",
-                               "--set", "max_train_captions=", "--set", "save_every_minutes=0"])))
-    print(json.dumps(measured([py, "-m", "lab", "--store", str(store), "train", "--preset", "tiny",
-                               "--name", "big-model-2", "--set", "task=text", "--set", "task.dataset=big",
-                               "--set", f"max_steps={args.steps}", "--set", "max_dev_captions=500",
-                               "--set", "max_train_captions=", "--set", "save_every_minutes=0"])))
+    for name in ("big-model", "big-model-2") if args.steps else ():      # --steps 0: the import alone
+        print(json.dumps(measured([py, "-m", "lab", "--store", str(store), "train", "--preset", "tiny",
+                                   "--name", name, "--set", "task=text", "--set", "task.dataset=big",
+                                   "--set", f"max_steps={args.steps}", "--set", "max_dev_captions=500",
+                                   "--set", "max_train_captions=", "--set", "save_every_minutes=0"])))
     disk = sum(f.stat().st_size for f in store.rglob("*") if f.is_file())
     print(json.dumps({"store_bytes_on_disk": disk}))
 

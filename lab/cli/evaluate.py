@@ -64,6 +64,8 @@ def cmd_evaluate(args):
         print(f"BLEU-4 ({result['provenance']['bleu_tokens']} tokens, {b['n_generated']} generated "
               f"vs {b['n_references']} references): forward {b['forward']:.4f} "
               f"backward {b['backward']:.4f} harmonic {b['harmonic']:.4f}")
+    elif "bleu_skipped" in result["provenance"]:
+        print(f"BLEU not scored: {result['provenance']['bleu_skipped']}")
 
 
 def cmd_bleu(args):

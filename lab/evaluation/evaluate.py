@@ -44,14 +44,16 @@ def evaluate(checkpoint: str, split: str = "test", n: int = 5000, decode: Decode
     if not skip_bleu:
         bleu_tokens = choose_bleu_tokens([tok.kind], bleu_tokens)
     caps, source = tasks.texts([ck], split, data_dir)
+    skipped = "" if skip_bleu else tasks.bleu_skipped([ck], caps)
     result = {"checkpoint": ck.name, "split": source["split"]}
     provenance = {"checkpoint": ck.name, "split": source["split"], "tokenizer": tok.kind,
                   "data_dir": source["source"], "device": str(next(model.parameters()).device),
-                  **({"note": source["note"]} if "note" in source else {})}
+                  **({"note": source["note"]} if "note" in source else {}),
+                  **({"bleu_skipped": skipped} if skipped else {})}
     if not skip_perplexity:
         result.update(_perplexity_figures(ck, caps))
         provenance["perplexity_sentences"] = len(caps)
-    if not skip_bleu:
+    if not (skip_bleu or skipped):
         figures, drawn = _bleu_figures(ck, caps, n, decode, bleu_tokens)
         result.update(figures)
         provenance.update(drawn)
@@ -110,62 +112,65 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     captions at a time or, with `first`, first that many (early figures in seconds), then each
     chunk twice the one before, up to `chunk` (later chunks generate in larger batches, which
     read the weights once for more rows: the output layer is memory-bound in small ones). A
-    model's captions decode as one stream (generate.CaptionStream): the first chunk alone, then
-    as many rows at once as the largest of `chunk` and the chunk at hand, a caption that ends
-    giving its place to the next, so the batch does not thin out as they end.
+    model's captions decode as one stream (generate.CaptionStream), the first chunk alone, then
+    `chunk` rows wide, a caption that ends giving its place to the next.
 
     models: {name: Checkpoint}; own: {name: DecodeConfig}, a model's own decoder in place of
     `decode` (whose seed draws the subset and every model's captions); abort: asked before each
     decoding step, True raises Aborted (a caller that left). Forward BLEU scores each generated
     caption against the *full* reference set (an unbiased estimate of the full figure); backward
     BLEU uses the n references of the subset against the n captions generated so far, and
-    carries that n."""
-    _check_sizes(n, chunk, first)
-    for ck in models.values():
-        check_captions_model(ck)
+    carries that n. Where a task says BLEU means nothing on its texts (tasks.bleu_skipped),
+    nothing is generated and the provenance says why."""
+    _check_request(models, n, chunk, first)
     caps, source = tasks.texts(list(models.values()), split, data_dir)
     subset = [caps[i] for i in data.subset_indices(len(caps), n, decode.seed)]
     kinds = [ck.tokenizer.kind for ck in models.values()]
     tokens = choose_bleu_tokens(kinds, bleu_tokens)
     per_word = len(set(kinds)) > 1          # per-sentence perplexities of different tokenizers differ in kind
-    references = _full_references(models, caps, tokens)
+    skipped = tasks.bleu_skipped(list(models.values()), caps)      # then nothing is generated
+    references = {} if skipped else _full_references(models, caps, tokens)
     # per caption: nll = mean token NLL, cap_nll = summed, cap_words / cap_bytes = words / bytes + 1
     state = {name: {k: [] for k in ("nll", "cap_nll", "cap_words", "cap_bytes", "fwd", "gen", "refs")}
              for name in models}
     decoders = {name: (own or {}).get(name, decode) for name in models}     # one stream each
-    streams = {name: CaptionStream(ck.model, ck.tokenizer, len(subset), decoders[name])
-               for name, ck in models.items()}
-    provenance = _live_provenance(source, subset, decode, tokens, per_word, streams, decoders)
+    streams = {} if skipped else {name: CaptionStream(ck.model, ck.tokenizer, len(subset), decoders[name])
+                                  for name, ck in models.items()}
+    provenance = _live_provenance(source, subset, decode, tokens, per_word, streams, decoders, skipped)
     for start, end in chunk_bounds(len(subset), chunk, first):
         part = subset[start:end]
         width = stream_width(start, end, chunk)
         for name, ck in models.items():
-            gen = streams[name].take(len(part), width, abort)
+            gen = streams[name].take(len(part), width, abort) if streams else None
             _score_chunk(state[name], ck, part, gen, references, tokens)
         yield _snapshot(state, provenance, per_word, n_boot, done=end)
 
 
-def _check_sizes(n: int, chunk: int, first: int | None) -> None:
+def _check_request(models: dict, n: int, chunk: int, first: int | None) -> None:
+    """The sizes asked for, then that every model's task generates text."""
     if n < 1:
         raise ConfigError(f"subset size must be at least 1, got {n}")
     if chunk < 1 or first is not None and first < 1:
         raise ConfigError(f"chunks must hold at least 1 caption, got chunk={chunk}, first={first}")
+    for ck in models.values():
+        check_captions_model(ck)
 
 
 def _live_provenance(source: dict, subset: list[str], decode: DecodeConfig, tokens: str, per_word: bool,
-                     streams: dict, decoders: dict) -> dict:
+                     streams: dict, decoders: dict, bleu_skipped: str = "") -> dict:
     """What a live evaluation scored, and how: the texts and the subset, the decoding (shared,
     and each model's), the figures shown."""
     return {"split": source["split"], "texts": source["source"],
             **({"note": source["note"]} if "note" in source else {}), "n": len(subset), "seed": decode.seed,
             "subset_hash": data.subset_hash(subset), "bleu_tokens": tokens,
-            "decode": decode.to_dict(), "checkpoints": list(streams),
+            "decode": decode.to_dict(), "checkpoints": list(decoders),
             "decoders": {name: cfg.to_dict() for name, cfg in decoders.items()},
             "perplexity_shown": "per word" if per_word else "per sentence (assignment)",
             # how the captions were drawn (a stream draws other captions for a seed than one batch
             # per chunk would: the same distribution, another draw)
             "generated": {name: "one stream, places reused" if s.streams else "one batch per chunk"
-                          for name, s in streams.items()}}
+                          for name, s in streams.items()},
+            **({"bleu_skipped": bleu_skipped} if bleu_skipped else {})}
 
 
 def _full_references(models: dict, caps: list[str], tokens: str) -> dict:
@@ -178,9 +183,10 @@ def _full_references(models: dict, caps: list[str], tokens: str) -> dict:
     return references
 
 
-def _score_chunk(s: dict, ck, part: list[str], gen: list, references: dict, tokens: str) -> None:
+def _score_chunk(s: dict, ck, part: list[str], gen: list | None, references: dict, tokens: str) -> None:
     """Add a model's per-caption figures on a chunk of references to its state `s`: the NLLs of
-    the references, forward BLEU of the captions it generated, both kept for backward BLEU."""
+    the references, forward BLEU of the captions it generated (gen None: BLEU is not scored),
+    both kept for backward BLEU."""
     tok = ck.tokenizer
     seqs = data.encode_captions(part, tok, ck.config.n_positions)
     nll, cnt = sentence_nlls(ck.model, seqs, tok.eos_id, device=next(ck.model.parameters()).device)
@@ -188,6 +194,8 @@ def _score_chunk(s: dict, ck, part: list[str], gen: list, references: dict, toke
     s["cap_nll"] += nll.tolist()
     s["cap_words"] += [len(c.split()) + 1 for c in part]
     s["cap_bytes"] += [len(c.encode("utf-8")) + 1 for c in part]
+    if gen is None:
+        return
     hyps = [g.tokens for g in gen] if tokens == "gpt2" else [g.text.split() for g in gen]
     key = tok.kind if tokens == "gpt2" else "words"
     s["fwd"] += references[key].sentence_bleus(hyps)
@@ -236,7 +244,7 @@ def paired_intervals(per_caption: dict, n_boot: int, seed: int, per_word: bool =
     """Every figure with its 95% percentile-bootstrap interval, and each model's paired difference
     against the first, from per-caption figures computed once. per_caption: {name: {"nll": mean
     token NLL per caption, "cap_nll": summed NLL, "cap_words": words + 1, optionally "cap_bytes":
-    UTF-8 bytes + 1 (then bits per byte too), "fwd": forward BLEU per
+    UTF-8 bytes + 1 (then bits per byte too), optionally (then BLEU too) "fwd": forward BLEU per
     generated caption, "bwd": backward BLEU per reference}}, all on the same captions in the same
     order (the generated set held fixed for backward BLEU). Returns ({name: row}, [difference])."""
     import torch
@@ -257,21 +265,24 @@ def _interval_row(x: dict, idx) -> tuple[dict, dict]:
     """One model's figures with their intervals, and its bootstrap rows of harmonic BLEU and mean
     token NLL (for the paired differences)."""
     import math
-    forward, backward = x["fwd"].mean().item(), x["bwd"].mean().item()
-    fb, bb = x["fwd"][idx].mean(1), x["bwd"][idx].mean(1)
-    boot = {"harmonic": 2 * fb * bb / (fb + bb).clamp_min(1e-300), "ppl": x["nll"][idx].mean(1)}
+    boot = {"ppl": x["nll"][idx].mean(1)}
     row = {
         "n": len(x["nll"]),
         "perplexity": math.exp(x["nll"].mean().item()),
         "perplexity_ci": [math.exp(v) for v in percentile_interval(boot["ppl"])],
         "word_perplexity": _word_perplexity(x),
         "word_perplexity_ci": percentile_interval(_word_perplexity(x, idx)),
-        "forward_bleu": forward, "forward_bleu_ci": percentile_interval(fb),
-        "backward_bleu": backward, "backward_n": len(x["bwd"]),
-        "backward_bleu_ci": percentile_interval(bb),
-        "harmonic_bleu": 2 * forward * backward / (forward + backward) if forward + backward else 0.0,
-        "harmonic_bleu_ci": percentile_interval(boot["harmonic"]),
     }
+    if "fwd" in x:
+        forward, backward = x["fwd"].mean().item(), x["bwd"].mean().item()
+        fb, bb = x["fwd"][idx].mean(1), x["bwd"][idx].mean(1)
+        boot["harmonic"] = 2 * fb * bb / (fb + bb).clamp_min(1e-300)
+        row.update({
+            "forward_bleu": forward, "forward_bleu_ci": percentile_interval(fb),
+            "backward_bleu": backward, "backward_n": len(x["bwd"]),
+            "backward_bleu_ci": percentile_interval(bb),
+            "harmonic_bleu": 2 * forward * backward / (forward + backward) if forward + backward else 0.0,
+            "harmonic_bleu_ci": percentile_interval(boot["harmonic"])})
     if "cap_bytes" in x:
         row["bits_per_byte"] = _bits_per_byte(x)
         row["bits_per_byte_ci"] = percentile_interval(_bits_per_byte(x, idx))
@@ -282,10 +293,7 @@ def _paired_difference(base: str, other: str, s: dict, rows: dict, boots: dict, 
                        per_word: bool) -> dict:
     """Model `other` against `base`, each difference with its paired interval."""
     a, b = s[base], s[other]
-    d_fwd = b["fwd"] - a["fwd"]
     return {"model": other, "baseline": base,
-            "forward_bleu_diff": d_fwd.mean().item(),
-            "forward_bleu_diff_ci": percentile_interval(d_fwd[idx].mean(1)),
             "perplexity_diff": rows[other]["perplexity"] - rows[base]["perplexity"],
             "perplexity_diff_ci": percentile_interval(boots[other]["ppl"].exp() - boots[base]["ppl"].exp()),
             "perplexity_comparable": not per_word,
@@ -293,13 +301,22 @@ def _paired_difference(base: str, other: str, s: dict, rows: dict, boots: dict, 
             "word_perplexity_diff": rows[other]["word_perplexity"] - rows[base]["word_perplexity"],
             "word_perplexity_diff_ci": percentile_interval(_word_perplexity(b, idx)
                                                            - _word_perplexity(a, idx)),
-            "harmonic_bleu_diff": rows[other]["harmonic_bleu"] - rows[base]["harmonic_bleu"],
-            "harmonic_bleu_diff_ci": percentile_interval(boots[other]["harmonic"]
-                                                         - boots[base]["harmonic"]),
+            **(_bleu_differences(a, b, rows[base], rows[other], boots[base], boots[other], idx)
+               if "fwd" in a and "fwd" in b else {}),
             # per byte, like per word, pairs across tokenizers
             **({"bits_per_byte_diff": rows[other]["bits_per_byte"] - rows[base]["bits_per_byte"],
                 "bits_per_byte_diff_ci": percentile_interval(_bits_per_byte(b, idx) - _bits_per_byte(a, idx))}
                if "cap_bytes" in a and "cap_bytes" in b else {})}
+
+
+def _bleu_differences(a: dict, b: dict, row_a: dict, row_b: dict, boot_a: dict, boot_b: dict,
+                      idx) -> dict:
+    """Forward and harmonic BLEU of b against a, each with its paired interval."""
+    d_fwd = b["fwd"] - a["fwd"]
+    return {"forward_bleu_diff": d_fwd.mean().item(),
+            "forward_bleu_diff_ci": percentile_interval(d_fwd[idx].mean(1)),
+            "harmonic_bleu_diff": row_b["harmonic_bleu"] - row_a["harmonic_bleu"],
+            "harmonic_bleu_diff_ci": percentile_interval(boot_b["harmonic"] - boot_a["harmonic"])}
 
 
 def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: int) -> dict:
@@ -307,10 +324,10 @@ def _snapshot(state: dict, provenance: dict, per_word: bool, n_boot: int, done: 
     for name, s in state.items():
         # per reference, its BLEU against the captions generated so far: computed once, then
         # resampled with the same rows as forward BLEU
-        back_refs = References(s["gen"])
         per_caption[name] = {"nll": s["nll"], "cap_nll": s["cap_nll"], "cap_words": s["cap_words"],
-                             "cap_bytes": s["cap_bytes"],
-                             "fwd": s["fwd"], "bwd": back_refs.sentence_bleus(s["refs"])}
+                             "cap_bytes": s["cap_bytes"]}
+        if not provenance.get("bleu_skipped"):
+            per_caption[name].update(fwd=s["fwd"], bwd=References(s["gen"]).sentence_bleus(s["refs"]))
     rows, diffs = paired_intervals(per_caption, n_boot, provenance["seed"], per_word)
     return {"done": done, "total": provenance["n"], "models": rows, "differences": diffs,
             "provenance": provenance}

@@ -107,6 +107,17 @@ def texts(cks: list, split: str, data_dir=None) -> tuple[list[str], dict]:
     return next(iter(found.values()))[0]
 
 
+def bleu_skipped(cks: list, texts_scored: list[str]) -> str:
+    """Why BLEU of generated text is not scored for checkpoints `cks` on `texts_scored` (a task
+    that says so for one of them: its object's `bleu_skipped(ck, texts)`), or "" when it is."""
+    load_plugins()
+    for ck in cks:
+        own = getattr(TASKS.build(of_checkpoint(ck)), "bleu_skipped", None)
+        if own and (why := own(ck, texts_scored)):
+            return why
+    return ""
+
+
 MAX_PROMPT_WORDS = 50      # a held-out prompt's length, in words
 
 

@@ -130,15 +130,29 @@ def build(ctx: Context):
     message = gr.Markdown(elem_id="checkpoints-message")
     _import_smollm2_section(ctx, message, table)
     _import_hf_section(ctx, message, table)
-    with section("Export to Hugging Face (a gpt2 or llama checkpoint: GPT2LMHeadModel or "
-                 "LlamaForCausalLM)"):
-        outdir = Textbox(label="output directory (optional)",
-                            info="blank: download a .zip; or a new folder under LAB_ALLOWED_DIRS")
-        download = gr.File(label="export", interactive=False)
-        gr.Button("Export").click(friendly(lambda *a: export_hf(*a, store=ctx.store)),
-                                  [chosen, outdir], [message, download], api_name="export_hf")
+    _export_section(ctx, chosen)
     _delete_section(ctx, chosen, message, table, info)
     return table
+
+
+def _export_section(ctx: Context, chosen) -> None:
+    """The checkpoint to export (the one chosen above, or another), where to, the button, and
+    what came of it (its message and the .zip), in that order in one section."""
+    with section("Export to Hugging Face (a gpt2 or llama checkpoint: GPT2LMHeadModel or "
+                 "LlamaForCausalLM)", elem_id="checkpoints-export"):
+        with gr.Row():
+            target = Dropdown(ctx.checkpoint_names(), value=None, label="checkpoint to export",
+                              elem_id="export-name", allow_custom_value=True)
+            ctx.add_dropdown(target, "blank")
+            outdir = Textbox(label="output directory (optional)", elem_id="export-outdir",
+                             info="blank: download a .zip; or a new folder under LAB_ALLOWED_DIRS")
+        button = gr.Button("Export", elem_id="export-go")
+        said = gr.Markdown(elem_id="export-message")
+        download = gr.File(label="export", interactive=False, elem_id="export-file")
+    chosen.change(lambda n: gr.update(value=n), chosen, target, api_visibility="private",
+                  show_progress="hidden")                # follows the pick above
+    button.click(friendly(lambda *a: export_hf(*a, store=ctx.store)), [target, outdir], [said, download],
+                 api_name="export_hf")
 
 
 def _delete_section(ctx: Context, chosen, message, table, info) -> None:
@@ -192,7 +206,7 @@ def _import_hf_section(ctx: Context, message, table) -> None:
     """An HF GPT-2 or Llama checkpoint, uploaded or from a folder on the server."""
     with section("Import an HF GPT-2 or Llama checkpoint (upload, or a server folder)"):
         with gr.Row():
-            layers = Textbox(label="layers (1-based, e.g. 1,6,12; blank: all)")
+            layers = Textbox(label="layers (1-based, e.g. 1,6,12; blank: all)", elem_id="hf-layers")
             new_name = Textbox(label="name", elem_id="gpt2-name")
         upload = File(label="upload config.json + model.safetensors (and the tokenizer's files), or "
                             "one .zip of the folder save_pretrained wrote", file_count="multiple",

@@ -439,3 +439,11 @@ def table_files(table, stem: str, store=None, about: dict | None = None) -> list
 
 def asset_url() -> str:
     return f"/gradio_api/file={Path(VENDOR_DIR).resolve()}"
+
+
+def unit_of(names, store=None) -> str:
+    """What a comparison's rows are called: captions while every checkpoint is a captioner (or an
+    import, which follows the others), else texts."""
+    metas = [checkpoints.info(name, store) for name in names]
+    named = {tasks.task_of(m) for m in metas if m.get("task")}
+    return "captions" if named <= {"captions"} else "texts"

@@ -24,7 +24,7 @@ from lab.registry import DECODERS
 from lab.ui.work import Work, progress_bar, streamed, within_budget
 from lab.ui.common import (LOADED, RUNNING, Context, checkpoint_dropdown, decoder_inputs, section,
                            decoders_of, form_decode, friendly, names_list, stop_button, stoppable,
-                           text, unfinished, whole)
+                           text, unfinished, unit_of, whole)
 
 PER_MODEL_COLUMNS = ["checkpoint", "decoder", *DecodeConfig.setting_names()]
 STOPPED = "<p class='lab-stopped'>Stopped before the end: nothing more is drawn.</p>"
@@ -95,14 +95,6 @@ def plan(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
         prompts, held, _ = tasks.held_out_prompts(cks, n, seed, held_out)
         n = len(prompts)
     return Comparison(chosen, settings, seed, prefix, n, held_out, prompts, held, unit_of(chosen, store))
-
-
-def unit_of(names, store=None) -> str:
-    """What a comparison's rows are called: captions while every checkpoint is a captioner (or an
-    import, which follows the others), else texts."""
-    metas = [checkpoints.info(name, store) for name in names]
-    named = {tasks.task_of(m) for m in metas if m.get("task")}
-    return "captions" if named <= {"captions"} else "texts"
 
 
 def rows_label(names, store=None):

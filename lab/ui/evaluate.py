@@ -15,7 +15,7 @@ from lab.evaluation.evaluate import chunk_bounds, evaluate_live, verdicts
 from lab.ui.work import Work, streamed, within_budget
 from lab.ui.common import (LOADED, Context, offers, checkpoint_dropdown, checkpoint_meta, decode_of,
                            decoder_inputs, decoders_of, form_decode, friendly, names_list,
-                           stop_button, stoppable, whole)
+                           stop_button, stoppable, unit_of, whole)
 
 COLUMNS = ["checkpoint", "n", "perplexity ↓", "per-word perplexity ↓", "bits per byte ↓",
            "forward BLEU ↑", "backward BLEU (N) ↑", "harmonic BLEU (N) ↑"]
@@ -40,11 +40,13 @@ def table(snap: dict) -> list[list]:
     per_word = snap["provenance"]["perplexity_shown"] == "per word"
     for name, r in snap["models"].items():
         ppl = "— (tokenizers differ)" if per_word else _ci(r["perplexity"], r["perplexity_ci"], 2)
+        bleus = [_ci(r["forward_bleu"], r["forward_bleu_ci"], 4),
+                 f"({r['backward_n']}) " + _ci(r["backward_bleu"], r["backward_bleu_ci"], 4),
+                 f"({r['backward_n']}) " + _ci(r["harmonic_bleu"], r["harmonic_bleu_ci"], 4)] \
+            if "forward_bleu" in r else ["— (not scored)"] * 3
         rows.append([name, r["n"], ppl, _ci(r["word_perplexity"], r["word_perplexity_ci"], 2),
                      _ci(r["bits_per_byte"], r["bits_per_byte_ci"], 4) if "bits_per_byte" in r else "—",
-                     _ci(r["forward_bleu"], r["forward_bleu_ci"], 4),
-                     f"({r['backward_n']}) " + _ci(r["backward_bleu"], r["backward_bleu_ci"], 4),
-                     f"({r['backward_n']}) " + _ci(r["harmonic_bleu"], r["harmonic_bleu_ci"], 4)])
+                     *bleus])
     return rows
 
 
@@ -66,18 +68,22 @@ def provenance_md(snap: dict) -> str:
     texts = p.get("texts", "")
     of = f" of {texts}" if texts.startswith("dataset ") else ""
     note = f" ({p['note']})" if p.get("note") else ""
-    lines = [f"**{snap['done']} / {snap['total']}** {'texts' if of else 'captions'} scored. Every "
+    unit = "texts" if of else "captions"
+    bleu = (f"BLEU not scored: {p['bleu_skipped']}" if p.get("bleu_skipped") else
+            f"{decoders_md(p)}; BLEU on **{p['bleu_tokens']}** tokens")
+    lines = [f"**{snap['done']} / {snap['total']}** {unit} scored. Every "
              f"model on the same subset: {p['split']} split{of}{note}, n={p['n']}, seed {p['seed']}, "
-             f"subset hash `{p['subset_hash']}`; "
-             f"{decoders_md(p)}; BLEU on "
-             f"**{p['bleu_tokens']}** tokens; perplexity shown: {p['perplexity_shown']}. "
-             f"↓ lower is better, ↑ higher is better.",
-             "Forward BLEU scores each generated caption against all references (unbiased for the "
-             "full figure); backward and harmonic BLEU depend on N and are labelled with it; their "
-             "intervals resample the per-caption scores with the generated set held fixed."]
+             f"subset hash `{p['subset_hash']}`; {bleu}; perplexity shown: {p['perplexity_shown']}. "
+             f"↓ lower is better, ↑ higher is better."]
+    if not p.get("bleu_skipped"):
+        lines.append(f"Forward BLEU scores each generated {unit[:-1]} against all references "
+                     f"(unbiased for the full figure); backward and harmonic BLEU depend on N and "
+                     f"are labelled with it; their intervals resample the per-{unit[:-1]} scores "
+                     f"with the generated set held fixed.")
     verdict_lines = verdicts(snap)
     if verdict_lines:
-        lines.append("**Verdicts** (paired bootstrap by caption, 95%; the first checkpoint is the baseline):")
+        lines.append(f"**Verdicts** (paired bootstrap by {unit[:-1]}, 95%; the first checkpoint is "
+                     f"the baseline):")
         lines += [f"- {v}" for v in verdict_lines]
     return "\n".join(lines)
 
@@ -109,18 +115,19 @@ def scores(names, decode: dict, n=500, seed=0, bleu_tokens="auto", store=None, d
                                   chunk=chunk, first=first, own=cfgs, abort=work.stop_asked):
             work.say(snap)
         return work.said
-    last = yield from streamed(score, lambda snap: shown(snap, under_way(snap, n, chunk, first)))
+    unit = unit_of(names, store)
+    last = yield from streamed(score, lambda snap: shown(snap, under_way(snap, n, chunk, first, unit)))
     yield shown(last)
 
 
-UNDER_WAY = "*Scoring captions"        # how the summary's line of the captions under way begins
+UNDER_WAY = "*Scoring "        # how the summary's line of the rows under way begins
 
 
-def under_way(snap: dict | None, n: int, chunk: int, first: int) -> str:
-    """The line saying which captions are being scored now."""
+def under_way(snap: dict | None, n: int, chunk: int, first: int, unit: str = "captions") -> str:
+    """The line saying which rows (captions, or texts) are being scored now."""
     done = snap["done"] if snap else 0
     end = next((e for s, e in chunk_bounds(n, chunk, first) if s == done), n)
-    return f"{UNDER_WAY} {done + 1} to {end} of {n} of each checkpoint …*"
+    return f"{UNDER_WAY}{unit} {done + 1} to {end} of {n} of each checkpoint …*"
 
 
 def shown(snap: dict | None, doing: str = "") -> tuple:
@@ -168,11 +175,11 @@ def score_files(scores, store=None):
                                store, about)
 
 
-STOPPED = "**Stopped before the end**: the figures are of the captions scored before the stop."
+STOPPED = "**Stopped before the end**: the figures are of what was scored before the stop."
 
 
 def stopped_summary(said):
-    """The summary once scoring ended: a line of captions still under way says it stopped."""
+    """The summary once scoring ended: a line of rows still under way says it stopped."""
     if not isinstance(said, str) or UNDER_WAY not in said:
         return gr.skip()
     return said.split(UNDER_WAY)[0] + STOPPED

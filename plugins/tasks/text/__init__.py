@@ -23,6 +23,7 @@ from plugins.tasks.text import corpora
 
 DEV_DEFAULT = 2000          # dev examples scored at each evaluation unless max_dev_captions says
 SCRATCH_VOCAB_BYTES = 200 * 10 ** 6   # a words or char vocabulary is built from the train texts in memory
+BLEU_MAX_WORDS = 30         # bleu=auto scores BLEU on texts of at most this many words on average
 
 
 @dataclass
@@ -33,6 +34,12 @@ class TextSettings:
         "help": "lines: each text one example, framed by end-of-text and cut to the context; "
                 "blocks: the texts joined and cut into blocks of the whole context",
         "choices": ("lines", "blocks")})
+    bleu: str = field(default="auto", metadata={
+        "help": f"whether Evaluate scores BLEU of generated texts against the dataset's (the "
+                f"captions' forward, backward and harmonic BLEU-4): auto when its texts average at "
+                f"most {BLEU_MAX_WORDS} words (sentences; MSCOCO's captions average 10.5), yes, or "
+                f"no (perplexity and bits per byte only, and nothing generated)",
+        "choices": ("auto", "yes", "no")})
 
     def check(self, config) -> None:
         if not self.dataset:
@@ -59,8 +66,7 @@ class TextTask:
     def texts(self, ck, split: str, data_dir=None) -> tuple[list[str], dict]:
         """The texts a checkpoint of this task is scored on: its dataset's split (in the store the
         checkpoint is in); a dataset without a test split is scored on dev, and says so."""
-        settings = ((ck.meta or {}).get("train") or {}).get("settings", {}).get("task", {})
-        name, store = settings.get("dataset"), ck.path.parent
+        name, store = _settings_of(ck).get("dataset"), ck.path.parent
         if not name or name not in corpora.names(store):
             raise ConfigError(f"{ck.name} trained on dataset {name!r}, which is no longer in the "
                               f"store: import it again under that name to score it")
@@ -71,6 +77,17 @@ class TextTask:
         note = {} if which == split else {"note": f"dataset {name} has no test split: scored on dev"}
         return list(corpora.split(name, which, store)[corpora.TEXT]), \
             {"split": which, "source": f"dataset {name}", **note}
+
+    def bleu_skipped(self, ck, texts: list[str]) -> str:
+        """Why BLEU is not scored for this checkpoint on `texts` (its task.bleu setting), or ""."""
+        chosen = _settings_of(ck).get("bleu", "auto")
+        if chosen == "no":
+            return f"{ck.name} was trained with task.bleu=no"
+        mean = sum(len(t.split()) for t in texts) / max(len(texts), 1)
+        if chosen == "auto" and mean > BLEU_MAX_WORDS:
+            return (f"the texts average {mean:.0f} words, over the {BLEU_MAX_WORDS} that "
+                    f"task.bleu=auto scores BLEU on (train with task.bleu=yes to score it)")
+        return ""
 
     def scratch_tokenizer(self, data_dir, cfg):
         s = cfg.plugin_settings("task")
@@ -109,6 +126,11 @@ class TextTask:
                         unit="blocks" if s.examples == "blocks" else "texts",
                         packs=s.examples == "lines",
                         unpacked_because="every block fills the context: no padding to drop")
+
+
+def _settings_of(ck) -> dict:
+    """A checkpoint's task settings as its run recorded them."""
+    return ((ck.meta or {}).get("train") or {}).get("settings", {}).get("task", {})
 
 
 def _examples(s: TextSettings, cfg, tok, length: int, store):
