@@ -1,7 +1,7 @@
 """The Inside-the-model tab's lens, ablation and patching views in Chromium (network blocked), on
 a caption model trained in the fixture and a second of another family and tokenizer: the lens of
 two side by side, a set of heads ablated with its verdict and captions, every head scanned with
-progress and a Stop, patching's two maps, and one-line refusals. Screenshots go to
+progress and a Stop, patching's two maps (and in Compare's report), and one-line refusals. Screenshots go to
 LAB_SCREENSHOTS (if set) as inside-*.png."""
 from pathlib import Path
 
@@ -115,4 +115,13 @@ def test_patching_draws_both_maps_and_refuses_unequal_prompts(page, server):
     page.locator("#patch-go").click()
     expect(page.get_by_text("patching needs prompts of equal length in tokens")).to_be_visible(timeout=30_000)
     expect(page.locator("#patch-figure")).to_be_hidden()
+    # Compare's report holds the last patching of a compared checkpoint (the refused one left none)
+    _tab(page, "Compare")
+    page.locator("#compare-go").click()
+    page.locator("#compare-files").get_by_text(".csv").first.wait_for(timeout=120_000)
+    page.locator("#compare-report").click()
+    page.locator("#compare-report-file").get_by_text(".html").first.wait_for(timeout=120_000)
+    report = max((server[1] / ".lab" / "exports").glob("comparison-*.html"), key=lambda p: p.stat().st_mtime)
+    text = report.read_text(encoding="utf-8")
+    assert "<h2>Activation patching</h2>" in text and "<h3>words</h3><p>clean “A man riding a horse on a”" in text
     assert page.left_machine == [], f"requests tried to leave the machine: {page.left_machine}"

@@ -131,6 +131,33 @@ def test_the_scan_of_every_head_is_the_ablation_of_each(captioner, mode):
     assert len(one["continuations"]) == 2 and all(c["intact"] and c["ablated"] for c in one["continuations"])
 
 
+def test_the_compare_report_holds_what_was_last_run_inside_the_compared_checkpoints(captioner):
+    """Compare's report takes Inside the model's last results of the checkpoints it compares (a
+    result of another checkpoint is left out): heads ablated with their continuations, each
+    head in turn as a blocks x heads table with intervals in the tooltips, and a patching as two
+    tables; every text escaped."""
+    from lab.evaluation import report
+    from lab.ui.compare_report import _of_these
+    scan = ablation.scan(captioner, n=20, n_ref=10)
+    one = ablation.ablate(captioner, [(0, 1)], n=20, n_ref=10, n_captions=2)
+    one["continuations"][0]["intact"] = "<script>alert(1)</script>"
+    patched = {"checkpoint": "cap", **patching.patch(captioner.model, captioner.tokenizer,
+                                                     "a man riding a horse", "a woman riding a horse")}
+    inside = {"scan": [scan, {**scan, "checkpoint": "elsewhere"}], "ablation": one,
+              "patch": {**patched, "checkpoint": "elsewhere"}}
+    kept = _of_these(inside, ["cap", "other"])
+    assert kept == {"scan": [scan], "ablation": one}
+    page = report.comparison("<table class='lab-compare'></table>", {"seed": 0}, {"cap": {}},
+                             inside={**kept, "patch": patched})
+    assert "<h2>Heads ablated</h2>" in page and "heads 1.2 zero-ablated" in page
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)" in page
+    assert "<h2>Each head ablated in turn</h2>" in page
+    lo, hi = scan["change_ci"][1][3]
+    assert f"head 2.4: {scan['change'][1][3]:+.3f} [{lo:+.3f}, {hi:+.3f}]" in page
+    assert "<h2>Activation patching</h2>" in page and "<th>block 2</th>" in page
+    assert report.comparison("<table></table>", {"seed": 0}, {"cap": {}}, inside={}).count("<h2>") == 3
+
+
 def test_bad_heads_and_models_without_texts_are_refused_in_one_line():
     for text, said in [("3.1", "out of range"), ("1", "BLOCK.HEAD"), ("1.1,1.1", "named twice"),
                        ("", "name the heads"), ("0.1", "out of range")]:

@@ -1,6 +1,7 @@
 """A comparison as one self-contained HTML file that opens offline: the captions side by side,
 the scores with their intervals and verdicts, attention of a chosen caption (bertviz's head view
-with d3, jQuery and require.js written into the file), every setting and the provenance.
+with d3, jQuery and require.js written into the file), the logit lens, the heads ablated and the
+activations patched in Inside the model, every setting and the provenance.
 """
 from __future__ import annotations
 
@@ -69,12 +70,14 @@ def _settings_table(settings: dict) -> str:
 
 def comparison(captions_html: str, settings: dict, checkpoints: dict, scores: dict | None = None,
                attention: list[tuple[str, str, str, int]] | None = None,
-               lenses: list[dict] | None = None) -> str:
+               lenses: list[dict] | None = None, inside: dict | None = None) -> str:
     """The report. captions_html: the Compare tab's table; settings: what produced it (decoder,
     seed, prefix, n); checkpoints: {name: its config, provenance and metrics}; scores: the last
     'Which is better?' (a rows/provenance/verdicts dict); attention: (checkpoint, caption, self-
     contained bertviz document, its height in pixels) for each view; lenses: each checkpoint's
-    logit lens of the same caption (lab.inside.lens's dicts with "checkpoint")."""
+    logit lens of the same caption (lab.inside.lens's dicts with "checkpoint"); inside: the last
+    results of Inside the model for these checkpoints ({"ablation": ablate()'s dict, "scan": [scan()'s
+    dicts], "patch": patch()'s dict with "checkpoint"}, each optional)."""
     parts = [f"<h1>tfmr-lab comparison: {html.escape(' vs '.join(checkpoints))}</h1>",
              f"<p>Saved {time.strftime('%Y-%m-%d %H:%M:%S')}. This file needs no network.</p>",
              "<h2>Captions side by side</h2>",
@@ -94,6 +97,8 @@ def comparison(captions_html: str, settings: dict, checkpoints: dict, scores: di
                      "(the residual stream read through the final norm and the output layer); "
                      "hover a cell for the layer's top tokens.</p>")
         parts += [lens_table(r) for r in lenses]
+    if inside:
+        parts += inside_parts(inside)
     parts.append("<h2>Checkpoints: config, provenance and metrics</h2>")
     for name, info in checkpoints.items():
         parts.append(f"<h3>{html.escape(name)}</h3><pre>{html.escape(json.dumps(info, indent=2, default=str))}</pre>")
@@ -120,6 +125,91 @@ def lens_table(r: dict) -> str:
         rows.append(f"<tr><th>{html.escape(layer)}</th>{''.join(cells)}</tr>")
     return (f"<h3>{html.escape(r['checkpoint'])}</h3><table class='lens'><thead><tr><th></th>{head}"
             f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def inside_parts(inside: dict) -> list[str]:
+    """Inside the model's last results as report sections: a set of heads ablated, each head
+    ablated in turn, and a patching."""
+    parts = []
+    if inside.get("ablation"):
+        parts += ["<h2>Heads ablated</h2>", ablation_summary(inside["ablation"])]
+    if inside.get("scan"):
+        parts += ["<h2>Each head ablated in turn</h2><p>A cell is the change in perplexity with that "
+                  "head ablated alone (red: worse without it; hover for its paired 95% interval).</p>"]
+        parts += [scan_table(r) for r in inside["scan"]]
+    if inside.get("patch"):
+        parts += ["<h2>Activation patching</h2>", patch_tables(inside["patch"])]
+    return parts
+
+
+def ablation_summary(r: dict) -> str:
+    """A set of heads ablated: perplexity and BLEU with their paired intervals, and the greedy
+    continuations of the intact and the ablated model."""
+    lo, hi = r["change_ci"]
+    lines = [f"perplexity on {r['n']} {r['split']} texts (seed {r['seed']}): {r['perplexity']:.3f} → "
+             f"{r['ablated_perplexity']:.3f}, change {r['change']:+.3f} [{lo:+.3f}, {hi:+.3f}]: "
+             f"{r['verdict']}"]
+    for name in ("forward", "backward", "harmonic"):
+        b = r["bleu"][name]
+        blo, bhi = b["change_ci"]
+        lines.append(f"{name} BLEU-4 of {r['n']} sampled texts: {b['intact']:.4f} → "
+                     f"{b['ablated']:.4f}, change {b['change']:+.4f} [{blo:+.4f}, {bhi:+.4f}]"
+                     + (f": {b['verdict']}" if "verdict" in b else ""))
+    rows = "".join(f"<tr><td>{html.escape(c['intact'])}</td><td>{html.escape(c['ablated'])}</td></tr>"
+                   for c in r["continuations"])
+    return (f"<h3>{html.escape(r['checkpoint'])}: heads {html.escape(', '.join(r['heads']))} "
+            f"{html.escape(r['mode'])}-ablated</h3><ul>"
+            + "".join(f"<li>{html.escape(x)}</li>" for x in lines)
+            + f"</ul><table><thead><tr><th>intact (greedy)</th><th>heads ablated (greedy)</th></tr>"
+              f"</thead><tbody>{rows}</tbody></table>")
+
+
+def scan_table(r: dict) -> str:
+    """Each head ablated alone: blocks x heads, each cell its change in perplexity."""
+    scale = max((abs(v) for row in r["change"] for v in row), default=0.0)
+    cells = [[(f"{v:+.2f}", _shade(v, scale), f"head {i + 1}.{h + 1}: {v:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+              for h, (v, (lo, hi)) in enumerate(zip(row, cis))]
+             for i, (row, cis) in enumerate(zip(r["change"], r["change_ci"]))]
+    most = "; ".join(f"{m['head']} {m['change']:+.3f}" for m in r["most"])
+    return (f"<h3>{html.escape(r['checkpoint'])}</h3><p>perplexity {r['perplexity']:.3f} on {r['n']} "
+            f"{html.escape(r['split'])} texts (seed {r['seed']}), {html.escape(r['mode'])} ablation; "
+            f"the heads that matter most: {html.escape(most)}</p>"
+            + _grid([f"block {i + 1}" for i in range(len(cells))],
+                    [f"head {h + 1}" for h in range(len(cells[0]) if cells else 0)], cells))
+
+
+def patch_tables(r: dict) -> str:
+    """A patching: the share of the clean answer's logit difference each patch restores, for the
+    residual stream (blocks x positions) and for each head (blocks x heads)."""
+    def shares(rows):
+        return [[(f"{v:.2f}", _shade(v, 1.0), f"{v:.3f}") for v in row] for row in rows]
+    heads = len(r["heads"][0]) if r["heads"] else 0
+    clean, corrupted = r.get("prompts") or (" | ".join(r["tokens"]), " | ".join(r["corrupted_tokens"]))
+    return (f"<h3>{html.escape(r['checkpoint'])}</h3><p>clean “{html.escape(clean)}”, corrupted "
+            f"“{html.escape(corrupted)}”; logit difference "
+            f"{html.escape(repr(r['answer']))} − {html.escape(repr(r['wrong']))}: clean "
+            f"{r['clean']:+.3f}, corrupted {r['corrupted']:+.3f}. A cell is the share of that gap its "
+            f"patch restores (0 nothing, 1 all)."
+            + (f" Note: {html.escape(r['warning'])}." if r.get("warning") else "") + "</p>"
+            + "<p>The residual stream entering each block, at each position:</p>"
+            + _grid(r["layers"], r["tokens"], shares(r["resid"]))
+            + "<p>Each head's output:</p>"
+            + _grid(r["layers"], [f"head {h + 1}" for h in range(heads)], shares(r["heads"])))
+
+
+def _shade(v: float, scale: float) -> str:
+    """A cell's background: red for a positive value, blue for a negative, as strong as |v| / scale."""
+    a = min(abs(v) / scale, 1.0) if scale else 0.0
+    return f"rgba(214,39,40,{a:.3f})" if v > 0 else f"rgba(31,119,180,{a:.3f})"
+
+
+def _grid(rows: list[str], columns: list[str], cells: list[list[tuple[str, str, str]]]) -> str:
+    """A table of shaded cells, no script: cells[i][j] = (text, background, tooltip)."""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(f"<tr><th>{html.escape(label)}</th>" + "".join(
+        f"<td style='background:{bg}' title='{html.escape(tip, quote=True)}'>{html.escape(text)}</td>"
+        for text, bg, tip in row) + "</tr>" for label, row in zip(rows, cells))
+    return f"<table class='lens'><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _scores_table(scores: dict) -> str:

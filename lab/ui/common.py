@@ -37,6 +37,8 @@ class Context:
     task: dict = field(default_factory=dict)    # a dropdown's task: what it picks first
     only: dict = field(default_factory=dict)    # whether it offers only its task's checkpoints
     empty_notes: list = field(default_factory=list)     # shown while the store is empty
+    # a gr.State: Inside the model's last results ({"ablation", "scan", "patch"}), for Compare's report
+    inside: object = None
 
     def empty_note(self, what_to_do: str) -> gr.Markdown:
         """A line at the top of a tab saying what to do first, shown only on an empty store."""

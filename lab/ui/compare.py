@@ -418,12 +418,15 @@ def _scores_section(ctx: Context, compare_inputs: list) -> gr.State:
 def _report_section(ctx: Context, last: gr.State, scored: gr.State) -> None:
     with section("Save the comparison as one HTML file (opens offline, shareable)"):
         gr.Markdown("The captions above, the scores of *Which is better?* if you ran it, the "
-                    "attention of one caption row of each checkpoint, every setting and provenance.")
+                    "attention and logit lens of one caption row of each checkpoint, what you last "
+                    "ran on these checkpoints in *Inside the model* (heads ablated, each head in "
+                    "turn, patching), every setting and provenance.")
         with gr.Row():
             row = Number(1, label="caption row for the attention view", step=1)
             go_r = gr.Button("Save the report", elem_id="compare-report")
         report_file = gr.File(label="report (HTML)", interactive=False, elem_id="compare-report-file")
-        go_r.click(friendly(lambda r, sc, k: compare_report.save(r, sc, k, ctx.store)), [last, scored, row],
+        go_r.click(friendly(lambda r, sc, k, i: compare_report.save(r, sc, k, ctx.store, i)),
+                   [last, scored, row, ctx.inside],
                    report_file, api_visibility="private")
 
 

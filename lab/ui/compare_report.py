@@ -12,9 +12,9 @@ from lab.ui.attention import MAX_TOKENS as MAX_ATTENTION_TOKENS
 from lab.ui.common import LOADED, whole
 
 
-def save(record, scores, row, store=None) -> str:
+def save(record, scores, row, store=None, inside: dict | None = None) -> str:
     """The last comparison as one self-contained HTML file; scores only when they are of the same
-    checkpoints."""
+    checkpoints; Inside the model's last results (`inside`) only those of compared checkpoints."""
     if not isinstance(record, dict):        # none yet, or one under way (RUNNING)
         raise ConfigError("generate captions side by side first; the report holds that comparison")
     names = list(record["captions"])
@@ -39,7 +39,8 @@ def save(record, scores, row, store=None) -> str:
                    for n, d in record["decoders"].items()}}
     document = report.comparison(record["html"], settings, {n: _shareable(checkpoints.info(n, store))
                                                             for n in names},
-                                 scores if same else None, views, _lenses(names, record, k, store))
+                                 scores if same else None, views, _lenses(names, record, k, store),
+                                 _of_these(inside or {}, names))
     return exports.write_html(document, "comparison-" + "-vs-".join(names), store)
 
 
@@ -57,6 +58,13 @@ def _lenses(names: list[str], record: dict, k: int, store) -> list[dict]:
         except (ConfigError, GenerationError):
             continue                  # a row this tokenizer cannot read: its attention said so
     return out
+
+
+def _of_these(inside: dict, names: list[str]) -> dict:
+    """Inside the model's results whose checkpoints are all among `names`."""
+    scans = [r for r in inside.get("scan") or [] if r["checkpoint"] in names]
+    return {**{kind: r for kind in ("ablation", "patch") if (r := inside.get(kind))
+               and r["checkpoint"] in names}, **({"scan": scans} if scans else {})}
 
 
 def _shareable(info: dict) -> dict:

@@ -164,9 +164,11 @@ SCAN_HEADERS = ["checkpoint", "block", "head", "change in perplexity", "95% low"
                 "attribution patching's estimate"]
 
 
-def show_scan(name, other, mode, split, n, seed, store=None, data_dir=None):
+def show_scan(name, other, mode, split, n, seed, last=None, store=None, data_dir=None):
+    """The scan's progress, then its summary, maps and downloads; `last`: Inside the model's last
+    results, which the scans join (for Compare's report)."""
     names = [need_checkpoint(name, "a checkpoint", store)] + ([other] if other else [])
-    waiting = (gr.skip(),) * 4
+    waiting = (gr.skip(),) * 5
     scans = None
     stream = scan_streamed(names, mode, split, n, seed, store, data_dir)
     try:
@@ -183,10 +185,10 @@ def show_scan(name, other, mode, split, n, seed, store=None, data_dir=None):
     yield ("\n\n".join(_scan_said(r) for r in scans), gr.skip(),
            gr.update(value=scan_figure(scans[0]), visible=True),
            gr.update(value=scan_figure(scans[1]) if other else None, visible=bool(other)),
-           gr.update(value=files, visible=True))
+           gr.update(value=files, visible=True), {**(last or {}), "scan": scans})
 
 
-def show_set(name, heads, mode, split, n, seed, store=None, data_dir=None):
+def show_set(name, heads, mode, split, n, seed, last=None, store=None, data_dir=None):
     r = ablate_set(name, heads, mode, split, n, seed, store, data_dir)
     lo, hi = r["change_ci"]
     said = (f"**{r['checkpoint']}** with heads {', '.join(r['heads'])} {r['mode']}-ablated"
@@ -204,7 +206,8 @@ def show_set(name, heads, mode, split, n, seed, store=None, data_dir=None):
     files = exports.write_table(["intact", "ablated"], rows, f"ablate-{r['checkpoint']}", store,
                                 {k: v for k, v in r.items() if k != "continuations"})
     return (said, gr.update(value={"headers": ["intact (greedy)", "heads ablated (greedy)"], "data": rows},
-                            visible=True), gr.skip(), gr.skip(), gr.update(value=files, visible=True))
+                            visible=True), gr.skip(), gr.skip(), gr.update(value=files, visible=True),
+            {**(last or {}), "ablation": r})
 
 
 ABLATION_ABOUT = ("Zero a set of heads' outputs (before the output projection), or put their "
@@ -241,15 +244,15 @@ def _ablation_view(ctx: Context):
         fig_b = gr.Plot(show_label=False, visible=False, elem_id="ablate-other-figure")
     files = gr.File(label="download (CSV, JSON)", file_count="multiple", interactive=False,
                     visible=False, elem_id="ablate-files")
-    outs = [said, captions, fig_a, fig_b, files]
+    outs = [said, captions, fig_a, fig_b, files, ctx.inside]
     hide = lambda: [gr.update(visible=False)] * 4             # noqa: E731  (the last result's)
     go.click(hide, None, [captions, fig_a, fig_b, files], queue=False, api_visibility="private").then(
         friendly(lambda *v: show_set(*v, store=ctx.store, data_dir=ctx.data_dir)),
-        [name, heads, mode, split, n, seed], outs, api_visibility="private")
+        [name, heads, mode, split, n, seed, ctx.inside], outs, api_visibility="private")
     scan_go.click(hide, None, [captions, fig_a, fig_b, files], queue=False, api_visibility="private")
     stoppable(scan_go, stop, lambda: scan_go.click(
         friendly(lambda *v: (yield from show_scan(*v, store=ctx.store, data_dir=ctx.data_dir))),
-        [name, other, mode, split, n, seed], outs, api_visibility="private"),
+        [name, other, mode, split, n, seed, ctx.inside], outs, api_visibility="private"),
         said, [said], lambda s: ["Stopped before the end: no map." if s and "lab-progress" in s else gr.skip()])
 
     _ablation_api(ctx)
@@ -287,11 +290,11 @@ def patch_of(name, clean, corrupted, answer, wrong, store=None) -> dict:
     corrupted = bounded_text(corrupted, "the corrupted prompt", MAX_PROMPT_CHARS).strip()
     if not clean or not corrupted:
         raise ConfigError("type a clean prompt and a corrupted one of the same length in tokens")
-    return {"checkpoint": ck.name, **patching.patch(ck.model, ck.tokenizer, clean, corrupted,
-                                                    answer or None, wrong or None)}
+    return {"checkpoint": ck.name, "prompts": [clean, corrupted],
+            **patching.patch(ck.model, ck.tokenizer, clean, corrupted, answer or None, wrong or None)}
 
 
-def show_patch(name, clean, corrupted, answer, wrong, store=None):
+def show_patch(name, clean, corrupted, answer, wrong, last=None, store=None):
     r = patch_of(name, clean, corrupted, answer, wrong, store)
     said = (f"**{r['checkpoint']}**: logit difference {r['answer']!r} − {r['wrong']!r} at the last "
             f"position: clean {r['clean']:+.3f}, corrupted {r['corrupted']:+.3f}. A cell is the share "
@@ -308,7 +311,7 @@ def show_patch(name, clean, corrupted, answer, wrong, store=None):
                                  "wrong": r["wrong"], "clean_difference": r["clean"],
                                  "corrupted_difference": r["corrupted"]})
     return said, gr.update(value=patch_figure(r, r["checkpoint"]), visible=True), \
-        gr.update(value=files, visible=True)
+        gr.update(value=files, visible=True), {**(last or {}), "patch": r}
 
 
 def _patching_view(ctx: Context):
@@ -333,8 +336,9 @@ def _patching_view(ctx: Context):
                     visible=False, elem_id="patch-files")
     go.click(lambda: ("", gr.update(visible=False), gr.update(visible=False)), None, [said, fig, files],
              queue=False, api_visibility="private").then(
-        friendly(lambda *v: show_patch(*v, store=ctx.store)), [name, clean, corrupted, answer, wrong],
-        [said, fig, files], api_visibility="private")
+        friendly(lambda *v: show_patch(*v, store=ctx.store)),
+        [name, clean, corrupted, answer, wrong, ctx.inside], [said, fig, files, ctx.inside],
+        api_visibility="private")
 
     def patch_api(checkpoint: str, clean: str, corrupted: str, answer: str = "", wrong: str = "") -> dict:
         """Activation patching from the clean prompt into the corrupted one (equal length in
