@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 import gradio as gr
 
-from lab.ui.fields import Checkbox, Dropdown, Number, Textbox
+from lab.ui.fields import Checkbox, Number, Textbox
 from lab.evaluation import attention_maps
 from lab.inputs import tasks
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
@@ -15,8 +15,8 @@ from lab.errors import LabError
 from lab.presets import DECODE_TO_SHOW
 from lab.modeling.generate import MAX_PROMPT_CHARS, sample_captions
 from lab.ui.work import streamed
-from lab.ui.common import (LOADED, Context, asset_url, checkpoint_dropdown, friendly, section,
-                           need, need_checkpoint, table_files, whole)
+from lab.ui.common import (LOADED, Context, asset_url, beside_dropdown, checkpoint_dropdown, friendly,
+                           section, need, need_checkpoint, table_files, whole)
 from lab.ui.common import text as bounded_text
 
 MAX_TOKENS = 64
@@ -201,9 +201,7 @@ def build(ctx: Context):
         # its first text is a caption: a caption model first (a birth-place one reads questions)
         name = checkpoint_dropdown(ctx, "checkpoint", task="generate", only=False,
                                    elem_id="attention-checkpoint")
-        other = ctx.add_dropdown(Dropdown([""] + ctx.checkpoint_names(), value="",
-                                          label="side by side with (optional)",
-                                          allow_custom_value=True, elem_id="attention-other"), "blank")
+        other = beside_dropdown(ctx, "attention-other")
         text = Textbox("A man riding a wave on top of a surfboard .", label="text (or prefix)",
                        elem_id="attention-text", scale=2)
     with gr.Row():

@@ -413,6 +413,12 @@ def decoders_of(chosen: list[str], decode, per_checkpoint, seed) -> list[DecodeC
                       lenient=name in per_checkpoint) for name in chosen]
 
 
+def beside_dropdown(ctx: Context, elem_id: str, label: str = "side by side with (optional)") -> gr.Dropdown:
+    """An optional second checkpoint to show beside the first: any stored one, none picked."""
+    return ctx.add_dropdown(Dropdown([""] + ctx.checkpoint_names(), value="", label=label,
+                                     allow_custom_value=True, elem_id=elem_id), "blank")
+
+
 def checkpoint_dropdown(ctx: Context, label: str, multiselect: bool = False, task: str | None = None,
                         **kw) -> gr.Dropdown:
     """The stored checkpoints `task` takes (a view such as "generate" that tasks offer their

@@ -11,10 +11,10 @@ from lab.inside import ablation, lens, patching
 from lab.inside.figures import lens_figure, patch_figure, scan_figure
 from lab.modeling.generate import MAX_PROMPT_CHARS
 from lab.storage import exports
-from lab.ui.common import (LOADED, Context, checkpoint_dropdown, friendly, need_checkpoint,
-                           stoppable, whole)
+from lab.ui.common import (LOADED, Context, beside_dropdown, checkpoint_dropdown, friendly,
+                           need_checkpoint, stoppable, whole)
 from lab.ui.common import text as bounded_text
-from lab.ui.fields import Dataframe, Dropdown, Number, Radio, Textbox
+from lab.ui.fields import Dataframe, Number, Radio, Textbox
 from lab.ui.work import progress_bar, streamed
 
 MAX_TEXTS = 2000          # texts one ablation request scores (each head's scan: at most 500)
@@ -80,9 +80,7 @@ def _lens_view(ctx: Context):
                 "Hover a cell for its top tokens.")
     with gr.Row():
         name = checkpoint_dropdown(ctx, "checkpoint", task="generate", only=False, elem_id="lens-checkpoint")
-        other = ctx.add_dropdown(Dropdown([""] + ctx.checkpoint_names(), value="",
-                                          label="side by side with (optional)", allow_custom_value=True,
-                                          elem_id="lens-other"), "blank")
+        other = beside_dropdown(ctx, "lens-other")
         text = Textbox("A man riding a wave on top of a surfboard .", label="text", scale=2,
                        elem_id="lens-text")
         top = Number(5, label="top tokens kept", step=1, elem_id="lens-top")
@@ -223,9 +221,7 @@ def _ablation_view(ctx: Context):
     gr.Markdown(ABLATION_ABOUT)
     with gr.Row():
         name = checkpoint_dropdown(ctx, "checkpoint", task="generate", elem_id="ablate-checkpoint")
-        other = ctx.add_dropdown(Dropdown([""] + ctx.checkpoint_names(), value="",
-                                          label="scan side by side with (optional)",
-                                          allow_custom_value=True, elem_id="ablate-other"), "blank")
+        other = beside_dropdown(ctx, "ablate-other", "scan side by side with (optional)")
         heads = Textbox("1.1", label="heads (block.head, e.g. 1.3,2.1)", elem_id="ablate-heads")
     with gr.Row():
         mode = Radio(list(ablation.MODES), value="zero", label="ablation", elem_id="ablate-mode")
