@@ -316,7 +316,9 @@ def _patching_view(ctx: Context):
                 "block at each position, and each head's output. The two prompts must be the same "
                 "length in tokens. Left blank, the clean answer is the clean prompt's first choice "
                 "and the corrupted one the corrupted prompt's first choice other than it. A "
-                "birth-place model: *Where was Ada Lovelace born?* against a name of the same length.")
+                "birth-place model: *Where was Ákos Császár born?⁇* against *Where was René "
+                "Renoult born?⁇* (the same length; it answers after the ⁇, so the first letter "
+                "of the place is compared).")
     with gr.Row():
         name = checkpoint_dropdown(ctx, "checkpoint", only=False, elem_id="patch-checkpoint")
         clean = Textbox("A man riding a horse on a", label="clean prompt", elem_id="patch-clean", scale=2)
