@@ -25,9 +25,10 @@ def report(**figures) -> None:
     print(json.dumps(figures, indent=2))
 
 
-def lab_and_hf_models(checkpoint: str | None, tmpdir):
+def lab_and_hf_models(checkpoint: str | None, tmpdir, n_layer: int | None = None):
     """The lab's model and transformers' GPT2LMHeadModel with identical weights: a stored
-    checkpoint exported through the lab's exporter, or a fresh Tfmr-scratch-sized model."""
+    checkpoint exported through the lab's exporter, or a fresh Tfmr-scratch-sized model (with
+    n_layer blocks in place of its 3, if given)."""
     from transformers import GPT2LMHeadModel
 
     from lab.storage import checkpoints, interop
@@ -38,6 +39,7 @@ def lab_and_hf_models(checkpoint: str | None, tmpdir):
     if name is None:
         torch.manual_seed(0)
         model_cfg, _ = get("tfmr-scratch")
+        model_cfg = model_cfg.replace(n_layer=n_layer) if n_layer else model_cfg
         checkpoints.save(build(model_cfg), tokenizers.gpt2(), "bench-random", store=tmpdir)
         name = "bench-random"
         store = tmpdir

@@ -11,7 +11,10 @@ Also the named points' cost in a plain forward pass (the identities each forward
 and nnsight's trace against the lab's hooks for one ablated forward pass, where nnsight is
 installed. Each figure the best of `--repeat` runs.
 
-Run: .venv/bin/python benchmarks/inside.py [--n 100] [--repeat 2]"""
+--layers N gives the model N blocks (a deeper model, where the blocks are more of the work);
+--no-peer leaves TransformerLens out.
+
+Run: .venv/bin/python benchmarks/inside.py [--n 100] [--repeat 2] [--layers 3] [--no-peer]"""
 import argparse
 import sys
 import tempfile
@@ -34,32 +37,34 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--no-peer", action="store_true")
     args = ap.parse_args()
     header(f"every head ablated in turn, {args.n} test captions")
     with tempfile.TemporaryDirectory() as tmp:
-        ours, hf, name = lab_and_hf_models(None, tmp)
+        ours, hf, name = lab_and_hf_models(None, tmp, args.layers)
         ck = checkpoints.load(name, tmp)
         ck.model.eval()
         _, seqs, _, _ = ablation.subsets(ck, "test", args.n, 0, 200)     # the scan's own subset
         pad = ck.tokenizer.eos_id
         L, H = ck.config.n_layer, ck.config.n_head
         heads = [(layer, h) for layer in range(L) for h in range(H)]
-        figures = {"heads": len(heads), "texts": args.n}
+        figures = {"blocks": L, "heads": len(heads), "texts": args.n}
 
         def per_head():
             return [_losses(ck.model, seqs, pad, ablation.ablations([lh], "zero", None)).mean().item()
                     for lh in heads]
         figures["plain_evaluation_per_head_s"], plain = timed(per_head, args.repeat)
-        ck = ck
         figures["exact_scan_s"], scanned = timed(
             lambda: ablation.scan(ck, n=args.n, estimated=False), args.repeat)
         figures["attribution_estimate_s"], est = timed(lambda: ablation.attribution(ck, n=args.n),
                                                        args.repeat)
         figures["scan_over_plain"] = figures["exact_scan_s"] / figures["plain_evaluation_per_head_s"]
         figures["rank_agreement_estimate_vs_scan"] = ablation.rank_agreement(scanned["change"], est["change"])
-        figures.update(_transformer_lens(hf, seqs, pad, heads, args.repeat))
-        figures["scan_speedup_over_transformer_lens"] = (figures["transformer_lens_per_head_s"]
-                                                         / figures["exact_scan_s"])
+        if not args.no_peer:
+            figures.update(_transformer_lens(hf, seqs, pad, heads, args.repeat))
+            figures["scan_speedup_over_transformer_lens"] = (figures["transformer_lens_per_head_s"]
+                                                             / figures["exact_scan_s"])
         figures.update(_point_cost(ck.model, seqs))
         figures.update(_nnsight(ck.model, seqs))
     report(**figures)

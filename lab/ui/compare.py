@@ -336,7 +336,7 @@ def build(ctx: Context) -> SideBySide:
     out = gr.HTML(elem_id="compare-out")
     inputs = [chosen, *dec.components(), seed, prefix, n, held_out, per_model, per_model_rows]
     last = gr.State(None)            # the last comparison, for its downloads and the report
-    files = gr.File(label="download the captions (CSV, JSON)", file_count="multiple",
+    files = gr.File(label="download the rows (CSV, JSON)", file_count="multiple",
                     interactive=False, elem_id="compare-files")
     run = friendly(lambda *a: (yield from compare_form(*a, store=ctx.store)))
     save = friendly(lambda r: caption_files(r, ctx.store))
@@ -404,7 +404,7 @@ def _scores_section(ctx: Context, compare_inputs: list) -> gr.State:
     each with the decoder its captions above use."""
     with section("Which is better? Score them on a seeded subset of the test split"):
         with gr.Row():
-            score_n = Radio([100, 500, 1000], value=100, label="test captions")
+            score_n = Radio([100, 500, 1000], value=100, label="subset size")
             go_s = gr.Button("Score and compare", elem_id="compare-score")
             stop_s = stop_button("compare-score-stop")
         scores = gr.Dataframe(headers=EVAL_COLUMNS, label="scores (live): each value with its 95% interval",
@@ -418,11 +418,11 @@ def _scores_section(ctx: Context, compare_inputs: list) -> gr.State:
 def _report_section(ctx: Context, last: gr.State, scored: gr.State) -> None:
     with section("Save the comparison as one HTML file (opens offline, shareable)"):
         gr.Markdown("The captions above, the scores of *Which is better?* if you ran it, the "
-                    "attention and logit lens of one caption row of each checkpoint, what you last "
+                    "attention and logit lens of one row of each checkpoint, what you last "
                     "ran on these checkpoints in *Inside the model* (heads ablated, each head in "
                     "turn, patching), every setting and provenance.")
         with gr.Row():
-            row = Number(1, label="caption row for the attention view", step=1)
+            row = Number(1, label="row for the attention view and the lens", step=1)
             go_r = gr.Button("Save the report", elem_id="compare-report")
         report_file = gr.File(label="report (HTML)", interactive=False, elem_id="compare-report-file")
         go_r.click(friendly(lambda r, sc, k, i: compare_report.save(r, sc, k, ctx.store, i)),

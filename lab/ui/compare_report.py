@@ -18,7 +18,7 @@ def save(record, scores, row, store=None, inside: dict | None = None) -> str:
     if not isinstance(record, dict):        # none yet, or one under way (RUNNING)
         raise ConfigError("generate captions side by side first; the report holds that comparison")
     names = list(record["captions"])
-    k = whole(row, "caption row", 1, record["n"]) - 1
+    k = whole(row, "row", 1, record["n"]) - 1
     views = []
     for name in names:
         ck = LOADED.get(name, store)
@@ -26,7 +26,7 @@ def save(record, scores, row, store=None, inside: dict | None = None) -> str:
         try:
             cap = attention_maps.capture(ck.model, ck.tokenizer, caption, max_tokens=MAX_ATTENTION_TOKENS)
         except GenerationError as e:
-            raise ConfigError(f"{name}, caption row {k + 1}: {e}; choose a shorter row or prefix") from None
+            raise ConfigError(f"{name}, row {k + 1}: {e}; choose a shorter row or prefix") from None
         doc = attention_maps.bertviz_html(cap, "head", REPORT_ASSETS, title=name)
         views.append((name, f"row {k + 1}: {caption}", report.self_contained(doc, REPORT_ASSETS),
                       attention_maps.view_height(cap, "head")))
@@ -45,7 +45,7 @@ def save(record, scores, row, store=None, inside: dict | None = None) -> str:
 
 
 def _lenses(names: list[str], record: dict, k: int, store) -> list[dict]:
-    """Each checkpoint's logit lens of its own caption row k; a family without named points is
+    """Each checkpoint's logit lens of its own row k; a family without named points is
     left out (its reason is in inside.md)."""
     out = []
     for name in names:
