@@ -137,19 +137,20 @@ def test_the_compare_report_holds_what_was_last_run_inside_the_compared_checkpoi
     head in turn as a blocks x heads table with intervals in the tooltips, and a patching as two
     tables; every text escaped."""
     from lab.evaluation import report
+    from lab.ui import inside as tab
     from lab.ui.compare_report import _of_these
     scan = ablation.scan(captioner, n=20, n_ref=10)
     one = ablation.ablate(captioner, [(0, 1)], n=20, n_ref=10, n_captions=2)
     one["continuations"][0]["intact"] = "<script>alert(1)</script>"
     patched = {"checkpoint": "cap", **patching.patch(captioner.model, captioner.tokenizer,
                                                      "a man riding a horse", "a woman riding a horse")}
-    inside = {"scan": [scan, {**scan, "checkpoint": "elsewhere"}], "ablation": one,
-              "patch": {**patched, "checkpoint": "elsewhere"}}
-    kept = _of_these(inside, ["cap", "other"])
-    assert kept == {"scan": [scan], "ablation": one}
+    last = tab.kept(None, "scan", [scan, {**scan, "checkpoint": "elsewhere"}])
+    last = tab.kept(tab.kept(last, "ablation", [one]), "patch", [{**patched, "checkpoint": "elsewhere"}])
+    chosen = _of_these(last, ["cap", "other"])
+    assert chosen == {"scan": [scan], "ablation": [one]}
     page = report.comparison("<table class='lab-compare'></table>", {"seed": 0}, {"cap": {}},
-                             inside={**kept, "patch": patched})
-    assert "<h2>Heads ablated</h2>" in page and "heads 1.2 zero-ablated" in page
+                             inside={**chosen, "patch": [patched]})
+    assert "<h2>Heads ablated</h2>" in page and "cap with heads 1.2 zero-ablated, on 20 test texts" in page
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)" in page
     assert "<h2>Each head ablated in turn</h2>" in page
     lo, hi = scan["change_ci"][1][3]

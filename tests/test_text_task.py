@@ -339,7 +339,7 @@ def test_bleu_is_a_task_setting_and_not_scored_on_long_texts(sources):
     nothing and shows perplexity and bits per byte alone, saying why BLEU is not scored."""
     from lab.config import DecodeConfig
     from lab.evaluation.evaluate import evaluate, evaluate_live, verdicts
-    from lab.ui.evaluate import provenance_md, table
+    from lab.ui.evaluate import numeric_table, provenance_md, table
     from plugins.tasks.text import BLEU_MAX_WORDS, TextTask
     folder, _ = sources
     corpora.import_source(folder / "saved-dict", "dict")
@@ -347,7 +347,7 @@ def test_bleu_is_a_task_setting_and_not_scored_on_long_texts(sources):
     _train("other", "task=text", "task.dataset=dict")
     short, other = checkpoints.load("short"), checkpoints.load("other")
     long_texts = [" ".join(["word"] * (BLEU_MAX_WORDS + 5))] * 3
-    assert "average 35 words, over the 30" in TextTask().bleu_skipped(other, long_texts)
+    assert "average 35.0 words, over the 30" in TextTask().bleu_skipped(other, long_texts)
     assert TextTask().bleu_skipped(other, ["a short text"]) == ""
     *_, last = evaluate_live({"other": other, "short": short}, 20, DecodeConfig(decoder="greedy"),
                              chunk=10, n_boot=50)
@@ -358,6 +358,8 @@ def test_bleu_is_a_task_setting_and_not_scored_on_long_texts(sources):
     said = verdicts(last)              # per word, per byte, per sentence; no BLEU
     assert len(said) == 3 and not any("BLEU" in v for v in said)
     assert table(last)[1][-3:] == ["— (not scored)"] * 3
+    headers, rows = numeric_table(last)                 # the download: BLEU cells empty
+    assert all(v is None for row in rows for h, v in zip(headers, row) if "bleu" in h or h == "backward_n")
     summary = provenance_md(last)
     assert "BLEU not scored: short was trained with task.bleu=no" in summary
     assert "20 / 20** texts scored" in summary and "paired bootstrap by text" in summary

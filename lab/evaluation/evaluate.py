@@ -105,6 +105,12 @@ def choose_bleu_tokens(tokenizer_kinds: list[str], requested: str = "auto") -> s
     return requested
 
 
+def bleu_skipped(models: dict, split: str = "test", data_dir=None) -> str:
+    """Why BLEU is not scored for these models ({name: Checkpoint}) on their texts, or ""."""
+    cks = list(models.values())
+    return tasks.bleu_skipped(cks, tasks.texts(cks, split, data_dir)[0])
+
+
 def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test",
                   bleu_tokens: str = "auto", data_dir=None, chunk: int = 100, n_boot: int = 500,
                   first: int | None = None, own: dict | None = None, abort=None):
@@ -126,9 +132,9 @@ def evaluate_live(models: dict, n: int, decode: DecodeConfig, split: str = "test
     caps, source = tasks.texts(list(models.values()), split, data_dir)
     subset = [caps[i] for i in data.subset_indices(len(caps), n, decode.seed)]
     kinds = [ck.tokenizer.kind for ck in models.values()]
-    tokens = choose_bleu_tokens(kinds, bleu_tokens)
     per_word = len(set(kinds)) > 1          # per-sentence perplexities of different tokenizers differ in kind
     skipped = tasks.bleu_skipped(list(models.values()), caps)      # then nothing is generated
+    tokens = "" if skipped else choose_bleu_tokens(kinds, bleu_tokens)
     references = {} if skipped else _full_references(models, caps, tokens)
     # per caption: nll = mean token NLL, cap_nll = summed, cap_words / cap_bytes = words / bytes + 1
     state = {name: {k: [] for k in ("nll", "cap_nll", "cap_words", "cap_bytes", "fwd", "gen", "refs")}

@@ -128,40 +128,50 @@ def lens_table(r: dict) -> str:
 
 
 def inside_parts(inside: dict) -> list[str]:
-    """Inside the model's last results as report sections: a set of heads ablated, each head
-    ablated in turn, and a patching."""
+    """Inside the model's last results ({kind: [result, ...]}) as report sections: heads
+    ablated, each head ablated in turn, patching."""
     parts = []
     if inside.get("ablation"):
-        parts += ["<h2>Heads ablated</h2>", ablation_summary(inside["ablation"])]
+        parts += ["<h2>Heads ablated</h2>"] + [ablation_summary(r) for r in inside["ablation"]]
     if inside.get("scan"):
         parts += ["<h2>Each head ablated in turn</h2><p>A cell is the change in perplexity with that "
                   "head ablated alone (red: worse without it; hover for its paired 95% interval).</p>"]
         parts += [scan_table(r) for r in inside["scan"]]
     if inside.get("patch"):
-        parts += ["<h2>Activation patching</h2>", patch_tables(inside["patch"])]
+        parts += ["<h2>Activation patching</h2>"] + [patch_tables(r) for r in inside["patch"]]
     return parts
 
 
 def ablation_summary(r: dict) -> str:
     """A set of heads ablated: perplexity and BLEU with their paired intervals, and the greedy
     continuations of the intact and the ablated model."""
-    lo, hi = r["change_ci"]
-    lines = [f"perplexity on {r['n']} {r['split']} texts (seed {r['seed']}): {r['perplexity']:.3f} → "
-             f"{r['ablated_perplexity']:.3f}, change {r['change']:+.3f} [{lo:+.3f}, {hi:+.3f}]: "
-             f"{r['verdict']}"]
-    for name in ("forward", "backward", "harmonic"):
-        b = r["bleu"][name]
-        blo, bhi = b["change_ci"]
-        lines.append(f"{name} BLEU-4 of {r['n']} sampled texts: {b['intact']:.4f} → "
-                     f"{b['ablated']:.4f}, change {b['change']:+.4f} [{blo:+.4f}, {bhi:+.4f}]"
-                     + (f": {b['verdict']}" if "verdict" in b else ""))
+    head, lines = ablation_words(r)
     rows = "".join(f"<tr><td>{html.escape(c['intact'])}</td><td>{html.escape(c['ablated'])}</td></tr>"
                    for c in r["continuations"])
-    return (f"<h3>{html.escape(r['checkpoint'])}: heads {html.escape(', '.join(r['heads']))} "
-            f"{html.escape(r['mode'])}-ablated</h3><ul>"
+    return (f"<h3>{html.escape(r['checkpoint'])}</h3><p>{html.escape(head)}</p><ul>"
             + "".join(f"<li>{html.escape(x)}</li>" for x in lines)
             + f"</ul><table><thead><tr><th>intact (greedy)</th><th>heads ablated (greedy)</th></tr>"
               f"</thead><tbody>{rows}</tbody></table>")
+
+
+def ablation_words(r: dict) -> tuple[str, list[str]]:
+    """A set of heads ablated (lab.inside.ablation.ablate()'s dict) in words: its headline (the
+    heads, how, the perplexity's change with its paired interval and verdict) and a line per BLEU
+    figure. The Head ablation view says it in the same words."""
+    lo, hi = r["change_ci"]
+    mean = f" (their mean over {r['reference_n']} other {r['split']} texts)" if r["mode"] == "mean" else ""
+    head = (f"{r['checkpoint']} with heads {', '.join(r['heads'])} {r['mode']}-ablated{mean}, on "
+            f"{r['n']} {r['split']} texts (seed {r['seed']}): perplexity {r['perplexity']:.3f} → "
+            f"{r['ablated_perplexity']:.3f}, change {r['change']:+.3f} [{lo:+.3f}, {hi:+.3f}] (paired "
+            f"95% bootstrap): {r['verdict']}.")
+    lines = []
+    for name in ("forward", "backward", "harmonic"):
+        b = r["bleu"][name]
+        lo, hi = b["change_ci"]
+        lines.append(f"{name} BLEU-4 of {r['n']} sampled texts: {b['intact']:.4f} → {b['ablated']:.4f}, "
+                     f"change {b['change']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+                     + (f": {b['verdict']}" if "verdict" in b else ""))
+    return head, lines
 
 
 def scan_table(r: dict) -> str:

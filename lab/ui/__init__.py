@@ -48,7 +48,6 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
     with Blocks(title="tfmr-lab") as demo:
         gr.Markdown("# tfmr-lab\nTrain, compare and understand small Transformer language models.")
         panel = start.build(ctx)
-        ctx.inside = gr.State({})
         # every tab's fields mounted with the page (Gradio mounts a tab's when it is first chosen
         # and, once it settled, resets them to their first values: what was typed meanwhile goes)
         with gr.Tabs() as tabs:

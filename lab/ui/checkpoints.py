@@ -135,22 +135,28 @@ def build(ctx: Context):
     return table
 
 
+def _following(ctx: Context, chosen, label: str, elem_id: str):
+    """A section's own checkpoint field: the one chosen at the top, or another."""
+    target = Dropdown(ctx.checkpoint_names(), value=None, label=label, elem_id=elem_id,
+                      allow_custom_value=True)
+    ctx.add_dropdown(target, "blank")
+    chosen.change(lambda n: gr.update(value=n), chosen, target, api_visibility="private",
+                  show_progress="hidden")
+    return target
+
+
 def _export_section(ctx: Context, chosen) -> None:
     """The checkpoint to export (the one chosen above, or another), where to, the button, and
     what came of it (its message and the .zip), in that order in one section."""
     with section("Export to Hugging Face (a gpt2 or llama checkpoint: GPT2LMHeadModel or "
                  "LlamaForCausalLM)", elem_id="checkpoints-export"):
         with gr.Row():
-            target = Dropdown(ctx.checkpoint_names(), value=None, label="checkpoint to export",
-                              elem_id="export-name", allow_custom_value=True)
-            ctx.add_dropdown(target, "blank")
+            target = _following(ctx, chosen, "checkpoint to export", "export-name")
             outdir = Textbox(label="output directory (optional)", elem_id="export-outdir",
                              info="blank: download a .zip; or a new folder under LAB_ALLOWED_DIRS")
         button = gr.Button("Export", elem_id="export-go")
         said = gr.Markdown(elem_id="export-message")
         download = gr.File(label="export", interactive=False, elem_id="export-file")
-    chosen.change(lambda n: gr.update(value=n), chosen, target, api_visibility="private",
-                  show_progress="hidden")                # follows the pick above
     button.click(friendly(lambda *a: export_hf(*a, store=ctx.store)), [target, outdir], [said, download],
                  api_name="export_hf")
 
@@ -160,13 +166,9 @@ def _delete_section(ctx: Context, chosen, message, table, info) -> None:
     its name typed again, side by side."""
     with section("Delete", elem_id="checkpoints-delete"):
         with gr.Row():
-            target = Dropdown(ctx.checkpoint_names(), value=None, label="checkpoint to delete",
-                              elem_id="checkpoints-delete-name", allow_custom_value=True)
-            ctx.add_dropdown(target, "blank")
+            target = _following(ctx, chosen, "checkpoint to delete", "checkpoints-delete-name")
             confirm = Textbox(label="type its name to confirm", elem_id="checkpoints-confirm")
         button = gr.Button("Delete", variant="stop", elem_id="checkpoints-delete-go")
-    chosen.change(lambda n: gr.update(value=n), chosen, target, api_visibility="private",
-                  show_progress="hidden")                # follows the pick above
     button.click(friendly(lambda *a: (*delete(*a, store=ctx.store), gr.update(value=None))),
                  [target, confirm], [message, table, info, chosen, confirm, target],
                  api_name="delete_checkpoint")

@@ -37,8 +37,15 @@ class Context:
     task: dict = field(default_factory=dict)    # a dropdown's task: what it picks first
     only: dict = field(default_factory=dict)    # whether it offers only its task's checkpoints
     empty_notes: list = field(default_factory=list)     # shown while the store is empty
-    # a gr.State: Inside the model's last results ({"ablation", "scan", "patch"}), for Compare's report
-    inside: object = None
+    _inside: object = None
+
+    @property
+    def inside(self) -> gr.State:
+        """Inside the model's last results ({kind: {checkpoint: result}}), for Compare's report: one
+        gr.State, made where it is first asked for (inside the page's Blocks)."""
+        if self._inside is None:
+            self._inside = gr.State({})
+        return self._inside
 
     def empty_note(self, what_to_do: str) -> gr.Markdown:
         """A line at the top of a tab saying what to do first, shown only on an empty store."""

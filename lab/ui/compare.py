@@ -12,7 +12,7 @@ from lab.ui.evaluate import COLUMNS as EVAL_COLUMNS
 from lab.ui.evaluate import WIDTHS as EVAL_WIDTHS
 from lab.ui.evaluate import scores
 from lab.ui.evaluate import wire as wire_scores
-from lab.storage import checkpoints, exports
+from lab.storage import exports
 from lab.inputs import tasks
 from lab.ui import compare_report
 from lab.errors import LabError
@@ -418,9 +418,9 @@ def _scores_section(ctx: Context, compare_inputs: list) -> gr.State:
 def _report_section(ctx: Context, last: gr.State, scored: gr.State) -> None:
     with section("Save the comparison as one HTML file (opens offline, shareable)"):
         gr.Markdown("The captions above, the scores of *Which is better?* if you ran it, the "
-                    "attention and logit lens of one row of each checkpoint, what you last "
-                    "ran on these checkpoints in *Inside the model* (heads ablated, each head in "
-                    "turn, patching), every setting and provenance.")
+                    "attention and logit lens of one row of each checkpoint, each one's last "
+                    "results in *Inside the model* (heads ablated, each head in turn, patching), "
+                    "every setting and provenance.")
         with gr.Row():
             row = Number(1, label="row for the attention view and the lens", step=1)
             go_r = gr.Button("Save the report", elem_id="compare-report")

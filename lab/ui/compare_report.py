@@ -61,10 +61,10 @@ def _lenses(names: list[str], record: dict, k: int, store) -> list[dict]:
 
 
 def _of_these(inside: dict, names: list[str]) -> dict:
-    """Inside the model's results whose checkpoints are all among `names`."""
-    scans = [r for r in inside.get("scan") or [] if r["checkpoint"] in names]
-    return {**{kind: r for kind in ("ablation", "patch") if (r := inside.get(kind))
-               and r["checkpoint"] in names}, **({"scan": scans} if scans else {})}
+    """Each compared checkpoint's last results in Inside the model ({kind: {checkpoint: result}}),
+    as {kind: [result, in the comparison's order]}."""
+    out = {kind: [by_name[n] for n in names if n in by_name] for kind, by_name in inside.items()}
+    return {kind: results for kind, results in out.items() if results}
 
 
 def _shareable(info: dict) -> dict:

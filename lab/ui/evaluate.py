@@ -11,7 +11,7 @@ from lab.storage import exports
 from lab.ui.fields import Number, Radio
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.presets import DECODE_TO_SCORE
-from lab.evaluation.evaluate import chunk_bounds, evaluate_live, verdicts
+from lab.evaluation.evaluate import bleu_skipped, chunk_bounds, evaluate_live, verdicts
 from lab.ui.work import Work, streamed, within_budget
 from lab.ui.common import (LOADED, Context, offers, checkpoint_dropdown, checkpoint_meta, decode_of,
                            decoder_inputs, decoders_of, form_decode, friendly, names_list,
@@ -104,10 +104,11 @@ def scores(names, decode: dict, n=500, seed=0, bleu_tokens="auto", store=None, d
     cfgs = dict(zip(names, decoders_of(names, decode, per_checkpoint, seed)))
     if bleu_tokens not in BLEU_TOKENS:
         raise ConfigError(f"bleu_tokens must be 'auto', 'gpt2' or 'words', got {bleu_tokens!r}"[:200])
-    within_budget("this evaluation", n, list(cfgs.values()),
-                  "a smaller subset, fewer checkpoints or beams")
     shared = decode_of(decode, seed)
     models = {name: LOADED.get(name, store) for name in names}
+    if not bleu_skipped(models, data_dir=data_dir):         # nothing generated: no token-steps
+        within_budget("this evaluation", n, list(cfgs.values()),
+                      "a smaller subset, fewer checkpoints or beams")
     first, chunk = chunks(n)
 
     def score(work: Work):
@@ -157,7 +158,7 @@ def numeric_table(snap: dict) -> tuple[list[str], list[list]]:
     headers = ["checkpoint", "n", "backward_n"] + [f"{f}{end}" for f in FIGURES
                                                    for end in ("", "_low", "_high")]
     hidden = {"perplexity"} if snap["provenance"]["perplexity_shown"] == "per word" else set()
-    rows = [[name, r["n"], r["backward_n"]] + [None if f in hidden or f not in r else v for f in FIGURES
+    rows = [[name, r["n"], r.get("backward_n")] + [None if f in hidden or f not in r else v for f in FIGURES
                                                 for v in (r.get(f), *r.get(f"{f}_ci", (None, None)))]
             for name, r in snap["models"].items()]      # (per-sentence perplexity: not across tokenizers)
     return headers, rows

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gradio as gr
 
 from lab.config import SEED_MAX, ConfigError
+from lab.evaluation import report
 from lab.inside import ablation, lens, patching
 from lab.inside.figures import lens_figure, patch_figure, scan_figure
 from lab.modeling.generate import MAX_PROMPT_CHARS
@@ -183,29 +184,26 @@ def show_scan(name, other, mode, split, n, seed, last=None, store=None, data_dir
     yield ("\n\n".join(_scan_said(r) for r in scans), gr.skip(),
            gr.update(value=scan_figure(scans[0]), visible=True),
            gr.update(value=scan_figure(scans[1]) if other else None, visible=bool(other)),
-           gr.update(value=files, visible=True), {**(last or {}), "scan": scans})
+           gr.update(value=files, visible=True), kept(last, "scan", scans))
+
+
+def kept(last: dict | None, kind: str, results: list[dict]) -> dict:
+    """Inside the model's last results ({kind: {checkpoint: result}}, for Compare's report) with
+    these of `kind` in place of the same checkpoints' earlier ones."""
+    last = last or {}
+    return {**last, kind: {**last.get(kind, {}), **{r["checkpoint"]: r for r in results}}}
 
 
 def show_set(name, heads, mode, split, n, seed, last=None, store=None, data_dir=None):
     r = ablate_set(name, heads, mode, split, n, seed, store, data_dir)
-    lo, hi = r["change_ci"]
-    said = (f"**{r['checkpoint']}** with heads {', '.join(r['heads'])} {r['mode']}-ablated"
-            + (f" (their mean over {r['reference_n']} other {r['split']} texts)" if r["mode"] == "mean" else "")
-            + f", on {r['n']} {r['split']} texts (seed {r['seed']}): perplexity {r['perplexity']:.3f} "
-            f"→ {r['ablated_perplexity']:.3f}, change {r['change']:+.3f} [{lo:+.3f}, {hi:+.3f}] "
-            f"(paired 95% bootstrap): **{r['verdict']}**.")
-    for name in ("forward", "backward", "harmonic"):
-        b = r["bleu"][name]
-        lo, hi = b["change_ci"]
-        said += (f"\n- {name} BLEU-4 of {r['n']} sampled texts: {b['intact']:.4f} → {b['ablated']:.4f}, "
-                 f"change {b['change']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
-                 + (f": **{b['verdict']}**" if "verdict" in b else ""))
+    head, lines = report.ablation_words(r)
+    said = head + "".join(f"\n- {line}" for line in lines)
     rows = [[c["intact"], c["ablated"]] for c in r["continuations"]]
     files = exports.write_table(["intact", "ablated"], rows, f"ablate-{r['checkpoint']}", store,
                                 {k: v for k, v in r.items() if k != "continuations"})
     return (said, gr.update(value={"headers": ["intact (greedy)", "heads ablated (greedy)"], "data": rows},
                             visible=True), gr.skip(), gr.skip(), gr.update(value=files, visible=True),
-            {**(last or {}), "ablation": r})
+            kept(last, "ablation", [r]))
 
 
 ABLATION_ABOUT = ("Zero a set of heads' outputs (before the output projection), or put their "
@@ -307,7 +305,7 @@ def show_patch(name, clean, corrupted, answer, wrong, last=None, store=None):
                                  "wrong": r["wrong"], "clean_difference": r["clean"],
                                  "corrupted_difference": r["corrupted"]})
     return said, gr.update(value=patch_figure(r, r["checkpoint"]), visible=True), \
-        gr.update(value=files, visible=True), {**(last or {}), "patch": r}
+        gr.update(value=files, visible=True), kept(last, "patch", [r])
 
 
 def _patching_view(ctx: Context):
