@@ -50,6 +50,19 @@ def _make_store(store: Path) -> None:
         (store / folder / "notes.txt").write_text("not a checkpoint")
 
 
+# a file's contents' hash by its inode, size and times: each file is read once until it changes
+# (the lab replaces a file by renaming a new one over it, and any write moves its times)
+HASHES: dict[tuple, str] = {}
+
+
+def _hash(p: Path) -> str:
+    st = p.stat()
+    key = (str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key not in HASHES:
+        HASHES[key] = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+    return HASHES[key]
+
+
 def snapshot(store: Path) -> list:
     """Every file of the store (not the lab's lock files, nor the weights' verdicts it keeps) with
     its size and contents' hash, and the ledger's rows."""
@@ -59,7 +72,7 @@ def snapshot(store: Path) -> list:
         if p.is_file() and not rel.startswith((".lab/locks", ".lab/jobs.sqlite", ".lab/logs",
                                                ".lab/health")) \
                 and not rel.endswith(".log"):
-            out.append(f"{rel} {p.stat().st_size} {hashlib.sha256(p.read_bytes()).hexdigest()[:16]}")
+            out.append(f"{rel} {p.stat().st_size} {_hash(p)}")
     if (store / ".lab" / "jobs.sqlite").exists():
         with sqlite3.connect(store / ".lab" / "jobs.sqlite") as con:
             out += [json.dumps(r) for r in con.execute("SELECT id, name, status FROM jobs").fetchall()]
