@@ -221,3 +221,15 @@ def test_the_page_exports_a_llama_as_a_zip_that_uploads_back(tmp_path, monkeypat
     with torch.no_grad():
         assert torch.allclose(checkpoints.load("page-back").model(IDS).logits,
                               checkpoints.keep_blocks(model, [1, 3])(IDS).logits, atol=1e-5)
+
+
+def test_export_with_no_checkpoint_chosen_says_what_to_do_next(tmp_path, monkeypatch):
+    """An empty store: import or train one first; a store with checkpoints: choose one."""
+    from lab.errors import LabError
+    from lab.ui import checkpoints as tab
+    from lab.ui.common import EMPTY_STORE
+    with pytest.raises(LabError, match=EMPTY_STORE.split(":")[0]):
+        tab.export_hf("", "", store=str(tmp_path))
+    checkpoints.save(build(_tiny_llama()).eval(), tokenizers.gpt2(), "one", str(tmp_path))
+    with pytest.raises(LabError, match="choose the checkpoint to export in the list"):
+        tab.export_hf(None, "", store=str(tmp_path))

@@ -90,7 +90,10 @@ def import_hf_upload(files, layers, name, store=None):
 def export_hf(name, outdir, store=None):
     """Into an allowed server folder when one is given; otherwise into the store's exports,
     offered as a .zip download."""
-    name = checkpoints.check_name(need(name, "a checkpoint"))
+    if not name:                        # what to do next, as Delete says it
+        raise ConfigError(EMPTY_STORE if not checkpoints.names(store) else
+                          "choose the checkpoint to export in the list beside the output directory")
+    name = checkpoints.check_name(name)
     outdir = text(outdir, "output directory", 4096).strip()
     if outdir:
         out = interop.export_hf(name, lab_store.allowed_path(outdir, "export"), store)
