@@ -137,6 +137,11 @@ class ModelConfig(_Config, PluginSettings):
     dropout: float | None = setting(None, "dropout on embeddings, attention and residual branches, "
                                     "below 1", min=0.0, max=1.0, blank="the family's")
     init_std: float = setting(0.02, "std of the normal initialisation", min=1e-6, max=1.0)
+    init: str = setting("scaled", "how the weights start: scaled (GPT-2's: N(0, init_std), the "
+                        "projections into the residual stream by 1/sqrt(2 n_layer), position "
+                        "embeddings drawn too) or plain (minGPT's: N(0, init_std) on every "
+                        "linear and embedding, position embeddings at zero)",
+                        choices=("scaled", "plain"))
     settings: dict = setting(help="the chosen plugins' own settings, {kind: {setting: value}}",
                              factory=dict)
 

@@ -230,3 +230,22 @@ def test_transformer_xl_trains_on_text_longer_than_a_segment():
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.55 * losses[0]
+
+
+def test_plain_init_is_mingpts_and_scaled_is_gpt2s():
+    """init=plain: N(0, init_std) on every linear and embedding, position embeddings at zero (the
+    birth-place assignment's minGPT); scaled (the
+    default): GPT-2's, the projections into the residual stream narrower by 1/sqrt(2 n_layer)."""
+    def std(model, suffix):
+        return torch.cat([p.flatten() for n, p in model.named_parameters() if n.endswith(suffix)]).std()
+
+    for family in ("gpt2", "perceiver"):
+        torch.manual_seed(0)
+        plain = build(tiny_config(model=family, n_layer=8, n_embd=64, init="plain"))
+        torch.manual_seed(0)
+        scaled = build(tiny_config(model=family, n_layer=8, n_embd=64))
+        assert (plain.transformer.wpe.weight == 0).all()
+        assert scaled.transformer.wpe.weight.std() > 0.015
+        for model, expected in ((plain, 0.02), (scaled, 0.02 / 4)):      # sqrt(2 * 8) = 4
+            assert abs(std(model, "c_proj.weight") - expected) < 0.1 * expected
+            assert abs(std(model, "c_fc.weight") - 0.02) < 0.002

@@ -358,10 +358,15 @@ class PrefixLM(TfmrLM):
 
 
 def _init_weights(model: TfmrLM, std: float) -> None:
+    """The config's `init`: scaled (GPT-2's) or plain (minGPT's); biases start at zero, norms at
+    their modules' own values."""
+    plain = model.config.init == "plain"
     for name, p in model.named_parameters():
-        if p.dim() >= 2:
+        if plain and name.startswith("transformer.wpe."):
+            nn.init.zeros_(p)          # minGPT's position embeddings start at zero
+        elif p.dim() >= 2:
             # GPT-2's scaled init of the projections that write into the residual stream
-            scaled = name.endswith(("c_proj.weight", "down_proj.weight"))
+            scaled = not plain and name.endswith(("c_proj.weight", "down_proj.weight"))
             nn.init.normal_(p, 0.0, std / math.sqrt(2 * model.config.n_layer) if scaled else std)
         elif name.endswith("bias"):
             nn.init.zeros_(p)

@@ -1,0 +1,32 @@
+#!/bin/bash
+# The second device command, on the machine `pretrain.sh` left warm (about 2 minutes): both runs
+# resumed to their last epoch (`train --resume`: the same corruption, shuffling and dropout as a
+# run never stopped), then each fine-tuned the assignment's way twice, at minGPT's constant 6e-4
+# (its fine-tune reaches 3% of its decay) and with the preset's cosine, and answered on dev and
+# test. In $OUT: summary.txt and results.tgz (logs, predictions, the runs' metrics).
+# SMOKE=1 runs it at a toy size on the CPU, after `pretrain.sh` with SMOKE=1.
+source "$(dirname "$0")/common.sh"
+TAG=${TAG:-p}
+B_END=${B_END:-280}
+if [ -n "$SMOKE" ]; then
+  FT=(--set epochs=1 --set max_train_captions=64 --set max_dev_captions=20); B_END=300
+fi
+
+say "resuming both to their last epoch"
+for n in pre650$TAG perc650$TAG; do
+  timeout $((B_END - 60 - SECONDS)) $PY -m lab train --resume $n --set max_minutes=60 > $R/$n-resume.log 2>&1 &
+done
+wait
+for n in pre650$TAG perc650$TAG; do grep '^epoch [0-9]*:' $R/$n-resume.log | tail -n 1 | sed "s/^/$n /" | tee -a $S; tail -n 1 $R/$n-resume.log | tee -a $S; done
+
+say "fine-tuning each (10 epochs, batch 256, lr 6e-4): constant as minGPT, and the preset's cosine"
+for n in pre650$TAG perc650$TAG; do
+  finetune $n ft-$n-const --set lr_schedule=constant &
+  finetune $n ft-$n-cos &
+done
+wait
+say "fine-tuning ended"
+for f in $R/*.dev.json; do echo "$(basename $f .dev.json) $(cat $f)"; done | tee -a $S
+for f in $R/ft-*[st].log; do echo "$(basename $f): $(grep 'dev accuracy' $f | sed 's/.*dev accuracy \([0-9.]*%\).*/\1/' | tr '\n' ' ')| $(tail -n 1 $f)"; done | tee -a $S
+mkdir -p $R/runs; for d in $LAB_STORE/_runs/*/; do cp $d/metrics.jsonl $R/runs/$(basename $d).metrics.jsonl 2>/dev/null; done
+(cd $R && tar czf $OUT/results.tgz .) && say "results.tgz written: $(du -h $OUT/results.tgz | cut -f1)"

@@ -1,0 +1,31 @@
+#!/bin/bash
+# The first of two device commands for a recipe of settings (about 9.5 minutes): vanilla and the
+# Perceiver pretrained side by side with $RECIPE's settings (names pre650$TAG, perc650$TAG) for
+# the assignment's 650 epochs, or as far as the command's time allows; each saves where it stands
+# at every epoch's end (early_stop=none), so `finish.sh`, the second command on the same warm
+# machine, resumes them exactly. The default recipe, TAG=p: minGPT's AdamW (betas (0.9, 0.95),
+# biases not decayed) and its plain initialisation (N(0, 0.02) everywhere, positions at zero),
+# with the preset's learning-rate schedule. In $OUT: summary.txt, the logs (pretrain.tgz) and
+# each run's weights as it stands (NAME.tgz), for a fine-tune on any machine if the second
+# command cannot run. Run from the repository root with the birth-place folder in $BIRTH (the
+# device command carries it in .devdata/birth). SMOKE=1 runs it at a toy size on the CPU.
+source "$(dirname "$0")/common.sh"
+TAG=${TAG:-p}
+read -r -a SETS <<< "${RECIPE:---set adam_beta2=0.95 --set decay_biases=false --set init=plain}"
+PRE=(); A_END=${A_END:-560}
+if [ -n "$SMOKE" ]; then
+  PRE=(--set epochs=3 --set max_train_captions=128 --set max_dev_captions=32 --set n_layer=2); A_END=100
+fi
+
+say "pretraining with ${SETS[*]}: vanilla and Perceiver, side by side, until $A_END s"
+for m in vanilla:pre650$TAG perceiver:perc650$TAG; do
+  timeout $((A_END - SECONDS)) $PY -m lab birthplace pretrain --model ${m%%:*} --name ${m##*:} \
+    "${SETS[@]}" "${G[@]}" "${PRE[@]}" > $R/${m##*:}.log 2>&1 &
+done
+wait
+say "pretraining stopped"
+for n in pre650$TAG perc650$TAG; do grep '^epoch [0-9]*:' $R/$n.log | tail -n 1 | sed "s/^/$n /" | tee -a $S; done
+for n in pre650$TAG perc650$TAG; do
+  (cd $LAB_STORE && tar czf $OUT/$n.tgz --exclude=train_state.safetensors $n) && say "$n.tgz: $(du -h $OUT/$n.tgz | cut -f1)"
+done
+(cd $R && tar czf $OUT/pretrain.tgz .) && say "pretrain.tgz written: $(du -h $OUT/pretrain.tgz | cut -f1)"
