@@ -66,9 +66,12 @@ def smollm2_quick():
 
 @preset("birthplace-vanilla", "The birth-place task's vanilla GPT (4 layers, 8 heads, width 256, "
                               "block 128) pretrained with span corruption: the assignment's 650 "
-                              "epochs, batch 128, lr 6e-3 with warm-up and cosine decay to 10%")
+                              "epochs, batch 128, lr 6e-3 with warm-up and cosine decay to 10%, "
+                              "minGPT's AdamW (betas 0.9/0.95, biases not decayed) and its plain "
+                              "initialisation")
 def birthplace_vanilla():
-    return _birthplace("span", epochs=650, batch_size=128, lr=6e-3, warmup_steps=10, log_every=10)
+    m, t = _birthplace("span", epochs=650, batch_size=128, lr=6e-3, warmup_steps=10, log_every=10)
+    return m.replace(init="plain"), t.replace(adam_beta2=0.95, decay_biases=False)
 
 
 def _birthplace(objective: str, **train):
@@ -79,10 +82,13 @@ def _birthplace(objective: str, **train):
 
 
 @preset("birthplace-perceiver", "The birth-place task's Perceiver variant (bottleneck_dim 64), "
-                                "otherwise as birthplace-vanilla")
+                                "otherwise as birthplace-vanilla but with GPT-2's scaled "
+                                "initialisation and torch's AdamW betas (0.9/0.999, biases "
+                                "decayed), which answered more questions for it than minGPT's")
 def birthplace_perceiver():
     m, t = birthplace_vanilla()
-    return m.replace(model="perceiver", settings={"model": {"bottleneck_dim": 64}}), t
+    return (m.replace(model="perceiver", init="scaled", settings={"model": {"bottleneck_dim": 64}}),
+            t.replace(adam_beta2=0.999, decay_biases=True))
 
 
 @preset("birthplace-finetune", "Birth-place questions: batch 256, lr 6e-4 with warm-up and cosine "
