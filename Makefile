@@ -39,8 +39,9 @@ install: $(STAMP) $(VENDOR)/.stamp
 run: install
 	$(BIN)/python app.py
 
+# every core runs test files (pytest-xdist; a file's tests stay together, sharing its app and models)
 test: install $(CHROMIUM)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n auto --dist loadfile tests
 
 # the newcomer's path through the getting-started panel, timed (trains for minutes; not in `test`)
 newcomer: install $(CHROMIUM)

@@ -11,12 +11,21 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import torch
+
+# under pytest-xdist the cores are shared out between the workers, and the processes their tests
+# start inherit the share (set before torch starts its thread pools: every thread, the ones a test
+# starts too, then computes with the same number)
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+_THREADS = max(1, min(2, (os.cpu_count() or 1) // _WORKERS))
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(_THREADS))
+
+import torch  # noqa: E402
 
 from lab.config import ModelConfig
 from lab.inputs.data import DEFAULT_DATA_DIR
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+torch.set_num_threads(_THREADS)
 
 
 @pytest.fixture(autouse=True)
@@ -186,3 +195,16 @@ def wait_job(job_id: int, statuses, worker=None, timeout: float = 240, store=Non
             return job
         time.sleep(0.2)
     raise AssertionError(f"job {job_id} still {jobs.get(job_id, store)['status']} after {timeout}s")
+
+
+# the files that take longest, first: under `make test` (pytest-xdist, a file per worker at a
+# time) the last files to run are then short ones, and neither worker waits long for the other
+LONGEST_FIRST = ("test_browser.py", "test_train.py", "test_faults.py", "test_browser_text.py",
+                 "test_api_live.py", "test_hf_llama.py", "test_cli.py", "test_bad_inputs.py",
+                 "test_browser_inside.py", "test_browser_attention.py", "test_requests_live.py",
+                 "test_smollm2.py", "test_sweeps.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))      # stable: in-file order kept

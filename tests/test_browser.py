@@ -645,8 +645,9 @@ def test_delete_picks_and_confirms_in_one_place(page, server):
 
 def test_a_birth_place_model_from_the_browser_alone(browser, tmp_path):
     """Pretrain a birth-place model with the birthplace-vanilla preset and fine-tune it with
-    birthplace-finetune, both from the Train form (a one-step budget), then answer the questions
-    in the Evaluate tab, whose list offers only birth-place checkpoints."""
+    birthplace-finetune, both from the Train form (a one-step budget on a model of one narrow
+    block), then answer the questions in the Evaluate tab, whose list offers only birth-place
+    checkpoints."""
     from playwright.sync_api import expect
     store = tmp_path / "store"
     store.mkdir()
@@ -654,10 +655,11 @@ def test_a_birth_place_model_from_the_browser_alone(browser, tmp_path):
     checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)).eval(), tokenizers.gpt2(),
                      "captions-model", store, provenance={"source": "scratch"})
 
-    def train(name, preset, parent, items):
+    def train(name, preset, parent, items, *model):
         _choose(page, "#train-preset", preset)
         expect(page.locator("#train-preset input")).to_have_value(preset)
-        for field, value in (("epochs", "1"), ("max_train_captions", str(items)), ("max_dev_captions", "20")):
+        for field, value in (("epochs", "1"), ("max_train_captions", str(items)), ("max_dev_captions", "20"),
+                             *model):
             box = page.locator(f"#train-{field} input")
             box.fill(value)
             box.press("Tab")
@@ -667,7 +669,7 @@ def test_a_birth_place_model_from_the_browser_alone(browser, tmp_path):
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(url)
         _tab(page, "Train")
-        train("bp-pre", "birthplace-vanilla", "", 128)
+        train("bp-pre", "birthplace-vanilla", "", 128, ("n_layer", "1"), ("n_embd", "32"))
         train("bp-tuned", "birthplace-finetune", "bp-pre", 256)
         assert checkpoints.info("bp-tuned", store)["parent"] == "bp-pre"
         _tab(page, "Evaluate")

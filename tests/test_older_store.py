@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from lab.config import DecodeConfig
+from lab.config import DecodeConfig, ModelConfig
 from lab.modeling.generate import sample_captions
 from lab.presets import configs
 from lab.storage import checkpoints
@@ -71,10 +71,8 @@ def test_an_older_stopped_run_goes_on_from_its_step(older):
     assert jobs.resumes_from(new_id).startswith(" from step 19")
     worker = jobs.Worker(poll_s=0.2)
     # epoch 1 ends at step 20: its checkpoint is the resumed run's first save
-    job = wait_job(new_id, ("running",), worker)
-    while "old-stopped" not in checkpoints.names() and job["status"] == "running":
-        job = wait_job(new_id, ("running",) + jobs.FINAL, worker)
-    jobs.request_stop(new_id, "now")
+    wait_job(new_id, ("running",), worker)
+    jobs.request_stop(new_id, "after_checkpoint")     # read at its steps: the process is starting
     job = wait_job(new_id, jobs.FINAL, worker)
     assert job["status"] == "stopped", job["error"]
     assert checkpoints.info("old-stopped")["metrics"]["epoch"] == 1
@@ -103,5 +101,7 @@ def test_older_queued_jobs_and_sweeps_run_and_read(older):
 def test_an_older_config_file_gives_the_same_configs():
     doc = json.loads((FIXTURES / "older_config.json").read_text())
     model, train, _ = configs(None, None, doc)
-    assert model.to_dict() == doc["model"]
+    assert {k: v for k, v in model.to_dict().items() if k in doc["model"]} == doc["model"]
+    newer = set(model.to_dict()) - set(doc["model"])          # settings added since: their defaults
+    assert {k: getattr(model, k) for k in newer} == {k: ModelConfig.default(k) for k in newer}
     assert {k: v for k, v in train.to_dict().items() if k in doc["train"]} == doc["train"]
