@@ -208,3 +208,6 @@ LONGEST_FIRST = ("test_browser.py", "test_train.py", "test_faults.py", "test_bro
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))      # stable: in-file order kept
+    for item in items:
+        if item.path.name.startswith("test_browser"):
+            item.add_marker(pytest.mark.browser)

@@ -9,6 +9,8 @@ import pytest
 from playwright.sync_api import expect
 
 from lab.config import TrainConfig
+from lab.modeling.model import build
+from lab.storage import checkpoints
 from lab.training import runs
 from tests.conftest import serving, tiny_config
 from tests.test_browser import CHROMIUM, _shot, _tab, browser, page  # noqa: F401 (fixtures)
@@ -20,7 +22,9 @@ pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's ch
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, corpus_dir):
-    """words: gpt2 family, the training captions' words; bpe: llama family, GPT-2 BPE."""
+    """words: gpt2 family, the training captions' words; bpe: llama family, GPT-2 BPE;
+    words-deep: words' vocabulary in 8 blocks of 4 heads, untrained (a scan of it lasts long
+    enough to stop; named to sort after the two, which Compare then opens on)."""
     store = tmp_path_factory.mktemp("inside-store")
     import os
     old = os.environ.get("LAB_STORE")
@@ -29,6 +33,9 @@ def server(tmp_path_factory, corpus_dir):
         cfg = TrainConfig(epochs=1, lr=2e-3, max_train_captions=1500, max_dev_captions=60)
         list(runs.train("words", tiny_config(n_positions=48), cfg.replace(tokenizer="words")))
         list(runs.train("bpe", tiny_config(n_positions=48, model="llama", vocab_size=50257), cfg))
+        tok = checkpoints.load("words", store).tokenizer
+        checkpoints.save(build(tiny_config(n_positions=48, n_layer=8, vocab_size=tok.vocab_size)),
+                         tok, "words-deep", store, provenance={"source": "scratch"})
     finally:
         os.environ["LAB_STORE"] = old or ""
     with serving(store) as url:
@@ -70,15 +77,17 @@ def test_heads_ablated_then_every_head_scanned_with_a_stop(page, server):
     expect(page.locator("#ablate-captions")).to_contain_text("heads ablated (greedy)")
     _shot(page, "inside-ablate")
 
-    page.locator("#ablate-n input").fill("500")                    # long enough to stop
+    _choose(page, "ablate-checkpoint", "words-deep")
+    page.locator("#ablate-n input").fill("300")       # 32 heads x 300 texts: long enough to stop
     page.locator("#ablate-scan-go").click()
     expect(page.locator("#ablate-stop")).to_be_visible(timeout=10_000)
-    expect(note.locator(".lab-progress-text")).to_contain_text("words: block", timeout=60_000)
+    expect(note.locator(".lab-progress-text")).to_contain_text("words-deep: block", timeout=60_000)
     _shot(page, "inside-scan-running")
     page.locator("#ablate-stop").click()
     expect(note).to_contain_text("Stopped before the end", timeout=30_000)
     expect(page.locator("#ablate-figure")).to_be_hidden()
 
+    _choose(page, "ablate-checkpoint", "words")
     page.locator("#ablate-n input").fill("60")
     _choose(page, "ablate-other", "bpe")
     page.locator("#ablate-scan-go").click()
