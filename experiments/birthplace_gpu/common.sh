@@ -20,3 +20,29 @@ finetune() {   # $1: the pretrained checkpoint, $2: the fine-tune's name, then i
   timeout $((B_END - SECONDS)) $PY -m lab birthplace evaluate --checkpoint $name --split dev --predictions $R/$name-dev-predictions.txt --json > $R/$name.dev.json 2>&1 &&
   timeout $((B_END - SECONDS)) $PY -m lab birthplace evaluate --checkpoint $name --split test --predictions $R/$name-test-predictions.txt > $R/$name.test.log 2>&1
 }
+
+pretrain_both() {   # vanilla and Perceiver side by side (pre650$TAG, perc650$TAG) until $A_END
+                    # seconds into the script, with $SETS, the exact settings and $PRE
+  say "pretraining with ${SETS[*]}: vanilla and Perceiver, side by side"
+  for m in vanilla:pre650$TAG perceiver:perc650$TAG; do
+    timeout $((A_END - SECONDS)) $PY -m lab birthplace pretrain --model ${m%%:*} --name ${m##*:} \
+      "${SETS[@]}" "${G[@]}" "${PRE[@]}" > $R/${m##*:}.log 2>&1 &
+  done
+  wait
+  say "pretraining stopped"
+  for n in pre650$TAG perc650$TAG; do grep '^epoch [0-9]*:' $R/$n.log | tail -n 1 | sed "s/^/$n /" | tee -a $S; done
+}
+
+finetune_both_ways() {   # each pretrained run fine-tuned at minGPT's constant rate and with the
+                         # preset's cosine, side by side; then what each answered, and the metrics
+  say "fine-tuning each (10 epochs, batch 256, lr 6e-4): constant as minGPT, and the preset's cosine"
+  for n in pre650$TAG perc650$TAG; do
+    finetune $n ft-$n-const --set lr_schedule=constant &
+    finetune $n ft-$n-cos &
+  done
+  wait
+  say "fine-tuning ended"
+  for f in $R/*.dev.json; do echo "$(basename $f .dev.json) $(cat $f)"; done | tee -a $S
+  for f in $R/ft-*[st].log; do echo "$(basename $f): $(grep 'dev accuracy' $f | sed 's/.*dev accuracy \([0-9.]*%\).*/\1/' | tr '\n' ' ')| $(tail -n 1 $f)"; done | tee -a $S
+  mkdir -p $R/runs; for d in $LAB_STORE/_runs/*/; do cp $d/metrics.jsonl $R/runs/$(basename $d).metrics.jsonl 2>/dev/null; done
+}

@@ -19,14 +19,5 @@ done
 wait
 for n in pre650$TAG perc650$TAG; do grep '^epoch [0-9]*:' $R/$n-resume.log | tail -n 1 | sed "s/^/$n /" | tee -a $S; tail -n 1 $R/$n-resume.log | tee -a $S; done
 
-say "fine-tuning each (10 epochs, batch 256, lr 6e-4): constant as minGPT, and the preset's cosine"
-for n in pre650$TAG perc650$TAG; do
-  finetune $n ft-$n-const --set lr_schedule=constant &
-  finetune $n ft-$n-cos &
-done
-wait
-say "fine-tuning ended"
-for f in $R/*.dev.json; do echo "$(basename $f .dev.json) $(cat $f)"; done | tee -a $S
-for f in $R/ft-*[st].log; do echo "$(basename $f): $(grep 'dev accuracy' $f | sed 's/.*dev accuracy \([0-9.]*%\).*/\1/' | tr '\n' ' ')| $(tail -n 1 $f)"; done | tee -a $S
-mkdir -p $R/runs; for d in $LAB_STORE/_runs/*/; do cp $d/metrics.jsonl $R/runs/$(basename $d).metrics.jsonl 2>/dev/null; done
+finetune_both_ways
 (cd $R && tar czf $OUT/results.tgz .) && say "results.tgz written: $(du -h $OUT/results.tgz | cut -f1)"

@@ -17,14 +17,7 @@ if [ -n "$SMOKE" ]; then
   PRE=(--set epochs=3 --set max_train_captions=128 --set max_dev_captions=32 --set n_layer=2); A_END=100
 fi
 
-say "pretraining with ${SETS[*]}: vanilla and Perceiver, side by side, until $A_END s"
-for m in vanilla:pre650$TAG perceiver:perc650$TAG; do
-  timeout $((A_END - SECONDS)) $PY -m lab birthplace pretrain --model ${m%%:*} --name ${m##*:} \
-    "${SETS[@]}" "${G[@]}" "${PRE[@]}" > $R/${m##*:}.log 2>&1 &
-done
-wait
-say "pretraining stopped"
-for n in pre650$TAG perc650$TAG; do grep '^epoch [0-9]*:' $R/$n.log | tail -n 1 | sed "s/^/$n /" | tee -a $S; done
+pretrain_both
 for n in pre650$TAG perc650$TAG; do
   (cd $LAB_STORE && tar czf $OUT/$n.tgz --exclude=train_state.safetensors $n) && say "$n.tgz: $(du -h $OUT/$n.tgz | cut -f1)"
 done

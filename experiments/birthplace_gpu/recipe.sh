@@ -22,24 +22,8 @@ if [ -n "$SMOKE" ]; then
   FT=(--set epochs=1 --set max_train_captions=64 --set max_dev_captions=20); A_END=120; B_END=300
 fi
 
-say "pretraining with ${SETS[*]}: vanilla and Perceiver, side by side"
-for m in vanilla:pre650$TAG perceiver:perc650$TAG; do
-  timeout $((A_END - SECONDS)) $PY -m lab birthplace pretrain --model ${m%%:*} --name ${m##*:} \
-    "${SETS[@]}" "${G[@]}" "${PRE[@]}" > $R/${m##*:}.log 2>&1 &
-done
-wait
-say "pretraining ended"; for n in pre650$TAG perc650$TAG; do grep '^epoch [0-9]*:' $R/$n.log | tail -n 1 | sed "s/^/$n /" | tee -a $S; done
-
-say "fine-tuning each (10 epochs, batch 256, lr 6e-4): constant as minGPT, and the preset's cosine"
-for n in pre650$TAG perc650$TAG; do
-  finetune $n ft-$n-const --set lr_schedule=constant &
-  finetune $n ft-$n-cos &
-done
-wait
-say "fine-tuning ended"
-for f in $R/*.dev.json; do echo "$(basename $f .dev.json) $(cat $f)"; done | tee -a $S
-for f in $R/ft-*.log; do echo "$(basename $f): $(grep 'dev accuracy' $f | sed 's/.*dev accuracy \([0-9.]*%\).*/\1/' | tr '\n' ' ')| $(tail -n 1 $f)"; done | tee -a $S
-mkdir -p $R/runs; for d in $LAB_STORE/_runs/*/; do cp $d/metrics.jsonl $R/runs/$(basename $d).metrics.jsonl 2>/dev/null; done
+pretrain_both
+finetune_both_ways
 for n in pre650$TAG perc650$TAG; do   # the pretrained weights, for fine-tunes on a later machine
   (cd $LAB_STORE && tar czf $OUT/$n.tgz --exclude=train_state.safetensors $n) && say "$n.tgz: $(du -h $OUT/$n.tgz | cut -f1)"
 done
