@@ -64,13 +64,17 @@ def smollm2_quick():
             TrainConfig(epochs=1, lr=2e-4, max_train_captions=800, max_dev_captions=200, log_every=5))
 
 
+# the birth-place pretraining budget: the assignment's 650 epochs, batch 128, lr 6e-3
+_PRETRAIN = dict(epochs=650, batch_size=128, lr=6e-3, warmup_steps=10, log_every=10)
+
+
 @preset("birthplace-vanilla", "The birth-place task's vanilla GPT (4 layers, 8 heads, width 256, "
                               "block 128) pretrained with span corruption: the assignment's 650 "
                               "epochs, batch 128, lr 6e-3 with warm-up and cosine decay to 10%, "
                               "minGPT's AdamW (betas 0.9/0.95, biases not decayed) and its plain "
                               "initialisation")
 def birthplace_vanilla():
-    m, t = _birthplace("span", epochs=650, batch_size=128, lr=6e-3, warmup_steps=10, log_every=10)
+    m, t = _birthplace("span", **_PRETRAIN)
     return m.replace(init="plain"), t.replace(adam_beta2=0.95, decay_biases=False)
 
 
@@ -86,9 +90,8 @@ def _birthplace(objective: str, **train):
                                 "initialisation and torch's AdamW betas (0.9/0.999, biases "
                                 "decayed), which answered more questions for it than minGPT's")
 def birthplace_perceiver():
-    m, t = birthplace_vanilla()
-    return (m.replace(model="perceiver", init="scaled", settings={"model": {"bottleneck_dim": 64}}),
-            t.replace(adam_beta2=0.999, decay_biases=True))
+    m, t = _birthplace("span", **_PRETRAIN)
+    return m.replace(model="perceiver", settings={"model": {"bottleneck_dim": 64}}), t
 
 
 @preset("birthplace-finetune", "Birth-place questions: batch 256, lr 6e-4 with warm-up and cosine "

@@ -234,8 +234,8 @@ def test_transformer_xl_trains_on_text_longer_than_a_segment():
 
 def test_plain_init_is_mingpts_and_scaled_is_gpt2s():
     """init=plain: N(0, init_std) on every linear and embedding, position embeddings at zero (the
-    birth-place assignment's minGPT); scaled (the
-    default): GPT-2's, the projections into the residual stream narrower by 1/sqrt(2 n_layer)."""
+    birth-place assignment's minGPT); scaled (the default): GPT-2's, the projections into the
+    residual stream narrower by 1/sqrt(2 n_layer)."""
     def std(model, suffix):
         return torch.cat([p.flatten() for n, p in model.named_parameters() if n.endswith(suffix)]).std()
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The second device command, on the machine `pretrain.sh` left warm (about 2 minutes): both runs
+# The second device command, on the machine `pretrain.sh` left warm (57 s on an H100): both runs
 # resumed to their last epoch (`train --resume`: the same corruption, shuffling and dropout as a
 # run never stopped), then each fine-tuned the assignment's way twice, at minGPT's constant 6e-4
 # (its fine-tune reaches 3% of its decay) and with the preset's cosine, and answered on dev and

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The first of two device commands for a recipe of settings (about 9.5 minutes): vanilla and the
+# The first of two device commands for a recipe of settings (529 s on an H100): vanilla and the
 # Perceiver pretrained side by side with $RECIPE's settings (names pre650$TAG, perc650$TAG) for
 # the assignment's 650 epochs, or as far as the command's time allows; each saves where it stands
 # at every epoch's end (early_stop=none), so `finish.sh`, the second command on the same warm
