@@ -39,9 +39,10 @@ install: $(STAMP) $(VENDOR)/.stamp
 run: install
 	$(BIN)/python app.py
 
-# every core runs test files (pytest-xdist; a file's tests stay together, sharing its app and models)
+# one process: on two workers (-n auto --dist loadfile) the suite takes 16 min, not 24, but one
+# run in six failed two timing-bound tests (docs/benchmarks.md), so CI stays on one process
 test: install $(CHROMIUM)
-	$(BIN)/python -m pytest -q -n auto --dist loadfile tests
+	$(BIN)/python -m pytest -q tests
 
 # the newcomer's path through the getting-started panel, timed (trains for minutes; not in `test`)
 newcomer: install $(CHROMIUM)
