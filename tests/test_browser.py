@@ -215,7 +215,10 @@ def test_finetune_job_from_the_form_survives_a_reload_and_stops(page, server):
     expect(page.locator("#train-n_embd input")).to_be_disabled()
     expect(page.locator("#train-n_layer input")).to_have_value("2")
     _tokenizer_kept(page, "scratch-a")
-    for field, value in (("epochs", "50"), ("max_train_captions", "200"), ("max_dev_captions", "50")):
+    # a run that cannot end by itself before the Stop below (no early stop either), however slow
+    # the machine: only the Stop ends it
+    for field, value in (("epochs", "5000"), ("patience", "5000"), ("max_train_captions", "200"),
+                         ("max_dev_captions", "50")):
         box = page.locator(f"#train-{field} input")
         box.fill(value)
         box.press("Tab")
@@ -237,7 +240,7 @@ def test_finetune_job_from_the_form_survives_a_reload_and_stops(page, server):
     expect(page.locator("#train-name textarea, #train-name input").first).to_have_value("ui-job")
     expect(page.locator("#train-parent input")).to_have_value("scratch-a")
     expect(page.locator("#train-max_train_captions input")).to_have_value("200")
-    expect(page.locator("#train-epochs input")).to_have_value("50")
+    expect(page.locator("#train-epochs input")).to_have_value("5000")
     _tokenizer_kept(page, "scratch-a")
     page.locator("#train-stop-now").click()
     page.locator("#train-progress .lab-progress[data-status='stopped']").wait_for(timeout=60_000)
