@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from tests.conftest import serving, wait_job
+from tests.conftest import ROOT, serving, wait_job
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +21,14 @@ def _start(name, parent=""):
     """/start_job's named arguments: a one-epoch tiny run (a fine-tune names training settings only)."""
     return dict(name=name, preset="tiny", parent=parent,
                 settings={"epochs": 1, "max_train_captions": 200, "max_dev_captions": 50})
+
+
+def _docs_session() -> str:
+    """The gradio_client session of docs/api.md (the block after its `tested` marker)."""
+    page = (ROOT / "docs" / "api.md").read_text()
+    block = re.search(r"<!-- tested: session -->\s*```python\n(.*?)```", page, re.S)
+    assert block, "docs/api.md lost its tested session"
+    return block.group(1)
 
 
 def _refused(call, expected):
@@ -50,6 +58,12 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     while "data-status='done'" not in first.predict(job, api_name="/job_status")[0]:
         assert time.time() < deadline, first.predict(job, api_name="/job_status")[0]
         time.sleep(2)
+
+    scope = {"URL": url}                                # docs/api.md's session, by name
+    exec(_docs_session(), scope)
+    assert scope["name"] == "made-later" and scope["info"]["source"] == "scratch"
+    assert scope["said"] in (f"Job {scope['job']} is stopped.", f"Job {scope['job']}: stop requested (now).")
+    assert "data-status=" in scope["progress"]
 
     c, called = Client(url, verbose=False), set()       # a client made after the checkpoint
 

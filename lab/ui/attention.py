@@ -174,21 +174,22 @@ def view_columns() -> tuple[list, list]:
     checkpoint), those of the second: note, head view, model view, grid, head groups."""
     a, b = {}, {}
     with gr.Row():
-        a["note"], b["note"] = gr.Markdown(), gr.Markdown(elem_id="attention-other-note", visible=False)
+        a["note"], b["note"] = (gr.Markdown(label="note", show_label=False),
+                                gr.Markdown(elem_id="attention-other-note", visible=False))
     with gr.Tabs():
         with gr.Tab("Head view"):
             with gr.Row():
-                a["head"] = gr.HTML(elem_id="attention-head-view")
+                a["head"] = gr.HTML(elem_id="attention-head-view", label="head view (HTML)")
                 b["head"] = gr.HTML(elem_id="attention-other-head-view", visible=False)
         with gr.Tab("Model view"):      # 970 px wide each: one above the other
-            a["model"] = gr.HTML(elem_id="attention-model-view")
+            a["model"] = gr.HTML(elem_id="attention-model-view", label="model view (HTML)")
             b["model"] = gr.HTML(elem_id="attention-other-model-view", visible=False)
         with gr.Tab("Layer x head grid"):
             with gr.Row():
-                a["grid"] = gr.Plot(elem_id="attention-grid", show_label=False)
+                a["grid"] = gr.Plot(elem_id="attention-grid", label="layer x head grid", show_label=False)
                 b["grid"] = gr.Plot(elem_id="attention-other-grid", show_label=False, visible=False)
     with gr.Row():
-        a["groups"], b["groups"] = gr.Markdown(), gr.Markdown(visible=False)
+        a["groups"], b["groups"] = gr.Markdown(label="head groups", show_label=False), gr.Markdown(visible=False)
     return list(a.values()), list(b.values())
 
 
@@ -211,9 +212,14 @@ def build(ctx: Context):
         go = gr.Button("Show attention", variant="primary", elem_id="attention-go")
     shown = gr.State("")      # the text the first checkpoint showed: the second shows the same
     outs_a, outs_b = view_columns()
+
+    def attention(checkpoint: str, text: str, generate: bool, seed: float):
+        """Attention of every layer and head of a checkpoint over a text (or a caption it generates
+        from the text as a prefix, with the seed), streamed: a note, the head view and model view
+        (HTML), the layer x head grid (a plot), the head groups."""
+        yield from show_stream(checkpoint, text, generate, seed, store=ctx.store)
     go.click(lambda: NO_VIEWS, None, outs_b, api_visibility="private", queue=False).then(
-        friendly(lambda *v: (yield from show_stream(*v, store=ctx.store))), [name, text, generate, seed],
-        outs_a + [shown], api_name="attention").success(
+        friendly(attention), [name, text, generate, seed], outs_a + [shown], api_name="attention").success(
         friendly(lambda o, s, g: show_beside(o, s, g, store=ctx.store)), [other, shown, generate],
         outs_b, api_visibility="private")
     table, files = _differences_section(ctx, name, other, text)
@@ -231,7 +237,11 @@ def _differences_section(ctx: Context, name, other, text):
                              label="heads of the first checkpoint, the least matched first")
         files = gr.File(label="download the table (CSV, JSON)", file_count="multiple", interactive=False,
                         elem_id="attention-differences-files")
-        go_d.click(friendly(lambda *v: differences(*v, store=ctx.store)), [name, other, text], table,
+        def head_differences(checkpoint: str, other: str, text: str):
+            """The heads of the first checkpoint whose attention over the text is least matched by
+            any head of the other (compared word by word: any tokenizers), as a table."""
+            return differences(checkpoint, other, text, store=ctx.store)
+        go_d.click(friendly(head_differences), [name, other, text], table,
                    api_name="head_differences").success(
             friendly(lambda t, a, b, x: table_files(t, f"head-differences-{a}-vs-{b}", ctx.store,
                                                     {"text": x, "first": a, "second": b})),

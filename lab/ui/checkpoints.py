@@ -129,8 +129,12 @@ def build(ctx: Context):
                           allow_custom_value=True)
         ctx.add_dropdown(chosen, "blank")
     info = gr.JSON(label="config, provenance and metrics")
-    chosen.change(friendly(lambda n: details(n, ctx.store)), chosen, info, api_name="checkpoint_info")
-    message = gr.Markdown(elem_id="checkpoints-message")
+
+    def checkpoint_info(checkpoint: str):
+        """A stored checkpoint's config, provenance and metrics."""
+        return details(checkpoint, ctx.store)
+    chosen.change(friendly(checkpoint_info), chosen, info, api_name="checkpoint_info")
+    message = gr.Markdown(elem_id="checkpoints-message", label="message", show_label=False)
     _import_smollm2_section(ctx, message, table)
     _import_hf_section(ctx, message, table)
     _export_section(ctx, chosen)
@@ -158,10 +162,14 @@ def _export_section(ctx: Context, chosen) -> None:
             outdir = Textbox(label="output directory (optional)", elem_id="export-outdir",
                              info="blank: download a .zip; or a new folder under LAB_ALLOWED_DIRS")
         button = gr.Button("Export", elem_id="export-go")
-        said = gr.Markdown(elem_id="export-message")
+        said = gr.Markdown(elem_id="export-message", label="message", show_label=False)
         download = gr.File(label="export", interactive=False, elem_id="export-file")
-    button.click(friendly(lambda *a: export_hf(*a, store=ctx.store)), [target, outdir], [said, download],
-                 api_name="export_hf")
+
+    def export(checkpoint: str, outdir: str):
+        """A gpt2 or llama checkpoint as a Hugging Face folder: a .zip to download (outdir blank),
+        or written to a new folder under LAB_ALLOWED_DIRS. Returns the message and the .zip."""
+        return export_hf(checkpoint, outdir, store=ctx.store)
+    button.click(friendly(export), [target, outdir], [said, download], api_name="export_hf")
 
 
 def _delete_section(ctx: Context, chosen, message, table, info) -> None:
@@ -172,8 +180,11 @@ def _delete_section(ctx: Context, chosen, message, table, info) -> None:
             target = _following(ctx, chosen, "checkpoint to delete", "checkpoints-delete-name")
             confirm = Textbox(label="type its name to confirm", elem_id="checkpoints-confirm")
         button = gr.Button("Delete", variant="stop", elem_id="checkpoints-delete-go")
-    button.click(friendly(lambda *a: (*delete(*a, store=ctx.store), gr.update(value=None))),
-                 [target, confirm], [message, table, info, chosen, confirm, target],
+    def delete_checkpoint(checkpoint: str, confirm: str):
+        """Delete a stored checkpoint; confirm is its name typed again. Returns the message and the
+        store's table (then the page's fields, cleared)."""
+        return (*delete(checkpoint, confirm, store=ctx.store), gr.update(value=None))
+    button.click(friendly(delete_checkpoint), [target, confirm], [message, table, info, chosen, confirm, target],
                  api_name="delete_checkpoint")
 
 
@@ -188,7 +199,10 @@ def _store_table(ctx: Context):
         download = gr.Button("Download the table (CSV, JSON)", elem_id="checkpoints-download")
     table_download = gr.File(label="the store's table", file_count="multiple", interactive=False,
                              visible=False, elem_id="checkpoints-files")
-    refresh.click(friendly(lambda: rows(ctx.store)), None, table, api_name="checkpoints")
+    def store_table():
+        """The store as a table: a row per checkpoint."""
+        return rows(ctx.store)
+    refresh.click(friendly(store_table), None, table, api_name="checkpoints")
     download.click(friendly(lambda: gr.update(value=exports.write_table(
         COLUMNS, rows(ctx.store), "checkpoints", ctx.store, {"details": checkpoints.listing(ctx.store)}),
         visible=True)), None, table_download, api_visibility="private")
@@ -202,9 +216,13 @@ def _import_smollm2_section(ctx: Context, message, table) -> None:
             smol_layers = Textbox("", label="blocks to keep (1-based, e.g. 1,15,30; blank: all 30)",
                                   elem_id="smollm2-layers")
             smol_name = Textbox("smollm2", label="name", elem_id="smollm2-name")
+
+        def smollm2(layers: str, name: str):
+            """Import SmolLM2-135M from its package as a checkpoint, keeping the blocks listed
+            (1-based, e.g. "1,15,30"; blank: all 30). Streams the message, then the store's table."""
+            yield from import_smollm2(layers, name, store=ctx.store)
         gr.Button("Import SmolLM2", variant="primary", elem_id="smollm2-import").click(
-            friendly(lambda *a: (yield from import_smollm2(*a, store=ctx.store))), [smol_layers, smol_name],
-            [message, table], api_name="import_smollm2")
+            friendly(smollm2), [smol_layers, smol_name], [message, table], api_name="import_smollm2")
 
 
 def _import_hf_section(ctx: Context, message, table) -> None:
@@ -216,12 +234,22 @@ def _import_hf_section(ctx: Context, message, table) -> None:
         upload = File(label="upload config.json + model.safetensors (and the tokenizer's files), or "
                             "one .zip of the folder save_pretrained wrote", file_count="multiple",
                       file_types=[".json", ".safetensors", ".txt", ".jinja", ".zip"], elem_id="gpt2-upload")
+
+        def upload_hf(files: list, layers: str, name: str):
+            """Import an uploaded HF GPT-2 or Llama checkpoint (its config.json, model.safetensors
+            and tokenizer files, or one .zip of the folder), keeping the layers listed (1-based;
+            blank: all). Returns the message and the store's table."""
+            return import_hf_upload(files, layers, name, store=ctx.store)
         gr.Button("Import the upload", elem_id="gpt2-import-upload").click(
-            friendly(lambda *a: import_hf_upload(*a, store=ctx.store)), [upload, layers, new_name],
-            [message, table], api_name="import_hf_upload")
+            friendly(upload_hf), [upload, layers, new_name], [message, table], api_name="import_hf_upload")
         with gr.Row():
             path = Textbox(label="or a directory on the server (config.json + model.safetensors)",
                            info="a folder under LAB_ALLOWED_DIRS", scale=3)
-            gr.Button("Import the folder").click(friendly(lambda *a: import_hf(*a, store=ctx.store)),
-                                                 [path, layers, new_name], [message, table],
-                                                 api_name="import_hf")
+
+        def folder_hf(folder: str, layers: str, name: str):
+            """Import an HF GPT-2 or Llama checkpoint from a folder on the server under
+            LAB_ALLOWED_DIRS, keeping the layers listed (1-based; blank: all). Returns the message
+            and the store's table."""
+            return import_hf(folder, layers, name, store=ctx.store)
+        gr.Button("Import the folder").click(friendly(folder_hf), [path, layers, new_name], [message, table],
+                                             api_name="import_hf")

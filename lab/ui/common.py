@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import gradio as gr
+from gradio.context import get_blocks_context
 
 from lab.ui import work
 from lab.ui.fields import Dropdown, Number, refuse
@@ -237,6 +238,14 @@ def friendly(fn):
 
 
 _END = object()      # a generator's end, as next() returns it
+
+
+def api(fn, api_name: str, returns: str) -> None:
+    """An endpoint for scripts (no button of its own): fn's typed parameters and docstring are its
+    schema and description; `returns` names what it returns (Gradio's own label is "1st")."""
+    dependency = gr.api(friendly(fn), api_name=api_name)
+    for output in get_blocks_context().fns[dependency["id"]].outputs:
+        output.label = returns
 
 
 def section(label: str, elem_id: str | None = None) -> gr.Accordion:

@@ -22,7 +22,7 @@ from lab.modeling.generate import MAX_PROMPT_CHARS, sample_captions
 from lab.presets import DECODE_TO_SHOW
 from lab.registry import DECODERS
 from lab.ui.work import Work, progress_bar, streamed, within_budget
-from lab.ui.common import (LOADED, RUNNING, Context, checkpoint_dropdown, decoder_inputs, section,
+from lab.ui.common import (LOADED, RUNNING, Context, api, checkpoint_dropdown, decoder_inputs, section,
                            decoders_of, form_decode, friendly, names_list, stop_button, stoppable,
                            text, unfinished, unit_of, whole)
 
@@ -396,7 +396,7 @@ def _wire_api(ctx: Context) -> None:
         for shown, _ in compare_stream(checkpoints, decode, seed, prefix, n, per_checkpoint,
                                        store=ctx.store, held_out=held_out):
             yield shown
-    gr.api(friendly(compare_api), api_name="compare")
+    api(compare_api, "compare", returns="the comparison (HTML), streamed")
 
 
 def _scores_section(ctx: Context, compare_inputs: list) -> gr.State:
@@ -438,10 +438,15 @@ def _matrix_section(ctx: Context, chosen, seed, prefix) -> None:
         with gr.Row():
             go_m = gr.Button("Build the matrix", elem_id="compare-matrix")
             stop_m = stop_button("compare-matrix-stop")
-        out_m = gr.HTML(elem_id="compare-matrix-out")
+        out_m = gr.HTML(elem_id="compare-matrix-out", label="the matrix (HTML)")
         matrix = gr.State(None)
         files_m = gr.File(label="download the matrix (CSV, JSON)", file_count="multiple", interactive=False)
-        build_it = friendly(lambda *a: (yield from decoder_matrix(*a, store=ctx.store)))
+
+        def matrix_of(checkpoints: list, temperatures: str, n: float, seed: float, prefix: str):
+            """Every decoder plugin x temperature (comma-separated) for the checkpoints: n captions
+            per cell from the seed (and the prefix, if any), streamed as HTML."""
+            yield from decoder_matrix(checkpoints, temperatures, n, seed, prefix, store=ctx.store)
+        build_it = friendly(matrix_of)
         building = stoppable(go_m, stop_m, lambda: go_m.click(
             build_it, [chosen, temps, n_m, seed, prefix], [out_m, matrix], api_name="decoder_matrix",
             show_progress="minimal"), matrix, [out_m, matrix], lambda kept: unfinished(kept, STOPPED))

@@ -13,7 +13,7 @@ from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.presets import DECODE_TO_SCORE
 from lab.evaluation.evaluate import bleu_skipped, chunk_bounds, evaluate_live, verdicts
 from lab.ui.work import Work, streamed, within_budget
-from lab.ui.common import (LOADED, Context, offers, checkpoint_dropdown, checkpoint_meta, decode_of,
+from lab.ui.common import (LOADED, Context, api, offers, checkpoint_dropdown, checkpoint_meta, decode_of,
                            decoder_inputs, decoders_of, form_decode, friendly, names_list,
                            stop_button, stoppable, unit_of, whole)
 
@@ -218,7 +218,7 @@ def wire(button, stop, inputs, shown: list, ctx: Context, api_name: str, form=ru
                    "verdicts": record["verdicts"] if record else [],
                    "provenance": record["provenance"] if record else None,
                    "done": record["done"] if record else 0}
-    gr.api(friendly(scores_api), api_name=api_name)
+    api(scores_api, api_name, returns="scores, streamed")
     return last
 
 
@@ -249,13 +249,17 @@ def _answers_section(ctx: Context, task: str):
                       info=view.SPLITS_INFO, elem_id=f"{task}-split")
     go = gr.Button("Answer the questions", elem_id=f"{task}-go")
     acc = gr.Dataframe(headers=view.COLUMNS, label="accuracy", elem_id=f"{task}-table", visible=False)
-    said = gr.Markdown(elem_id=f"{task}-said")
+    said = gr.Markdown(elem_id=f"{task}-said", label="note", show_label=False)
     table = gr.Dataframe(label="every question: the answer expected and each checkpoint's",
                          elem_id=f"{task}-answers", max_height=360, wrap=True, visible=False)
     files = gr.File(label="download the answers (CSV, JSON)", file_count="multiple",
                     interactive=False, elem_id=f"{task}-files", visible=False)
-    go.click(friendly(lambda n, s: answers(task, n, s, ctx.store)), [names, split],
-             [acc, said, table, files], api_name=f"{task}_accuracy")
+
+    def accuracy(checkpoints: list, split: str):
+        """The checkpoints answer every question of the split: each one's accuracy with its 95%
+        interval (beside the task's baseline), a note, every question's answers, the downloads."""
+        return answers(task, checkpoints, split, ctx.store)
+    go.click(friendly(accuracy), [names, split], [acc, said, table, files], api_name=f"{task}_accuracy")
 
 
 EXPOSURE_COLUMNS = ["own tokens m", "captions", "loss after the gold prefix",
@@ -286,9 +290,13 @@ def _exposure_section(ctx: Context):
     go = gr.Button("Measure exposure bias", elem_id="eb-go")
     table = gr.Dataframe(headers=EXPOSURE_COLUMNS, label="exposure bias", elem_id="eb-table",
                          visible=False)
-    said = gr.Markdown(elem_id="eb-said")
-    go.click(friendly(lambda c, k: exposure(c, k, ctx.store, ctx.data_dir)), [name, n],
-             [table, said], api_name="exposure_bias")
+    said = gr.Markdown(elem_id="eb-said", label="note", show_label=False)
+
+    def exposure_bias(checkpoint: str, n: int):
+        """A captions checkpoint's exposure bias on n seeded dev captions: the loss after the
+        gold prefix against after its own, per prefix length, as a table and a note."""
+        return exposure(checkpoint, n, ctx.store, ctx.data_dir)
+    go.click(friendly(exposure_bias), [name, n], [table, said], api_name="exposure_bias")
 
 
 def build(ctx: Context):

@@ -12,7 +12,7 @@ from lab import sweeps
 from lab.config import ConfigError, DecodeConfig
 from lab.errors import LabError
 from lab.presets import PRESETS
-from lab.ui.common import Context, friendly, whole
+from lab.ui.common import Context, api, friendly, whole
 from lab.ui.common import text as bounded_text
 from lab.ui.fields import Dropdown, Number, Radio, Textbox
 from lab.ui.jobs_view import progress_html
@@ -190,8 +190,8 @@ def build(ctx: Context):
     def start_api(definition: dict) -> list[str]:
         """Queue a sweep from its definition (as check_sweep takes it): the names of its runs."""
         return [r.name for r in sweeps.start(definition, ctx.store)]
-    gr.api(friendly(check_api), api_name="check_sweep")
-    gr.api(friendly(start_api), api_name="start_sweep")
+    api(check_api, "check_sweep", returns="the runs it would queue")
+    api(start_api, "start_sweep", returns="the runs queued")
     return chosen, form, note
 
 
@@ -279,19 +279,22 @@ def _watch(ctx: Context):
         stop_btn = gr.Button("Stop all", elem_id="sweep-stop")
         resume_btn = gr.Button("Resume all", elem_id="sweep-resume")
         export_btn = gr.Button("Export", elem_id="sweep-export")
-    said = gr.Markdown(elem_id="sweep-said")
-    runs_view = gr.HTML("<p>No sweep chosen. Start one above, or pick one.</p>", elem_id="sweep-runs")
+    said = gr.Markdown(elem_id="sweep-said", label="message", show_label=False)
+    runs_view = gr.HTML("<p>No sweep chosen. Start one above, or pick one.</p>", elem_id="sweep-runs",
+                        label="a progress line per run (HTML)")
     plot = gr.Plot(label="curves of every run", visible=False)
     table = gr.Dataframe(label="results (best rows marked; Δ: paired difference against the baseline row)",
                          interactive=False, wrap=True, elem_id="sweep-table", visible=False)
-    how = gr.Markdown(elem_id="sweep-how")
+    how = gr.Markdown(elem_id="sweep-how", label="how to read the table", show_label=False)
     files = gr.File(label="downloads", file_count="multiple", elem_id="sweep-files", visible=False)
     outputs = [runs_view, plot, table, how]
 
-    def show(s):
-        table_value, how_text = results(s, ctx.store)
-        return (runs_html(s, ctx.store), gr.update(value=curves_plot(s, ctx.store), visible=bool(s)),
-                gr.update(value=table_value, visible=bool(s)), how_text, signature(s, ctx.store))
+    def show(sweep: str):
+        """A sweep's runs (a progress line each, as HTML), their curves, the results table and
+        how to read it."""
+        table_value, how_text = results(sweep, ctx.store)
+        return (runs_html(sweep, ctx.store), gr.update(value=curves_plot(sweep, ctx.store), visible=bool(sweep)),
+                gr.update(value=table_value, visible=bool(sweep)), how_text, signature(sweep, ctx.store))
     seen = gr.State("")
     chosen.change(friendly(show), chosen, outputs + [seen], api_name="sweep_status")
 
@@ -311,13 +314,22 @@ def _watch(ctx: Context):
 def _wire_actions(ctx: Context, chosen, buttons, said, files) -> None:
     """Stop all, Resume all and Export of the chosen sweep."""
     stop_btn, resume_btn, export_btn = buttons
-    stop_btn.click(friendly(lambda s: "\n\n".join(sweeps.stop(_need(s), store=ctx.store))), chosen,
-                   said, api_name="stop_sweep")
-    resume_btn.click(friendly(lambda s: "\n\n".join(sweeps.resume(_need(s), store=ctx.store))), chosen,
-                     said, api_name="resume_sweep")
-    export_btn.click(friendly(lambda s: sweeps.export(_need(s), store=ctx.store)), chosen, files,
-                     api_name="export_sweep").then(lambda: gr.update(visible=True), None, files,
-                                                   api_visibility="private")
+
+    def stop_sweep(sweep: str):
+        """Stop every queued or running job of a sweep (each running one saves where it stands)."""
+        return "\n\n".join(sweeps.stop(_need(sweep), store=ctx.store))
+
+    def resume_sweep(sweep: str):
+        """Queue again every run of a sweep that stopped, failed or was interrupted."""
+        return "\n\n".join(sweeps.resume(_need(sweep), store=ctx.store))
+
+    def export_sweep(sweep: str):
+        """A sweep's table as files: CSV, JSON, Markdown and a self-contained HTML report."""
+        return sweeps.export(_need(sweep), store=ctx.store)
+    stop_btn.click(friendly(stop_sweep), chosen, said, api_name="stop_sweep")
+    resume_btn.click(friendly(resume_sweep), chosen, said, api_name="resume_sweep")
+    export_btn.click(friendly(export_sweep), chosen, files, api_name="export_sweep").then(
+        lambda: gr.update(visible=True), None, files, api_visibility="private")
 
 
 def _need(s):

@@ -71,7 +71,21 @@ def _checked(base):
 
 Checkbox = _checked(gr.Checkbox)
 Dataframe = _checked(gr.Dataframe)
-Dropdown = _checked(gr.Dropdown)
+
+
+class Dropdown(_checked(gr.Dropdown)):
+    """A dropdown whose schema tells the truth: one that takes values beyond its choices (those
+    listing what is in the store: checkpoints, jobs, sweeps, datasets, made before or after the app
+    started) is a string in the API, not the choices it had when the app started."""
+
+    def api_info(self) -> dict:
+        info = super().api_info()
+        if not self.allow_custom_value:
+            return info
+        text = {"type": "string"}
+        return {"type": "array", "items": text} if self.multiselect else text
+
+
 Number = _checked(gr.Number)
 Radio = _checked(gr.Radio)
 Textbox = _checked(gr.Textbox)
@@ -89,7 +103,22 @@ class File(_checked(gr.File)):
 
 class Blocks(gr.Blocks):
     """gr.Blocks, refusing a call that gives an event fewer values than it takes in one line
-    (Gradio's own refusal is a traceback in the log and no message for the caller)."""
+    (Gradio's own refusal is a traceback in the log and no message for the caller), and whose API
+    schema is the same whatever the store holds: a parameter listing what is in the store defaults
+    to none chosen, not to what the page picked when it was built."""
+
+    def get_api_info(self, *args, **kwargs):
+        info = super().get_api_info(*args, **kwargs)
+        for fn in self.fns.values():
+            endpoint = info["named_endpoints"].get(f"/{fn.api_name}")
+            if endpoint is None:
+                continue
+            shown = [b for b in fn.inputs if not self.blocks[b._id].skip_api]
+            for block, parameter in zip(shown, endpoint["parameters"]):
+                if isinstance(block, Dropdown) and block.allow_custom_value:
+                    blank = [] if block.multiselect else ""       # none chosen: the call says which
+                    parameter.update(example_input=blank, parameter_has_default=True, parameter_default=blank)
+        return info
 
     def validate_inputs(self, block_fn, inputs):
         wanted = block_fn.inputs

@@ -12,7 +12,7 @@ from lab.inside import ablation, lens, patching
 from lab.inside.figures import lens_figure, patch_figure, scan_figure
 from lab.modeling.generate import MAX_PROMPT_CHARS
 from lab.storage import exports
-from lab.ui.common import (LOADED, Context, beside_dropdown, checkpoint_dropdown, friendly,
+from lab.ui.common import (LOADED, Context, api, beside_dropdown, checkpoint_dropdown, friendly,
                            need_checkpoint, stoppable, whole)
 from lab.ui.common import text as bounded_text
 from lab.ui.fields import Dataframe, Number, Radio, Textbox
@@ -102,7 +102,7 @@ def _lens_view(ctx: Context):
         position the top tokens with their probabilities, the rank and probability of the next
         token, and the first layer ranking it first."""
         return lens_of(checkpoint, text, top, ctx.store)
-    gr.api(friendly(lens_api), api_name="lens")
+    api(lens_api, "lens", returns="the lens")
 
 
 # ---------------------------------------------------------------- head ablation
@@ -272,8 +272,8 @@ def _ablation_api(ctx: Context):
                 yield {"progress": frac, "doing": doing}
         except StopIteration as end:
             yield end.value[0]
-    gr.api(friendly(ablate_api), api_name="ablate")
-    gr.api(friendly(ablate_each_api), api_name="ablate_each")
+    api(ablate_api, "ablate", returns="the ablation")
+    api(ablate_each_api, "ablate_each", returns="the scan, streamed")
 
 
 # ---------------------------------------------------------------- activation patching
@@ -341,7 +341,7 @@ def _patching_view(ctx: Context):
         tokens): the share of the clean answer's logit difference each patch restores, per block
         and position of the residual stream and per block and head."""
         return patch_of(checkpoint, clean, corrupted, answer, wrong, ctx.store)
-    gr.api(friendly(patch_api), api_name="patch")
+    api(patch_api, "patch", returns="the patching maps")
 
 
 def build(ctx: Context):

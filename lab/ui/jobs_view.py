@@ -212,18 +212,33 @@ def jobs_section(ctx: Context, message) -> Dropdown:
         stop_now = gr.Button("Stop now", elem_id="train-stop-now")
         stop_after = gr.Button("Stop after the next checkpoint")
         resume_btn = gr.Button("Resume", elem_id="train-resume")
-    progress = gr.HTML(elem_id="train-progress")
+    progress = gr.HTML(elem_id="train-progress", label="progress (HTML)")
     plot = gr.Plot(label="loss curves")
-    written_md = gr.Markdown(elem_id="train-written")
+    written_md = gr.Markdown(elem_id="train-written", label="the checkpoint written", show_label=False)
     # no line numbers: a tail's line 1 is not the log's, and Gradio's gutter drifted from the text
     tail = gr.Code(label="log tail", language=None, interactive=False, show_line_numbers=False)
     outputs = [progress, plot, tail, written_md]
-    job.change(friendly(lambda j: view(j, ctx.store)), job, outputs, api_name="job_status")
+    def job_status(job: str):
+        """A job's progress (HTML), loss curves, log tail and the checkpoint it wrote."""
+        return view(job, ctx.store)
+    job.change(friendly(job_status), job, outputs, api_name="job_status")
     shown = gr.State([])
     gr.Timer(2.0).tick(friendly(lambda j, c: poll(j, c, ctx.store)), [job, shown],
                        outputs + [job, shown], api_visibility="private", show_progress="hidden")
-    stop_now.click(friendly(lambda j: stop(j, "now", ctx.store)), job, message, api_name="stop_job")
-    stop_after.click(friendly(lambda j: stop(j, "after_checkpoint", ctx.store)), job, message,
-                     api_name="stop_job_after_checkpoint")
-    resume_btn.click(friendly(lambda j: resume(j, ctx.store)), job, [job, message], api_name="resume_job")
+
+    def stop_job(job: str):
+        """Stop a job now: a running one saves where it stands; a queued one never starts."""
+        return stop(job, "now", ctx.store)
+
+    def stop_job_after_checkpoint(job: str):
+        """Stop a running job once it has written its next checkpoint."""
+        return stop(job, "after_checkpoint", ctx.store)
+
+    def resume_job(job: str):
+        """Queue a job that goes on where an interrupted, stopped or failed one stood: the new
+        job's id and the message."""
+        return resume(job, ctx.store)
+    stop_now.click(friendly(stop_job), job, message, api_name="stop_job")
+    stop_after.click(friendly(stop_job_after_checkpoint), job, message, api_name="stop_job_after_checkpoint")
+    resume_btn.click(friendly(resume_job), job, [job, message], api_name="resume_job")
     return job

@@ -136,6 +136,16 @@ def ready_to_compare(store=None) -> list[str]:
     return [SCRATCH, FINETUNE]
 
 
+# each step's action, endpoint and what the endpoint does
+API_STEPS = [
+    (import_smollm2, "start_import", "Getting started, step 1: import SmolLM2-135M as the checkpoint "
+                                     "`smollm2` (nothing to do when it is there). Returns the message."),
+    (train_scratch, "start_scratch", f"Getting started, step 2: queue the scratch model (preset "
+                                     f"`{SCRATCH_PRESET}`). Returns the message."),
+    (finetune, "start_finetune", f"Getting started, step 3: queue SmolLM2's fine-tune (preset "
+                                 f"`{FINETUNE_PRESET}`), importing it first if needed. Returns the message."),
+]
+
 STEPS = [
     ("1. **Import SmolLM2-135M**, the lab's pretrained model", "Import SmolLM2"),
     (f"2. **Train a small model from scratch** (preset `{SCRATCH_PRESET}`: 2 layers, width 128, one "
@@ -203,7 +213,7 @@ def build(ctx: Context) -> Panel:
         words = texts(ctx.store)
         said_texts = [gr.Markdown(words[0])]
         every = gr.Button("Do steps 1-3", elem_id="start-all", variant="primary", size="md")
-        said = gr.Markdown(elem_id="start-message")
+        said = gr.Markdown(elem_id="start-message", label="message", show_label=False)
         buttons, shown = [], []
         for i, (_, button) in enumerate(STEPS):
             with gr.Row():
@@ -215,14 +225,15 @@ def build(ctx: Context) -> Panel:
     shown = shown + [buttons[3]]          # statuses() updates the compare button too
     compared = gr.State(False)
     refresh = friendly(lambda c: statuses(ctx.store, c))
-    actions = [import_smollm2, train_scratch, finetune]
-    for button, action, api in zip(buttons, actions, ["start_import", "start_scratch", "start_finetune"]):
+    for button, (action, api, about) in zip(buttons, API_STEPS):
         button.click(lambda: "Working on it …", None, said, api_visibility="private").then(
-            friendly(lambda a=action: a(ctx.store)), None, said, api_name=api).then(
+            friendly(lambda a=action: a(ctx.store)), None, said, api_name=api, api_description=about).then(
             refresh, compared, shown, api_visibility="private")
     every.click(lambda: "Queuing the scratch job, importing SmolLM2, then queuing the fine-tune …",
                 None, said, api_visibility="private").then(
-        friendly(lambda: all_steps(ctx.store)), None, said, api_name="start_all").then(
+        friendly(lambda: all_steps(ctx.store)), None, said, api_name="start_all",
+        api_description="Getting started, steps 1-3: queue the scratch model, import SmolLM2, queue "
+                        "its fine-tune. Returns the message.").then(
         refresh, compared, shown, api_visibility="private")
     gr.Timer(2.0).tick(refresh, compared, shown, api_visibility="private", show_progress="hidden")
     return Panel(buttons[3], compared, shown, panel, built_open, said_texts)

@@ -17,7 +17,7 @@ from lab.presets import PRESETS, configs, get as get_preset
 from lab.registry import REGISTRIES, TASKS, load_plugins
 from lab.settings import base_type, choices_of
 from lab.storage import checkpoints
-from lab.ui.common import Context, friendly, outputs, section
+from lab.ui.common import Context, api, friendly, outputs, section
 from lab.ui.common import text as bounded_text
 from lab.ui.fields import Checkbox, Dropdown, Number, Radio, Textbox
 from lab.ui.jobs_view import job_choices, jobs_section
@@ -392,8 +392,8 @@ def _wire_api(ctx: Context) -> None:
         {"job": its id, "message": what the page says}."""
         job_id = start_job(name, preset, parent, settings or {}, store=ctx.store)
         return {"job": job_id, "message": f"Queued job {job_id} ({name})."}
-    gr.api(friendly(start_job_api), api_name="start_job")
-    gr.api(friendly(describe_settings), api_name="settings")
+    api(start_job_api, "start_job", returns="the job queued")
+    api(describe_settings, "settings", returns="every setting")
 
 
 def build(ctx: Context):
@@ -410,7 +410,7 @@ def build(ctx: Context):
     with gr.Row():
         go = gr.Button("Start training", variant="primary", elem_id="train-start", scale=3)
         to_sweep = gr.Button("Sweep these settings…", elem_id="train-to-sweep", scale=1)
-    message = gr.Markdown(elem_id="train-message")
+    message = gr.Markdown(elem_id="train-message", label="message", show_label=False)
     job = jobs_section(ctx, message)
 
     def start_or_refuse(*args):

@@ -9,7 +9,7 @@ import gradio as gr
 
 from lab.config import ConfigError
 from lab.storage import store as lab_store
-from lab.ui.common import Context, friendly, need, section, text
+from lab.ui.common import Context, api, friendly, need, section, text
 from lab.ui.fields import Checkbox, Dropdown, File, Number, Textbox
 from plugins.tasks.text import corpora
 
@@ -99,26 +99,41 @@ def build(ctx: Context) -> None:
             folder = Textbox(label="or a file or save_to_disk folder on the server",
                              info="under LAB_ALLOWED_DIRS", scale=3, elem_id="data-folder")
             go_folder = gr.Button("Import from the server", elem_id="data-import-folder")
-        message = gr.Markdown(elem_id="data-message")
+        message = gr.Markdown(elem_id="data-message", label="message", show_label=False)
         table = gr.Dataframe(rows(ctx.store), headers=COLUMNS, interactive=False, wrap=True,
-                             column_widths=WIDTHS, elem_id="data-table")
+                             column_widths=WIDTHS, elem_id="data-table", label="datasets")
         with gr.Row():
+            # custom values: a script names a dataset made after the page was built (checked on use)
             chosen = Dropdown(corpora.names(ctx.store), value=None, label="delete a dataset",
-                              elem_id="data-delete-name")
+                              elem_id="data-delete-name", allow_custom_value=True)
             sure = Checkbox(False, label="yes, delete it", elem_id="data-delete-sure")
             gone = gr.Button("Delete", variant="stop", elem_id="data-delete")
-    go.click(friendly(lambda *a: import_upload(*a, store=ctx.store)), [upload, name, column, fraction],
-             [message, table, chosen], api_name="import_dataset_upload")
-    go_folder.click(friendly(lambda *a: import_folder(*a, store=ctx.store)), [folder, name, column, fraction],
-                    [message, table, chosen], api_name="import_dataset")
-    gone.click(friendly(lambda *a: delete(*a, store=ctx.store)), [chosen, sure], [message, table, chosen],
-               api_name="delete_dataset")
+
+    def upload_dataset(file: str, name: str, column: str, dev_fraction: float):
+        """Import an uploaded corpus as a dataset: one text a line (.txt), or a column of a .jsonl,
+        .json, .csv, .tsv or .parquet file (blank column: `text`, else the first text column), a
+        dev split cut by the seeded fraction unless it has one. Returns the message and the table."""
+        return import_upload(file, name, column, dev_fraction, store=ctx.store)
+
+    def folder_dataset(path: str, name: str, column: str, dev_fraction: float):
+        """Import a corpus file or save_to_disk folder on the server (under LAB_ALLOWED_DIRS) as a
+        dataset, as import_dataset_upload does. Returns the message and the table."""
+        return import_folder(path, name, column, dev_fraction, store=ctx.store)
+
+    def delete_dataset(dataset: str, confirm: bool):
+        """Delete a dataset (confirm: true). Returns the message and the table."""
+        return delete(dataset, confirm, store=ctx.store)
+    go.click(friendly(upload_dataset), [upload, name, column, fraction], [message, table, chosen],
+             api_name="import_dataset_upload")
+    go_folder.click(friendly(folder_dataset), [folder, name, column, fraction], [message, table, chosen],
+                    api_name="import_dataset")
+    gone.click(friendly(delete_dataset), [chosen, sure], [message, table, chosen], api_name="delete_dataset")
     _follow(ctx, table, chosen)
 
     def datasets_api() -> list[dict]:
         """Every dataset in the store: its source, text column, splits, preview and tokens."""
         return corpora.listing(ctx.store)
-    gr.api(friendly(datasets_api), api_name="datasets")
+    api(datasets_api, "datasets", returns="the datasets")
 
 
 def _follow(ctx: Context, table, chosen) -> None:
