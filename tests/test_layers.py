@@ -245,3 +245,22 @@ def test_the_lab_imports_its_own_modules_at_the_top():
              for at in _imports_inside_functions(p) if at not in _discovery()]
     assert not found, f"lab imports inside functions: {found}"
     assert _imports_inside_functions(Path(__file__)) == []          # the finder itself runs
+
+
+# what building a model may not load: the floors above the model and its plugins
+UPPER_FLOORS = ("lab.ui", "lab.cli", "lab.worker", "lab.sweeps", "gradio")
+
+
+def test_loading_the_plugins_loads_no_higher_floor():
+    """Run, not read: a fresh process builds a config and a model (which loads every plugin) and
+    has imported nothing from the faces, the worker or the sweeps."""
+    import subprocess
+    import sys
+    probe = ("import sys; from lab.config import ModelConfig; from lab.modeling.model import build; "
+             "build(ModelConfig(model='gpt2', vocab_size=97, n_positions=32, n_embd=32, n_layer=2, "
+             "n_head=4)); from lab.registry import TASKS; assert 'captions' in TASKS.names(); "
+             f"print(sorted(m for m in sys.modules if m.startswith({UPPER_FLOORS!r})))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout

@@ -16,7 +16,9 @@ A task's registration declares, beside `objectives`:
   commands             the module whose add_parsers(sub) adds the task's CLI commands
   train_view           the module whose build(ctx) adds the task's section to the Train tab
 Its object may also define sweep_check(objective, score) and sweep_score(checkpoint, score, ...)
-(lab/sweeps); a task without them is not scored by sweeps.
+(lab/sweeps), or set sweep_score = SCORED_AS_TEXT: its checkpoints write text, scored by perplexity
+and the decoders' BLEU on its texts() (lab/sweeps/texts.py); a task without them is not scored by
+sweeps.
 """
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ from lab.config import TrainConfig
 from lab.inputs import data
 from lab.errors import ConfigError
 from lab.registry import TASKS, load_plugins
+
+SCORED_AS_TEXT = "texts"     # a task's sweep_score: lab/sweeps/texts.py scores its checkpoints
 
 
 def check_task(name: str, objective: str) -> None:

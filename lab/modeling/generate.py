@@ -348,3 +348,16 @@ def sample_captions(model, tokenizer, n: int, cfg: DecodeConfig, prompt: str = "
     outs = generate(model, [ids for _, ids in rows], cfg, tokenizer.eos_id, batch_size, abort, probs, done)
     return [Generated(prefix + new, tokenizer.decode(prefix + new), len(prefix), ps, fin)
             for (prefix, _), (new, ps, fin) in zip(rows, outs)]
+
+def kv_bytes_per_token(model, tokens: int = 32) -> float:
+    """Bytes the generation cache holds per token after `tokens` tokens (every layer's keys and
+    values; a windowed attention keeps fewer, a recomputing family keeps only the ids)."""
+    n = min(tokens, model.config.n_positions)
+    with torch.no_grad():
+        past = model(torch.zeros(1, n, dtype=torch.long, device=next(model.parameters()).device)
+                     ).past_key_values
+    total = 0
+    for entry in past:
+        items = entry if isinstance(entry, (tuple, list)) else (entry,)
+        total += sum(t.numel() * t.element_size() for t in items if torch.is_tensor(t))
+    return total / n

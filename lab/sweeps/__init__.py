@@ -16,16 +16,18 @@ The package owns, by role: the definition and its checks (spec), the runs of a s
 tables in the job ledger and serving its runs (ledger), the step `score` a run's job runs after
 training (scoring, registered with lab.worker.steps when this package is imported), the results
 table and its exports (table), recipes (recipes), BLEU between the corpus's splits (splits), and
-the figures of a checkpoint that writes text, which the tasks' sweep_score call (texts).
+the figures of a checkpoint that writes text (texts).
 May import everything below it (lab.worker and the floors under it); never lab.cli or lab.ui.
-Task plugins import it for their sweep_score; what they and the faces above use is named here.
+What the faces above use is named here. No task plugin imports it: a task whose checkpoints write
+text says so (sweep_score = tasks.SCORED_AS_TEXT) and texts scores them.
 """
 from lab.sweeps.ledger import (all_ended, check, get, list_sweeps, resume, run_status, start,
                                stop, wait)
 from lab.sweeps.plan import Run
 from lab.sweeps.recipes import recipe, recipe_info, recipe_names
-from lab.sweeps.scoring import (best_decoder, kv_bytes_per_token, read_results, results_path,
-                                summary_line)
+from lab.modeling.generate import kv_bytes_per_token
+from lab.sweeps.scoring import read_results, results_path, summary_line
+from lab.sweeps.texts import best_decoder
 from lab.sweeps.spec import (DEFAULT_DECODER, MAX_SCORE_N, Score, SweepSpec, check_sweep_name,
                              decoder_label, describe_run, parse_grid, parse_seeds, value_text)
 from lab.sweeps.splits import split_bleu

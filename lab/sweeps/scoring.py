@@ -10,14 +10,13 @@ import os
 import time
 from pathlib import Path
 
-import torch
-
 from lab.config import ConfigError, TrainConfig
 from lab.evaluation import metrics
 from lab.inputs import tasks
 from lab.storage import checkpoints
 from lab.storage import store as lab_store
 from lab.sweeps.spec import Score, check_sweep_name
+from lab.sweeps.texts import harmonic, score_texts
 from lab.training import runs
 from lab.training.runs import read_events
 from lab.worker import steps
@@ -76,7 +75,8 @@ def _score_checkpoint(name: str, sc: Score, store, data_dir, abort, t0: float):
     plugin = tasks.get(task)
     if not hasattr(plugin, "sweep_score"):
         raise ConfigError(f"checkpoint {name!r}: the {task} task's checkpoints are not scored by sweeps")
-    return (yield from plugin.sweep_score(ck, sc, data_dir=data_dir, abort=abort, t0=t0))
+    score = score_texts if plugin.sweep_score == tasks.SCORED_AS_TEXT else plugin.sweep_score
+    return (yield from score(ck, sc, data_dir=data_dir, abort=abort, t0=t0))
 
 
 def _check_score_step(settings: dict) -> dict:
@@ -93,16 +93,6 @@ def _score_step(checkpoint: str, settings: dict, store=None, data_dir=None, shou
 steps.register("score", _check_score_step, _score_step)
 
 
-def best_decoder(split_results: dict) -> dict:
-    """The decoder with the highest harmonic BLEU on a split's results."""
-    return max(split_results["decoders"], key=lambda d: _harmonic(d["forward"], d["backward"]))["decode"]
-
-
-def _harmonic(fwd: list, bwd: list) -> float:
-    f, b = sum(fwd) / len(fwd), sum(bwd) / len(bwd)
-    return 2 * f * b / (f + b) if f + b else 0.0
-
-
 def summary_line(res: dict) -> str:
     parts = []
     for entry in res["kept"]:
@@ -114,23 +104,11 @@ def summary_line(res: dict) -> str:
                 continue
             nll = [a / b for a, b in zip(s["nll"], s["count"])]
             parts.append(f"{who}{split} perplexity {math.exp(sum(nll) / len(nll)):.3f}")
-            parts += [f"{d['label']} harmonic BLEU {_harmonic(d['forward'], d['backward']):.4f}"
+            parts += [f"{d['label']} harmonic BLEU {harmonic(d['forward'], d['backward']):.4f}"
                       for d in s["decoders"]]
     return "; ".join(parts)
 
 
-def kv_bytes_per_token(model, tokens: int = 32) -> float:
-    """Bytes the generation cache holds per token after `tokens` tokens (every layer's keys and
-    values; a windowed attention keeps fewer, a recomputing family keeps only the ids)."""
-    n = min(tokens, model.config.n_positions)
-    with torch.no_grad():
-        past = model(torch.zeros(1, n, dtype=torch.long, device=next(model.parameters()).device)
-                     ).past_key_values
-    total = 0
-    for entry in past:
-        items = entry if isinstance(entry, (tuple, list)) else (entry,)
-        total += sum(t.numel() * t.element_size() for t in items if torch.is_tensor(t))
-    return total / n
 
 
 def training_figures(path: Path) -> dict:

@@ -1,6 +1,6 @@
 """Sweep figures of a checkpoint that writes text (a caption model, a model of a person's own
-corpus): the tasks whose checkpoints generate text score them with `score_texts` in their
-sweep_score."""
+corpus): `score_texts` scores the checkpoints of a task whose sweep_score is
+tasks.SCORED_AS_TEXT."""
 from __future__ import annotations
 
 import time
@@ -11,7 +11,7 @@ from lab.evaluation.evaluate import bleu_tokens_of, choose_bleu_tokens
 from lab.evaluation.metrics import References, sentence_nlls
 from lab.inputs import data, tasks
 from lab.modeling.generate import sample_captions
-from lab.sweeps.scoring import best_decoder, kv_bytes_per_token
+from lab.modeling.generate import kv_bytes_per_token
 from lab.sweeps.spec import decoder_label
 
 
@@ -70,3 +70,14 @@ def _decoder_figures(ck, d: dict, seed: int, n: int, tokens: str, refs_all, refs
             "generate_s": gen_s,
             "tokens_per_s": sum(len(g.tokens) - g.n_prompt + g.finished for g in gen) / max(gen_s, 1e-9),
             "samples": [g.text for g in gen[:5]]}
+
+
+def best_decoder(split_results: dict) -> dict:
+    """The decoder with the highest harmonic BLEU on a split's results."""
+    return max(split_results["decoders"], key=lambda d: harmonic(d["forward"], d["backward"]))["decode"]
+
+
+def harmonic(fwd: list, bwd: list) -> float:
+    """The harmonic mean of mean forward and mean backward BLEU."""
+    f, b = sum(fwd) / len(fwd), sum(bwd) / len(bwd)
+    return 2 * f * b / (f + b) if f + b else 0.0

@@ -5,8 +5,7 @@ import functools
 import time
 
 from lab.storage import checkpoints
-from lab.inputs import data, tokenizers
-from lab import sweeps
+from lab.inputs import data, tasks, tokenizers
 from lab.config import DecodeConfig
 from lab.inputs.data import assignment_loss, batches
 from lab.modeling.generate import sample_captions
@@ -58,9 +57,7 @@ class CaptionsTask:
     def sweep_check(self, objective, score: dict, where: str) -> None:
         """Every caption model is scored by a sweep (perplexity, BLEU)."""
 
-    def sweep_score(self, ck, sc, *, data_dir=None, abort=None, t0: float = 0.0):
-        """Perplexity and the decoders' BLEU on a seeded subset of a split (lab/sweeps/texts.py)."""
-        return sweeps.score_texts(ck, sc, data_dir=data_dir, abort=abort, t0=t0)
+    sweep_score = tasks.SCORED_AS_TEXT      # perplexity and the decoders' BLEU (lab/sweeps/texts.py)
 
 
 def _dev_bleu_fn(tok, dev_caps, cfg):

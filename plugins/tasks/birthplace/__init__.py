@@ -7,12 +7,12 @@ import time
 import torch
 
 from lab.inputs import data
-from lab import sweeps
 from lab.config import ConfigError
 from lab.inputs.data import pack
 from lab.evaluation.metrics import Aborted
 from lab.registry import TASKS
 from lab.inputs.tasks import Prepared
+from lab.modeling.generate import kv_bytes_per_token
 from plugins.tasks.birthplace import answers, core as bp
 
 ANSWER_CHUNK = 100            # questions answered between two looks at a stop request
@@ -105,7 +105,7 @@ class BirthplaceTask:
                               "samples": [f"{q} {a}" for (q, _), a in zip(subset[:5], got)]}]}
         return {"checkpoint": ck.name, "tokenizer": ck.tokenizer.kind, "task": self.name,
                 "params": sum(p.numel() for p in ck.model.parameters()),
-                "kv_bytes_per_token": sweeps.kv_bytes_per_token(ck.model), "epoch": ck.metrics.get("epoch"),
+                "kv_bytes_per_token": kv_bytes_per_token(ck.model), "epoch": ck.metrics.get("epoch"),
                 "dev_perplexity": ck.metrics.get("dev_perplexity"), "dev_harmonic_bleu": None,
                 "splits": {sc.split: part}}
 

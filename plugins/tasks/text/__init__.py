@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lab import sweeps
 from lab.config import ConfigError
 from lab.evaluation.metrics import perplexity, sentence_nlls
-from lab.inputs import data, tokenizers
+from lab.inputs import data, tasks, tokenizers
 from lab.inputs.data import assignment_loss
 from lab.inputs.tasks import Prepared
 from lab.registry import TASKS
@@ -58,10 +57,7 @@ class TextTask:
     def sweep_check(self, objective, score: dict, where: str) -> None:
         """Every model of a dataset is scored by a sweep (perplexity, BLEU), on its dataset."""
 
-    def sweep_score(self, ck, sc, *, data_dir=None, abort=None, t0: float = 0.0):
-        """Perplexity and the decoders' BLEU on a seeded subset of its dataset's split
-        (lab/sweeps/texts.py)."""
-        return sweeps.score_texts(ck, sc, data_dir=data_dir, abort=abort, t0=t0)
+    sweep_score = tasks.SCORED_AS_TEXT      # perplexity and the decoders' BLEU (lab/sweeps/texts.py)
 
     def texts(self, ck, split: str, data_dir=None) -> tuple[list[str], dict]:
         """The texts a checkpoint of this task is scored on: its dataset's split (in the store the
