@@ -469,13 +469,23 @@ class DecodeConfig(_Config):
         check_settings(self._settings_class(), self.settings, "", f"{self.decoder} decoder", self)
 
 
-def describe_settings() -> dict:
+def describe_settings(built_in_only: bool = False) -> dict:
     """Every setting as plain data (name, type, default, help, choices, bounds, unit, blank): the
     trainer's, a model's, the decoders' and each plugin's own, as KIND.SETTING. What `python -m
-    lab settings`, the API's /settings and the configuration reference show."""
+    lab settings` and the API's /settings show; built_in_only: the plugins that ship with the lab
+    alone (the configuration reference in docs/, whatever else is installed)."""
     load_plugins()
+
+    def shown(kind: str, name: str) -> bool:
+        return not built_in_only or REGISTRIES[kind].get(name).factory.__module__.startswith("plugins.")
+
+    def rows(config) -> list[dict]:          # a plugin kind's choices: the plugins shown
+        return [{**r, "choices": [c for c in r["choices"] if c not in REGISTRIES[r["name"]] or
+                                  shown(r["name"], c)]} if r["name"] in REGISTRIES and "choices" in r
+                else r for r in describe(config)]
     plugins = {kind: {name: describe(REGISTRIES[kind].get(name).settings, f"{kind}.")
-                      for name in REGISTRIES[kind].names() if REGISTRIES[kind].get(name).settings}
+                      for name in REGISTRIES[kind].names()
+                      if REGISTRIES[kind].get(name).settings and shown(kind, name)}
                for kind in ModelConfig.PLUGIN_KINDS + TrainConfig.PLUGIN_KINDS + ("decoder",)}
-    return {"train": describe(TrainConfig), "model": describe(ModelConfig),
-            "decode": describe(DecodeConfig), "plugins": plugins}
+    return {"train": rows(TrainConfig), "model": rows(ModelConfig), "decode": rows(DecodeConfig),
+            "plugins": plugins}

@@ -215,8 +215,10 @@ def _table(rows: list[dict]) -> list[str]:
 def reference_markdown(described: dict) -> str:
     """The configuration reference (docs/configuration.md) from the settings' descriptions."""
     lines = ["# Configuration reference", "",
-             "Generated from the settings' own descriptions by `python -m lab settings --markdown`;",
-             "a test checks that this page is current. A setting is set the same way everywhere:",
+             "Generated from the settings' own descriptions by",
+             "`python -m lab settings --markdown --built-in` (the plugins that ship with the lab;",
+             "without `--built-in`, third-party ones installed beside them too); a test checks that",
+             "this page is current. A setting is set the same way everywhere:",
              "`--set NAME=VALUE` on the command line, a field of the Train form, a key of the",
              "`settings` object of the API's `/start_job`, or a key of a `--config` file's `model` or",
              "`train` object. A plugin's own setting is `KIND.SETTING` (`attention.window`) and",

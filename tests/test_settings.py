@@ -15,14 +15,35 @@ from tests.conftest import ROOT, serving
 
 
 def test_the_configuration_reference_is_current():
-    """docs/configuration.md is what `python -m lab settings --markdown` writes today."""
+    """docs/configuration.md is what `python -m lab settings --markdown` writes today with the
+    built-in plugins (a third-party plugin installed here changes nothing)."""
     page = (ROOT / "docs" / "configuration.md").read_text()
-    assert page == reference_markdown(describe_settings()), \
-        "regenerate it: python -m lab settings --markdown > docs/configuration.md"
+    assert page == reference_markdown(describe_settings(built_in_only=True)), \
+        "regenerate it: python -m lab settings --markdown --built-in > docs/configuration.md"
     for f in dataclasses.fields(TrainConfig):
         if f.name != "settings":            # the task's own: listed under its plugin
             assert f"| `{f.name}` |" in page
     assert "| `task.dataset` |" in page
+
+
+def test_the_reference_lists_the_built_in_plugins_whatever_else_is_installed(monkeypatch):
+    """A third-party plugin with a setting of its own, installed here, is in the settings the lab
+    describes and not in the reference page, which stays current."""
+    from lab.registry import Entry
+
+    @dataclasses.dataclass
+    class Scale:
+        scale: float = 1.0
+
+    def scaled(n_embd, settings=None):
+        return None
+    scaled.__module__ = "thirdparty_scaled"
+    load_plugins()
+    monkeypatch.setitem(REGISTRIES["norm"]._entries, "scaled",
+                        Entry("scaled", scaled, "a third party's norm", Scale, {}))
+    assert "scaled" in describe_settings()["plugins"]["norm"]
+    assert "scaled" not in describe_settings(built_in_only=True)["plugins"]["norm"]
+    test_the_configuration_reference_is_current()
 
 
 def test_every_setting_has_its_help_and_its_bounds():

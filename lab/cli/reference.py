@@ -26,7 +26,7 @@ def cmd_plugins(args):
 
 
 def cmd_settings(args):
-    described = describe_settings()
+    described = describe_settings(built_in_only=args.built_in)
     if args.json:
         print_json(described)
     elif args.markdown:
@@ -50,6 +50,8 @@ def _parser_settings(sub) -> None:
     p = sub.add_parser("settings", help="every setting with its default, bounds and help")
     p.add_argument("--json", action="store_true")
     p.add_argument("--markdown", action="store_true", help="the configuration reference page")
+    p.add_argument("--built-in", action="store_true",
+                   help="the plugins that ship with the lab only (not third-party ones installed)")
     p.set_defaults(fn=cmd_settings)
 
 
