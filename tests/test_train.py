@@ -185,6 +185,16 @@ def test_resume_needs_a_training_state(corpus_dir):
         _tiny_run("imported", 2, resume=True)
 
 
+def test_the_largest_seed_the_setting_allows_trains():
+    """A seed is bounded by what the run can use: the largest one allowed trains two epochs (each
+    epoch's order is drawn from a seed made from it)."""
+    from lab.config import SEED_MAX
+    events = _tiny_run("big-seed", 2, seed=SEED_MAX)
+    assert [e["epoch"] for e in events if e["event"] == "eval"] == [1, 2]
+    with pytest.raises(ConfigError, match="seed"):
+        TrainConfig.from_dict({"seed": SEED_MAX + 1})
+
+
 def test_two_processes_under_torchrun_train_like_one(corpus_dir, tmp_path):
     """DDP over gloo on the CPU: two processes, each half of every batch (the last batch is uneven),
     end with the weights one process gets; only rank 0 speaks and writes."""

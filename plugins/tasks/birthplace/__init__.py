@@ -114,7 +114,7 @@ def _prepare_span(cfg, tok, data_dir) -> Prepared:
     """Span-corruption pretraining on wiki.txt's documents; dev: a fixed corruption of the first."""
     docs = bp.wiki(data_dir)
     train = docs[:cfg.max_train_captions]
-    g = torch.Generator().manual_seed(10 ** 6 + cfg.seed)
+    g = torch.Generator().manual_seed((10 ** 6 + cfg.seed) % 2 ** 64)     # torch's seeds are below 2**64
     dev_docs = docs[:cfg.max_dev_captions or DEV_DOCS]
     dev = [bp.span_batch(dev_docs[i:i + cfg.eval_batch_size], tok, g)
            for i in range(0, len(dev_docs), cfg.eval_batch_size)]
