@@ -4,8 +4,9 @@ Honours GRADIO_SERVER_PORT (default 7860), GRADIO_SERVER_NAME (default 127.0.0.1
 LAB_DATA_DIR, LAB_WORKER_SLOTS (jobs run at once, default 1: queued jobs run one after another),
 LAB_WORKER_NPROC (processes per job under torchrun, e.g. the number of GPUs; default 1),
 LAB_WORKER=0 to run without starting a worker (e.g. one runs on a GPU machine sharing the store),
-LAB_AUTH=user:password (a login page) and LAB_ALLOWED_DIRS (folders the web UI may read and write
-outside the store, separated by ':'; none by default).
+LAB_AUTH=user:password (a login page), LAB_TRUSTED_PROXIES (the reverse proxies whose
+X-Forwarded-For is believed; none by default) and LAB_ALLOWED_DIRS (folders the web UI may read and
+write outside the store, separated by ':'; none by default).
 
 Ctrl-C or SIGTERM stops the app, its worker and the worker's jobs cleanly: each job saves where it
 stands and is left interrupted, ready to resume. Requests in flight stop at their next decoding

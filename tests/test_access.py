@@ -107,9 +107,10 @@ def gated(tmp_path_factory):
     with pytest.MonkeyPatch.context() as env:
         env.setenv("LAB_AUTH", "ada:secret")
         env.setenv("GRADIO_SERVER_PORT", str(free_port()))
+        env.delenv("FORWARDED_ALLOW_IPS", raising=False)   # launch_kwargs sets it; gone after
         kwargs = launch_kwargs()
-    demo = build_app(store=str(store))
-    demo.queue(default_concurrency_limit=4).launch(prevent_thread_lock=True, quiet=True, **kwargs)
+        demo = build_app(store=str(store))
+        demo.queue(default_concurrency_limit=4).launch(prevent_thread_lock=True, quiet=True, **kwargs)
     try:
         yield demo.app, f"http://127.0.0.1:{kwargs['server_port']}"
     finally:
@@ -201,6 +202,21 @@ def test_failed_logins_slow_down_per_client_address(gated):
         assert other.get("/config").status_code == 200
     attacker.close()
     print(f"30 wrong logins: {len(checked)} checked, {len(refused)} refused, {took:.2f} s")
+
+
+def test_a_forged_forwarded_address_does_not_reset_the_throttle(gated):
+    """From the loopback address (which uvicorn would believe by default), each wrong password
+    claims another client in X-Forwarded-For: the throttle counts the connection, so the right
+    password then waits too. (The last test on this app: 127.0.0.1 stays throttled.)"""
+    import httpx
+    _, url = gated
+    with httpx.Client(base_url=url, timeout=30) as forger:
+        codes = [forger.post("/login", data={"username": "ada", "password": f"guess{i}"},
+                             headers={"X-Forwarded-For": f"10.0.{i}.1"}).status_code for i in range(12)]
+        assert codes[:Throttle.free + 1] == [400] * (Throttle.free + 1) and set(codes[Throttle.free + 1:]) == {429}
+        right = forger.post("/login", data={"username": "ada", "password": "secret"},
+                            headers={"X-Forwarded-For": "10.9.9.9"})
+        assert right.status_code == 429 and "127.0.0.1" in right.json()["detail"], right.text
 
 
 def test_the_wait_doubles_is_capped_forgotten_cleared_by_a_login_and_bounded_in_memory():

@@ -162,12 +162,16 @@ LOGIN_NOTE = (f"After {Throttle.free} failed logins from one address, its next t
 
 
 def launch_kwargs() -> dict:
-    """Where to listen, the login (LAB_AUTH=user:password), and a warning when the lab is reachable
-    from other machines without one."""
+    """Where to listen, the login (LAB_AUTH=user:password), which proxies' X-Forwarded-For to
+    believe (LAB_TRUSTED_PROXIES), and a warning when the lab is reachable from other machines
+    without a login."""
     host = os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1")
     port = os.environ.get("GRADIO_SERVER_PORT", "7860")
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise LabError(f"GRADIO_SERVER_PORT must be a port number (1-65535), got {port!r}")
+    # the login throttle counts by the connection's own peer: uvicorn takes a client's address
+    # from X-Forwarded-For only from the proxies LAB_TRUSTED_PROXIES names (none by default)
+    os.environ["FORWARDED_ALLOW_IPS"] = os.environ.get("LAB_TRUSTED_PROXIES", "")
     kwargs = {"css": CSS, "head": HEAD, "server_name": host, "server_port": int(port),
               "allowed_paths": [str(lab_store.state_dir(None, "exports"))],
               "max_file_size": "2gb"}
