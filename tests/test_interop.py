@@ -254,3 +254,22 @@ def test_an_upload_larger_than_the_free_disk_is_refused_before_unpacking(hf_dir,
                                               r"1.0 MB free; free some space first$"):
         interop.import_hf_upload([archive], "full")
     assert "full" not in checkpoints.names() and not any((store / ".lab" / "uploads").iterdir())
+
+
+@pytest.mark.parametrize("value, kind", [(float("nan"), "NaN"), (float("inf"), "inf")])
+def test_weights_holding_nan_or_inf_are_refused_at_import(hf_dir, tmp_path, store, value, kind):
+    """The store never takes them in: the import names the tensor and writes nothing (the folder
+    from transformers, one value poisoned)."""
+    import shutil
+    from safetensors.torch import load_file, save_file
+    bad = tmp_path / "poisoned"
+    shutil.copytree(hf_dir, bad)
+    tensors = load_file(str(bad / "model.safetensors"))
+    tensors["transformer.h.1.mlp.c_fc.weight"].view(-1)[7] = value
+    save_file(tensors, str(bad / "model.safetensors"), metadata={"format": "pt"})
+    before = _files(store) if store.exists() else {}
+    with pytest.raises(CheckpointError) as e:
+        interop.import_hf(bad, "poisoned", store=store)
+    assert str(e.value) == (f"{bad}: the weights file holds {kind} in transformer.h.1.mlp.c_fc.weight (1 of "
+                            f"{48 * 4 * 48:,} values); nothing imported")
+    assert (_files(store) if store.exists() else {}) == before and "poisoned" not in checkpoints.names(store)

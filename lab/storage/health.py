@@ -189,13 +189,14 @@ def nonfinite(path: Path) -> str:
     from safetensors import SafetensorError, safe_open
     try:
         with safe_open(str(path), "pt") as f:
-            return _nonfinite_in((name, f.get_tensor(name)) for name in f.keys())
+            return nonfinite_in((name, f.get_tensor(name)) for name in f.keys())
     except SafetensorError as e:
         raise Damage(f"{WEIGHTS_FILE} is corrupt ({e})") from None
 
 
-def _nonfinite_in(tensors) -> str:
-    """nonfinite's test on (name, tensor) pairs, read from a file or still in memory."""
+def nonfinite_in(tensors, file: str = WEIGHTS_FILE) -> str:
+    """nonfinite's test on (name, tensor) pairs, read from a file or still in memory; `file`:
+    what the verdict calls where they came from."""
     bad = [(name, t) for name, t in tensors if t.is_floating_point()
            and not bool(torch.isfinite(t.sum())) and not bool(torch.isfinite(t).all())]
     if not bad:
@@ -205,7 +206,7 @@ def _nonfinite_in(tensors) -> str:
                          if bool(test(t).any()))
     count = int((~torch.isfinite(t)).sum())
     more = f"; {len(bad) - 1} more tensor(s) too" if len(bad) > 1 else ""
-    return f"{WEIGHTS_FILE} holds {kinds} in {name} ({count:,} of {t.numel():,} values){more}"
+    return f"{file} holds {kinds} in {name} ({count:,} of {t.numel():,} values){more}"
 
 
 def written(folder: Path, config: ModelConfig, state: dict) -> None:
@@ -215,7 +216,7 @@ def written(folder: Path, config: ModelConfig, state: dict) -> None:
     checked as `problem` checks them."""
     mismatch = describe_mismatch(expected_shapes(config), {k: tuple(v.shape) for k, v in state.items()})
     found = (f"{WEIGHTS_FILE} does not match its {CONFIG_FILE}: {mismatch}" if mismatch
-             else _nonfinite_in(state.items()))
+             else nonfinite_in(state.items()))
     key = fingerprint(folder)
     _write(verdict_file(folder), key, found)
     _memory[str(folder)] = (key, found)

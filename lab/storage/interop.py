@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from lab.storage import checkpoints, hf_llama, uploads
+from lab.storage import checkpoints, health, hf_llama, uploads
 from lab.inputs import tokenizers
 from lab.storage.checkpoints import CheckpointError
 from lab.config import ConfigError, ModelConfig, family_defaults, parse_blocks
@@ -33,6 +33,16 @@ def parse_layers(text: str | list, n_layer: int | None = None) -> list[int]:
 
 
 def _read_hf_state(path: Path) -> dict:
+    """The folder's weights, refused whole when any holds NaN or infinity: the store never takes
+    them in."""
+    state = _read_hf_weights(path)
+    bad = health.nonfinite_in(state.items(), "the weights file")
+    if bad:
+        raise CheckpointError(f"{path}: {bad}; nothing imported")
+    return state
+
+
+def _read_hf_weights(path: Path) -> dict:
     st = path / "model.safetensors"
     if st.is_file():
         return _read_safetensors(st)
