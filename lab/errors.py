@@ -10,6 +10,15 @@ class LabError(ValueError):
     """Bad input, said in one line: what was wrong, which value, what is right."""
 
 
+def quoted(value, limit: int = 60) -> str:
+    """A value as a message shows it: its repr, a long one cut (with how long it was)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f"{len(value):,} characters" if isinstance(value, str) else f"{len(text):,} characters shown"
+    return f"{text[:limit]}... ({size})"
+
+
 class ConfigError(LabError):
     """A config value a person can fix: the message says which key, what it was, what is right."""
 

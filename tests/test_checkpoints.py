@@ -78,12 +78,27 @@ def test_weights_that_do_not_match_the_config(store):
         checkpoints.load("m")
 
 
-def test_missing_checkpoint_lists_the_available_ones():
-    _save("alpha")
-    with pytest.raises(CheckpointError, match="no checkpoint 'beta'.*available: alpha"):
+def test_a_missing_checkpoint_is_said_without_the_store_s_path_or_its_list(store):
+    """The same words to the terminal and to an API caller: no server path, no list of what the
+    store holds; a near name is offered, and a long name is cut."""
+    with pytest.raises(CheckpointError) as e:
         checkpoints.load("beta")
+    assert str(e.value) == "no checkpoint 'beta' in the store; it holds none yet: train or import one"
+    _save("alpha-1")
+    _save("gamma")
+    with pytest.raises(CheckpointError) as e:
+        checkpoints.load("alpha-2")
+    assert str(e.value) == "no checkpoint 'alpha-2' in the store; did you mean 'alpha-1'?"
+    with pytest.raises(CheckpointError) as e:
+        checkpoints.load("zzz")
+    said = str(e.value)
+    assert said == ("no checkpoint 'zzz' in the store; it holds 2: the Checkpoints tab or "
+                    "`python -m lab checkpoints` lists them") and str(store) not in said
     with pytest.raises(CheckpointError, match="not allowed"):
         checkpoints.check_name("../evil")
+    with pytest.raises(CheckpointError) as e:
+        checkpoints.check_name("x" * 10_000)
+    assert len(str(e.value)) < 250 and "(10,000 characters)" in str(e.value)
 
 
 def test_missing_files(store):

@@ -12,6 +12,7 @@ export live in interop.py and smollm2.py.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import math
@@ -29,7 +30,7 @@ from lab.storage import health as health_mod
 from lab.storage import store as store_mod
 from lab.inputs import tokenizers
 from lab.config import ModelConfig
-from lab.errors import LabError
+from lab.errors import LabError, quoted
 from lab.modeling.model import build
 
 log = logging.getLogger("lab.storage.checkpoints")
@@ -54,8 +55,8 @@ def check_name(name: str) -> str:
     """A checkpoint is addressed by its name alone: never a path, never one of the store's own
     files (those live under `.lab/` and `_runs/`, which no name can be)."""
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        raise CheckpointError(f"checkpoint name {name!r} is not allowed: use 1-100 letters, digits, "
-                              f"'.', '_' or '-', starting with a letter or digit")
+        raise CheckpointError(f"checkpoint name {quoted(name)} is not allowed: use 1-100 letters, "
+                              f"digits, '.', '_' or '-', starting with a letter or digit")
     return name
 
 
@@ -195,10 +196,13 @@ def read_config(path: Path) -> tuple[ModelConfig, dict]:
 def resolve(name: str, store=None) -> Path:
     """The folder of checkpoint `name` (a name in the store, never a path)."""
     path = store_dir(store) / check_name(name)
-    if not path.is_dir():
+    if not path.is_dir():       # said alike to every caller: no server path, no list of the store
         available = names(store)
-        raise CheckpointError(f"no checkpoint {name!r} in {store_dir(store)}; "
-                              f"available: {', '.join(available) or 'none yet (train or import one)'}")
+        near = difflib.get_close_matches(name, available, n=1)
+        raise CheckpointError(f"no checkpoint {name!r} in the store; " + (
+            "it holds none yet: train or import one" if not available else
+            f"did you mean {near[0]!r}?" if near else
+            f"it holds {len(available)}: the Checkpoints tab or `python -m lab checkpoints` lists them"))
     return path
 
 
