@@ -109,6 +109,12 @@ class SweepSpec(_Config):
                 isinstance(v, list) and v for v in self.grid.values()):
             raise ConfigError("grid must map each key to a non-empty list of values, e.g. "
                               '{"n_head": [1, 3, 6]}')
+        for key, values in self.grid.items():         # one run per value: a repeat is a mistake
+            shown = [value_text(v) for v in values]
+            twice = sorted({v for v in shown if shown.count(v) > 1})
+            if twice:
+                raise ConfigError(f"grid {key}: {', '.join(twice)} appears more than once; write each "
+                                  f"value once"[:300])
         if not isinstance(self.runs, list) or not all(isinstance(r, dict) for r in self.runs):
             raise ConfigError('runs must be a list of {key: value} objects, e.g. [{"n_layer": 3}]')
         for key in ("set", "budget"):
@@ -125,6 +131,8 @@ class SweepSpec(_Config):
             self.score["bleu_tokens"] = "words"       # one unit of BLEU across tokenizers
         if not isinstance(self.checkpoints, list) or not all(isinstance(c, str) for c in self.checkpoints):
             raise ConfigError("checkpoints must be a list of stored checkpoint names")
+        if len(set(self.checkpoints)) != len(self.checkpoints):
+            raise ConfigError(f"checkpoints names a checkpoint more than once: {self.checkpoints}"[:300])
         if self.checkpoints and (self.grid or self.runs or self.parent):
             raise ConfigError("a sweep scores stored checkpoints as they are or trains runs over a "
                               "grid, not both: drop checkpoints, or grid/runs/parent")
