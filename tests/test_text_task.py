@@ -171,6 +171,18 @@ def test_a_name_is_taken_once_and_delete_frees_it(sources, store):
         corpora.info("mine")
 
 
+def test_a_job_naming_a_dataset_not_in_the_store_is_refused_before_it_is_queued(sources, store):
+    """Refused where it enters, in one line, with nothing queued; a near name is offered."""
+    from lab.worker import jobs
+    folder, _ = sources
+    corpora.import_source(folder / "corpus.jsonl", "harbour")
+    train = {"task": "text", "settings": {"task": {"dataset": "harbor"}}, "epochs": 1}
+    with pytest.raises(DatasetError) as e:
+        jobs.submit("t", {"model": "gpt2", "n_layer": 1, "n_embd": 32, "n_head": 2}, train, store=store)
+    assert str(e.value) == "no dataset 'harbor' in the store; did you mean 'harbour'?"
+    assert jobs.list_jobs(store) == []
+
+
 KILLED_IMPORT = """
 import sys
 from plugins.tasks.text import corpora

@@ -15,7 +15,8 @@ A task's registration declares, beside `objectives`:
                        store)), as plugins/tasks/birthplace/answers.py does
   commands             the module whose add_parsers(sub) adds the task's CLI commands
   train_view           the module whose build(ctx) adds the task's section to the Train tab
-Its object may also define sweep_check(objective, score) and sweep_score(checkpoint, score, ...)
+Its object may also define check_stored(train_cfg, store) (what it checks against the store
+before a job is queued), and sweep_check(objective, score) and sweep_score(checkpoint, score, ...)
 (lab/sweeps), or set sweep_score = SCORED_AS_TEXT: its checkpoints write text, scored by perplexity
 and the decoders' BLEU on its texts() (lab/sweeps/texts.py); a task without them is not scored by
 sweeps.
@@ -52,6 +53,14 @@ def objective_of(train_cfg) -> str:
 def get(name: str):
     load_plugins()
     return TASKS.build(name)
+
+
+def check_stored(train_cfg, store=None) -> None:
+    """What the run's task checks against the store before a job is queued (its object's
+    check_stored(train_cfg, store), where it has one: e.g. that the dataset it names is there)."""
+    check = getattr(get(train_cfg.task), "check_stored", None)
+    if check is not None:
+        check(train_cfg, store)
 
 
 def meta(name: str) -> dict:

@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from lab.inputs import tasks
 from lab.storage import checkpoints
 from lab.training import distributed, runs
 from lab.worker import steps
@@ -65,6 +66,7 @@ def validate_spec(name: str, model: dict | None, train: dict, parent: str | None
         checkpoints.check_loadable(name, store)
         return {"model": None, "train": train_cfg.to_dict(), "parent": None, "after": after,
                 "after_only": True}
+    tasks.check_stored(train_cfg, store)
     if train_cfg.device == "cuda":
         import torch
         if not torch.cuda.is_available():

@@ -54,6 +54,10 @@ class TextTask:
         """The store's datasets (a run's data_dir names the caption corpus: not this task's)."""
         return corpora.root(store)
 
+    def check_stored(self, cfg, store=None) -> None:
+        """Before a job is queued: the dataset it names is in the store."""
+        corpora.path_of(cfg.plugin_settings("task").dataset, store)
+
     def sweep_check(self, objective, score: dict, where: str) -> None:
         """Every model of a dataset is scored by a sweep (perplexity, BLEU), on its dataset."""
 

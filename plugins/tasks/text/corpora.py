@@ -18,6 +18,7 @@ reaches `.tmp-` or `.del-` folders.
 from __future__ import annotations
 
 import codecs
+import difflib
 import hashlib
 import json
 import os
@@ -76,11 +77,13 @@ def check_name(name: str) -> str:
 
 def path_of(name: str, store=None) -> Path:
     folder = root(store) / check_name(name)
-    if not (folder / INFO).is_file():
+    if not (folder / INFO).is_file():    # said alike to every caller: no list of the store
         have = names(store)
-        raise DatasetError(f"no dataset {name!r} in the store; "
-                           + (f"it has: {', '.join(have)}"[:300] if have else
-                              "import one with `python -m lab data import FILE --name NAME`"))
+        near = difflib.get_close_matches(name, have, n=1)
+        raise DatasetError(f"no dataset {name!r} in the store; " + (
+            "import one with `python -m lab data import FILE --name NAME`" if not have else
+            f"did you mean {near[0]!r}?" if near else
+            f"it holds {len(have)}: the Train tab or `python -m lab data list` lists them"))
     return folder
 
 
