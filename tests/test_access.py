@@ -54,6 +54,34 @@ def test_the_ui_reads_and_writes_server_folders_only_where_allowed(tmp_path, mon
     assert download is None and (allowed / "exported" / "config.json").is_file()
 
 
+def test_a_symbolic_link_inside_an_allowed_folder_leads_nowhere_else(tmp_path, monkeypatch, store):
+    """An HF folder under LAB_ALLOWED_DIRS whose weights link outside it, a corpus folder whose
+    data file does, and a loop of links: each refused in one line, nothing imported."""
+    from plugins.tasks.text import view as data_tab
+    outside = _hf_dir(tmp_path / "outside" / "gpt2")
+    allowed = tmp_path / "allowed"
+    monkeypatch.setenv("LAB_ALLOWED_DIRS", str(allowed))
+    linked = allowed / "gpt2"
+    linked.mkdir(parents=True)
+    (linked / "config.json").write_bytes((outside / "config.json").read_bytes())
+    (linked / "model.safetensors").symlink_to(outside / "model.safetensors")
+    with pytest.raises(lab_store.StoreError) as e:
+        tab.import_hf(str(linked), "", "imp")
+    assert str(e.value) == (f"import: 'model.safetensors' inside {str(linked)!r} leads outside the "
+                            f"folders this lab may use (a symbolic link)")
+    corpus = allowed / "corpus"
+    corpus.mkdir()
+    (tmp_path / "outside" / "secret.txt").write_text("a line from outside\n")
+    (corpus / "data.txt").symlink_to(tmp_path / "outside" / "secret.txt")
+    with pytest.raises(lab_store.StoreError, match="'data.txt' inside .* leads outside"):
+        data_tab.import_folder(str(corpus), "mine", "", 0.05, store=store)
+    loop = allowed / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(lab_store.StoreError, match=r"^import: '.*loop' is a loop of symbolic links$"):
+        tab.import_hf(str(loop), "", "imp")
+    assert checkpoints.names(store) == []
+
+
 def test_export_without_a_folder_is_a_download_from_the_store(monkeypatch):
     monkeypatch.delenv("LAB_ALLOWED_DIRS", raising=False)
     checkpoints.save(build(tiny_config(vocab_size=50257)), tokenizers.gpt2(), "m")

@@ -236,8 +236,42 @@ def allowed_path(text: str, purpose: str) -> Path:
     if not allowed:
         raise StoreError(f"{purpose}: the web lab reads and writes no server folders outside its "
                          f"store unless it is started with LAB_ALLOWED_DIRS=/some/folder")
-    path = Path(text.strip()).expanduser().resolve()
-    if not any(path == a or a in path.parents for a in allowed):
+    path = _resolved(Path(text.strip()).expanduser(), purpose, text.strip())
+    if not _inside(path, allowed):
         raise StoreError(f"{purpose}: {text.strip()!r} is outside the folders this lab may use "
                          f"({', '.join(map(str, allowed))}; set by LAB_ALLOWED_DIRS)")
     return path
+
+
+MAX_SOURCE_ENTRIES = 10_000       # files and folders an imported folder may hold
+
+
+def allowed_source(text: str, purpose: str) -> Path:
+    """allowed_path for what the lab will read: a folder's every file and folder must resolve
+    inside the allowed folders too (a symlink inside one leads nowhere else)."""
+    path = allowed_path(text, purpose)
+    if not path.is_dir():
+        return path
+    allowed, seen = allowed_dirs(), 0
+    for folder, dirs, files in os.walk(path):
+        for entry in dirs + files:
+            seen += 1
+            if seen > MAX_SOURCE_ENTRIES:
+                raise StoreError(f"{purpose}: {text.strip()!r} holds more than {MAX_SOURCE_ENTRIES:,} "
+                                 f"files and folders; give the folder of the model or corpus itself")
+            inner = Path(folder) / entry
+            if not _inside(_resolved(inner, purpose, str(inner.relative_to(path))), allowed):
+                raise StoreError(f"{purpose}: {str(inner.relative_to(path))!r} inside {text.strip()!r} "
+                                 f"leads outside the folders this lab may use (a symbolic link)")
+    return path
+
+
+def _resolved(path: Path, purpose: str, shown: str) -> Path:
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):          # a symbolic link that leads back to itself
+        raise StoreError(f"{purpose}: {shown!r} is a loop of symbolic links") from None
+
+
+def _inside(path: Path, allowed: list[Path]) -> bool:
+    return any(path == a or a in path.parents for a in allowed)

@@ -51,7 +51,7 @@ def import_hf(path, layers, name, store=None):
     """A GPT-2 or Llama folder on the server, under LAB_ALLOWED_DIRS."""
     name = checkpoints.check_name(need(text(name, "name", 200), "a name"))
     layers = text(layers, "layers", 2000)
-    folder = lab_store.allowed_path(text(path, "directory", 4096), "import")
+    folder = lab_store.allowed_source(text(path, "directory", 4096), "import")
     selection = interop.parse_layers(layers) if layers.strip() else None
     interop.import_hf(folder, name, selection, store)
     return f"Imported **{name}**.", rows(store)

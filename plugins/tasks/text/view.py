@@ -67,7 +67,7 @@ def import_upload(upload, name, column, fraction, store=None):
 
 def import_folder(folder, name, column, fraction, store=None):
     name, column, fraction = _options(name, column, fraction)
-    path = lab_store.allowed_path(text(folder, "folder", 4096), "import a corpus")
+    path = lab_store.allowed_source(text(folder, "folder", 4096), "import a corpus")
     return _done(corpora.import_source(path, name, column, fraction, store=store), store)
 
 
