@@ -3,6 +3,7 @@ checkpoint, a corrupt file, an unknown plugin). The CLI prints it as one line an
 shows it as one message; any other exception is a bug and keeps its traceback for the log.
 Also how a JSON file a person gave is read: a missing, unreadable or broken file is one line."""
 import json
+import sys
 from pathlib import Path
 
 
@@ -37,5 +38,8 @@ def read_json(path, error: type[LabError] = LabError, missing: str | None = None
         raise error(missing or f"{path} does not exist") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise error(f"{path} is not valid JSON ({e})") from None
+    except RecursionError:
+        raise error(f"{path} nests its JSON too deeply to read (objects inside objects, "
+                    f"about {sys.getrecursionlimit():,} levels at most)") from None
     except OSError as e:
         raise error(f"{path} cannot be read ({e.strerror})") from None

@@ -102,6 +102,8 @@ def cli_store(tmp_path_factory):
     (files / "badjson" / "config.json").write_text("{oops")
     (files / "notempty").mkdir()
     (files / "notempty" / "x").write_text("x")
+    (files / "deep.json").write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    (files / "texts.txt").write_text("a first text\na second text\na third text\n")
     return store, files
 
 
@@ -191,6 +193,9 @@ def _cli_cases():
         (["train", "--preset", "tiny", "--name", "good"], "'good' already exists"),
         (["train", "--preset", "nope"], "unknown preset 'nope'"),
         (T + ["--config", "/nonexistent.json"], "no such file"),
+        (T + ["--config", F + "/deep.json"], "nests its JSON too deeply to read"),
+        (["data", "import", F + "/texts.txt", "--name", "cut", "--seed", "-1"],
+         "the seed of the dev cut must be a whole number from 0"),
         (T + ["--config", F + "/list.json"], "expected a JSON object"),
         (T + ["--config", F + "/binary.txt"], "--config"),
         (["train", "--preset", "tfmr-finetune", "--name", "ft", "--parent", "missing"], "no checkpoint 'missing'"),

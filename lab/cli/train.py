@@ -3,11 +3,11 @@ as a background job, and serving the queued jobs."""
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 from lab.cli.output import print_events, print_json
 from lab.config import ConfigError, ModelConfig, TrainConfig, split_overrides
+from lab.errors import read_json
 from lab.presets import PRESETS, configs
 from lab.storage import checkpoints
 from lab.storage.checkpoints import store_dir
@@ -17,15 +17,12 @@ from lab.worker.jobs import Worker, run_job
 
 
 def _read_config_file(path: str) -> dict:
+    if "\0" in path:
+        raise ConfigError("--config: the path holds a NUL character")
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.loads(f.read())
-    except FileNotFoundError:
-        raise ConfigError(f"--config {path}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"--config {path} is not valid JSON: {e}") from None
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"--config {path} cannot be read: {getattr(e, 'strerror', None) or e}") from None
+        doc = read_json(path, ConfigError, missing=f"{path}: no such file")
+    except ConfigError as e:
+        raise ConfigError(f"--config {e}") from None
     if not isinstance(doc, dict) or not set(doc) <= {"model", "train"} \
             or not all(isinstance(v, dict) for v in doc.values()):
         raise ConfigError(f"--config {path}: expected a JSON object with 'model' and/or 'train' "

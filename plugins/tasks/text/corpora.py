@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lab.errors import LabError, read_json
+from lab.config import SEED_MAX
+from lab.errors import LabError, quoted, read_json
 from lab.storage import checkpoints
 from lab.storage import store as lab_store
 
@@ -114,6 +115,9 @@ def import_source(source: str | Path, name: str, text_column: str | None = None,
     check_name(name)
     if not 0 < dev_fraction < 1:
         raise DatasetError(f"dev fraction must be between 0 and 1 (e.g. 0.05), got {dev_fraction}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        raise DatasetError(f"the seed of the dev cut must be a whole number from 0 to {SEED_MAX:,}, "
+                           f"got {quoted(seed)}")
     source = Path(source)
     label = label or str(source)
     base = root(store)
