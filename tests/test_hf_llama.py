@@ -76,10 +76,13 @@ def _tiny_llama(**over) -> ModelConfig:
                                   "attention.kv_groups": 2, **over})
 
 
-@pytest.mark.parametrize("tie", [True, False])
-def test_a_llama_made_here_exports_and_comes_back(tmp_path, tie):
+@pytest.mark.parametrize("tie, groups", [(True, 2), (False, 2), (True, "family default")])
+def test_a_llama_made_here_exports_and_comes_back(tmp_path, tie, groups):
+    """Tied or not; its key/value heads set, or left to the family (blank: read from its weights)."""
     torch.manual_seed(1)
-    model = build(_tiny_llama(tie_embeddings=tie)).eval()
+    cfg = _tiny_llama(tie_embeddings=tie) if groups != "family default" else ModelConfig.from_dict(
+        {k: v for k, v in _tiny_llama(tie_embeddings=tie).to_dict().items() if k != "settings"})
+    model = build(cfg).eval()
     checkpoints.save(model, tokenizers.gpt2(), "made")
     out = interop.export_hf("made", tmp_path / "out")
     assert {"config.json", "model.safetensors", "tokenizer.json", "lab_tokenizer.json"} <= \

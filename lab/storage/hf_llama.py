@@ -73,10 +73,17 @@ def llama_state(hf_state: dict, layers: list[int]) -> dict:
     return {k: v.contiguous() for k, v in out.items()}
 
 
+def kv_heads(state: dict, config: ModelConfig) -> int:
+    """The key/value heads of the lab's llama weights, read from the weights themselves (the first
+    block's fused query-key-value rows), whatever the config left blank."""
+    rows = state["transformer.h.0.attn.c_attn.weight"].shape[0]
+    return (rows - config.n_embd) // 2 // (config.n_embd // config.n_head)
+
+
 def hf_state(state: dict, config: ModelConfig) -> dict:
     """The lab's llama weights under HF Llama's names (llama_state's inverse, every block)."""
     q = config.n_embd
-    kv = config.n_embd // config.n_head * config.settings["attention"]["kv_groups"]
+    kv = config.n_embd // config.n_head * kv_heads(state, config)
     out = {"model.embed_tokens.weight": state["transformer.wte.weight"],
            "model.norm.weight": state["transformer.ln_f.weight"]}
     for i in range(config.n_layer):
@@ -106,17 +113,17 @@ def weights_limit(cfg: ModelConfig, width: int) -> int:
 def hf_model(ck):
     """A `llama` checkpoint as a transformers LlamaForCausalLM, every weight in place."""
     from transformers import LlamaConfig, LlamaForCausalLM
-    c = ck.config
+    c, state = ck.config, ck.model.state_dict()
     hf_cfg = LlamaConfig(
         vocab_size=c.vocab_size, hidden_size=c.n_embd, intermediate_size=c.n_inner or 4 * c.n_embd,
         num_hidden_layers=c.n_layer, num_attention_heads=c.n_head,
-        num_key_value_heads=c.settings["attention"]["kv_groups"], max_position_embeddings=c.n_positions,
+        num_key_value_heads=kv_heads(state, c), max_position_embeddings=c.n_positions,
         rms_norm_eps=c.norm_eps, hidden_act="silu",
         rope_parameters={"rope_type": "default", "rope_theta": c.settings["positional"]["theta"]},
         tie_word_embeddings=c.tie_embeddings, attention_bias=False, mlp_bias=False,
         bos_token_id=ck.tokenizer.eos_id, eos_token_id=ck.tokenizer.eos_id)
     model = LlamaForCausalLM(hf_cfg)
-    missing, unexpected = model.load_state_dict(hf_state(ck.model.state_dict(), c), strict=False)
+    missing, unexpected = model.load_state_dict(hf_state(state, c), strict=False)
     missing = [k for k in missing if not (c.tie_embeddings and k == "lm_head.weight")]
     if missing or unexpected:
         raise CheckpointError(f"export mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
