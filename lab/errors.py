@@ -2,6 +2,7 @@
 checkpoint, a corrupt file, an unknown plugin). The CLI prints it as one line and exits 2, the UI
 shows it as one message; any other exception is a bug and keeps its traceback for the log.
 Also how a JSON file a person gave is read: a missing, unreadable or broken file is one line."""
+import difflib
 import json
 import sys
 from pathlib import Path
@@ -9,6 +10,15 @@ from pathlib import Path
 
 class LabError(ValueError):
     """Bad input, said in one line: what was wrong, which value, what is right."""
+
+
+def not_found(what: str, name: str, have: list[str], listed_by: str, when_empty: str) -> str:
+    """'no WHAT NAME in the store; ...', said alike to every caller (never a server path, never the
+    list): a near name, or how many there are and `listed_by` what; `when_empty` if there are none."""
+    near = difflib.get_close_matches(name, have, n=1)
+    return f"no {what} {name!r} in the store; " + (
+        when_empty if not have else f"did you mean {near[0]!r}?" if near else
+        f"it holds {len(have)}: {listed_by} lists them")
 
 
 def quoted(value, limit: int = 60) -> str:

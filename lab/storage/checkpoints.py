@@ -12,7 +12,6 @@ export live in interop.py and smollm2.py.
 """
 from __future__ import annotations
 
-import difflib
 import json
 import logging
 import math
@@ -30,7 +29,7 @@ from lab.storage import health as health_mod
 from lab.storage import store as store_mod
 from lab.inputs import tokenizers
 from lab.config import ModelConfig
-from lab.errors import LabError, quoted
+from lab.errors import LabError, not_found, quoted
 from lab.modeling.model import build
 
 log = logging.getLogger("lab.storage.checkpoints")
@@ -196,13 +195,9 @@ def read_config(path: Path) -> tuple[ModelConfig, dict]:
 def resolve(name: str, store=None) -> Path:
     """The folder of checkpoint `name` (a name in the store, never a path)."""
     path = store_dir(store) / check_name(name)
-    if not path.is_dir():       # said alike to every caller: no server path, no list of the store
-        available = names(store)
-        near = difflib.get_close_matches(name, available, n=1)
-        raise CheckpointError(f"no checkpoint {name!r} in the store; " + (
-            "it holds none yet: train or import one" if not available else
-            f"did you mean {near[0]!r}?" if near else
-            f"it holds {len(available)}: the Checkpoints tab or `python -m lab checkpoints` lists them"))
+    if not path.is_dir():
+        raise CheckpointError(not_found("checkpoint", name, names(store), "the Checkpoints tab or "
+                                        "`python -m lab checkpoints`", "it holds none yet: train or import one"))
     return path
 
 

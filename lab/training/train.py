@@ -306,9 +306,7 @@ class Trainer:
         line at least every few seconds, whatever the step rate."""
         cfg, spe = self.cfg, self.steps_per_epoch
         self.model.train()
-        # each epoch's order from the run's seed; modulo 2**64, the seeds torch takes: any seed
-        # the setting allows runs
-        g = torch.Generator().manual_seed((cfg.seed * 1000 + epoch) % 2 ** 64)
+        g = torch.Generator().manual_seed((cfg.seed * 1000 + epoch) % 2 ** 64)    # torch's range
         skip, self.skip, self.epoch_now = self.skip, 0, epoch
         run_loss, run_n, tokens, flop = 0.0, 0, 0, 0.0
         t_log = t_said = self.t_mark = time.time()    # step times leave out evaluations and saves

@@ -18,7 +18,6 @@ reaches `.tmp-` or `.del-` folders.
 from __future__ import annotations
 
 import codecs
-import difflib
 import hashlib
 import json
 import os
@@ -31,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from lab.config import SEED_MAX
-from lab.errors import LabError, quoted, read_json
+from lab.errors import LabError, not_found, quoted, read_json
 from lab.storage import checkpoints
 from lab.storage import store as lab_store
 
@@ -78,13 +77,9 @@ def check_name(name: str) -> str:
 
 def path_of(name: str, store=None) -> Path:
     folder = root(store) / check_name(name)
-    if not (folder / INFO).is_file():    # said alike to every caller: no list of the store
-        have = names(store)
-        near = difflib.get_close_matches(name, have, n=1)
-        raise DatasetError(f"no dataset {name!r} in the store; " + (
-            "import one with `python -m lab data import FILE --name NAME`" if not have else
-            f"did you mean {near[0]!r}?" if near else
-            f"it holds {len(have)}: the Train tab or `python -m lab data list` lists them"))
+    if not (folder / INFO).is_file():
+        raise DatasetError(not_found("dataset", name, names(store), "the Train tab or `python -m lab "
+                                     "data list`", "import one with `python -m lab data import FILE --name NAME`"))
     return folder
 
 

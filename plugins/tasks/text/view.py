@@ -80,6 +80,25 @@ def delete(name, sure, store=None):
     return f"Deleted dataset **{name}**.", rows(store), gr.update(choices=corpora.names(store), value=None)
 
 
+def _actions(store):
+    """The section's three actions as the API names and describes them."""
+    def upload_dataset(file: str, name: str, column: str, dev_fraction: float):
+        """Import an uploaded corpus as a dataset: one text a line (.txt), or a column of a .jsonl,
+        .json, .csv, .tsv or .parquet file (blank column: `text`, else the first text column), a
+        dev split cut by the seeded fraction unless it has one. Returns the message and the table."""
+        return import_upload(file, name, column, dev_fraction, store=store)
+
+    def folder_dataset(path: str, name: str, column: str, dev_fraction: float):
+        """Import a corpus file or save_to_disk folder on the server (under LAB_ALLOWED_DIRS) as a
+        dataset, as import_dataset_upload does. Returns the message and the table."""
+        return import_folder(path, name, column, dev_fraction, store=store)
+
+    def delete_dataset(dataset: str, confirm: bool):
+        """Delete a dataset (confirm: true). Returns the message and the table."""
+        return delete(dataset, confirm, store=store)
+    return upload_dataset, folder_dataset, delete_dataset
+
+
 def build(ctx: Context) -> None:
     with section("your own text data (the text task)", elem_id="text-data"):
         gr.Markdown("Import a corpus to train on: one text a line in a .txt, or a column of a .jsonl, "
@@ -108,21 +127,7 @@ def build(ctx: Context) -> None:
                               elem_id="data-delete-name", allow_custom_value=True)
             sure = Checkbox(False, label="yes, delete it", elem_id="data-delete-sure")
             gone = gr.Button("Delete", variant="stop", elem_id="data-delete")
-
-    def upload_dataset(file: str, name: str, column: str, dev_fraction: float):
-        """Import an uploaded corpus as a dataset: one text a line (.txt), or a column of a .jsonl,
-        .json, .csv, .tsv or .parquet file (blank column: `text`, else the first text column), a
-        dev split cut by the seeded fraction unless it has one. Returns the message and the table."""
-        return import_upload(file, name, column, dev_fraction, store=ctx.store)
-
-    def folder_dataset(path: str, name: str, column: str, dev_fraction: float):
-        """Import a corpus file or save_to_disk folder on the server (under LAB_ALLOWED_DIRS) as a
-        dataset, as import_dataset_upload does. Returns the message and the table."""
-        return import_folder(path, name, column, dev_fraction, store=ctx.store)
-
-    def delete_dataset(dataset: str, confirm: bool):
-        """Delete a dataset (confirm: true). Returns the message and the table."""
-        return delete(dataset, confirm, store=ctx.store)
+    upload_dataset, folder_dataset, delete_dataset = _actions(ctx.store)
     go.click(friendly(upload_dataset), [upload, name, column, fraction], [message, table, chosen],
              api_name="import_dataset_upload")
     go_folder.click(friendly(folder_dataset), [folder, name, column, fraction], [message, table, chosen],
