@@ -14,6 +14,7 @@ save, lab.training.saves).
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import math
 import time
@@ -251,7 +252,16 @@ class Trainer:
         finally:
             if writer is not None:
                 writer.close()
-            distributed.teardown(together=not failed)
+            self._leave_group(failed)
+
+    def _leave_group(self, failed: bool) -> None:
+        """Leave torchrun's process group, the DDP wrapper dropped first: it holds the group, and
+        a group still alive at interpreter exit tears down gloo's threads mid-flight (one rank in a
+        few then died of "terminate called without an active exception")."""
+        if distributed.launched():
+            self.stepper = self.model
+            gc.collect()
+        distributed.teardown(together=not failed)
 
     def _eta(self) -> float:
         """Seconds left, from the recent step time and the evaluations still to come (lab.training.eta)."""
