@@ -39,10 +39,9 @@ install: $(STAMP) $(VENDOR)/.stamp
 run: install
 	$(BIN)/python app.py
 
-# one process: on two workers (-n auto --dist loadfile) the suite takes 16 min, not 24, but one
-# run in six failed two timing-bound tests (docs/benchmarks.md), so CI stays on one process
+# the files spread over every core (pytest-xdist; a file's tests stay on one worker, longest first)
 test: install $(CHROMIUM)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n auto --dist loadfile tests
 
 # the newcomer's path through the getting-started panel, timed (trains for minutes; not in `test`)
 newcomer: install $(CHROMIUM)
