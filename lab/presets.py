@@ -15,6 +15,8 @@ DECODE_TO_SHOW = {"decoder": "top_p", "temperature": 0.7}
 DECODE_TO_SCORE = {"decoder": "random", "temperature": 1.0}
 # head ablation's continuations shown side by side: the same for both models, so greedy
 DECODE_TO_CONTINUE = {"decoder": "greedy", "max_new_tokens": 30}
+# a task's answers (lab/task.py's greedy_answers): the model's most likely, so exact match is fair
+DECODE_TO_ANSWER = {"decoder": "greedy"}
 
 
 def preset(name: str, description: str):

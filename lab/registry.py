@@ -55,8 +55,10 @@ class Entry:
 
 
 class Registry:
-    def __init__(self, kind: str):
-        self.kind = kind
+    """required_meta: what every registration of this kind must declare; required: what the object
+    its factory builds must have (checked by check_built once the plugins are loaded)."""
+    def __init__(self, kind: str, required_meta: tuple = (), required: tuple = ()):
+        self.kind, self.required_meta, self.required = kind, required_meta, required
         self._entries: dict[str, Entry] = {}
 
     def register(self, name: str, description: str, settings: type | None = None, **meta):
@@ -69,6 +71,11 @@ class Registry:
                               f"got {settings!r}")
 
         def deco(factory):
+            missing = [k for k in self.required_meta if k not in meta]
+            if missing:
+                raise PluginError(f"{self.kind} plugin {name!r} (package {_package(factory)}) does "
+                                  f"not declare {', '.join(missing)} at its registration "
+                                  f"(docs/plugins.md says what a {self.kind} declares)")
             if name in self._entries:
                 raise PluginError(f"{self.kind} plugin {name!r} is already registered "
                                   f"(by {self._entries[name].factory.__module__})")
@@ -97,6 +104,22 @@ class Registry:
             kwargs["settings"] = settings if settings is not None else entry.settings()
         return entry.factory(*args, **kwargs)
 
+    def check_built(self) -> None:
+        """Every entry's object has what this kind requires: refused by name, naming the package,
+        before anything is trained."""
+        for name in self.names() if self.required else ():
+            entry = self._entries[name]
+            try:
+                built = self.build(name)
+            except Exception as e:
+                raise PluginError(f"{self.kind} plugin {name!r} (package {_package(entry.factory)}) "
+                                  f"could not be built: {type(e).__name__}: {e}"[:400]) from None
+            missing = [m for m in self.required if not callable(getattr(built, m, None))]
+            if missing:
+                raise PluginError(f"{self.kind} plugin {name!r} (package {_package(entry.factory)}) "
+                                  f"has no {', '.join(m + '()' for m in missing)}: a {self.kind} "
+                                  f"provides {', '.join(self.required)} (docs/plugins.md)")
+
     def __contains__(self, name: str) -> bool:
         return name in self._entries
 
@@ -110,7 +133,9 @@ ATTENTION = Registry("attention")
 POSITIONAL = Registry("positional")
 MLP = Registry("mlp")
 DECODERS = Registry("decoder")
-TASKS = Registry("task")
+# a task's contract: lab/task.py and docs/plugins.md, "Writing a task"
+TASKS = Registry("task", required_meta=("objectives", "keep_best"),
+                 required=("scratch_tokenizer", "prepare"))
 
 REGISTRIES = {r.kind: r for r in (MODELS, NORMS, ATTENTION, POSITIONAL, MLP, DECODERS, TASKS)}
 
@@ -133,7 +158,14 @@ def load_plugins() -> None:
         plugins.import_all()     # the built-ins: every module under plugins/ registers itself
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             ep.load()
+        for registry in REGISTRIES.values():
+            registry.check_built()
         _loaded = True
+
+
+def _package(factory) -> str:
+    """The top-level package a plugin's factory comes from (its error names it)."""
+    return factory.__module__.split(".")[0]
 
 
 def describe_all() -> dict:

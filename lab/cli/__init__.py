@@ -52,7 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        parser = build_parser()         # loads the plugins: one that breaks the contract is refused
+    except LabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     try:
         args.fn(args)
     except LabError as e:

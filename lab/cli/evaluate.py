@@ -52,6 +52,9 @@ def cmd_evaluate(args):
     if args.json:
         print_json(result)
         return
+    if "metrics" in result:                 # a task that scores its own checkpoints
+        print(_task_line(result))
+        return
     p = result["perplexity"]
     where = result["provenance"]["data_dir"]
     texts = f"{p['sentences']} texts of {where}" if where.startswith("dataset ") else f"{p['sentences']} captions"
@@ -66,6 +69,16 @@ def cmd_evaluate(args):
               f"backward {b['backward']:.4f} harmonic {b['harmonic']:.4f}")
     elif "bleu_skipped" in result["provenance"]:
         print(f"BLEU not scored: {result['provenance']['bleu_skipped']}")
+
+
+def _task_line(result: dict) -> str:
+    """A task's own scores: each by its name, with its 95% interval."""
+    def said(m):
+        f = (lambda v: f"{100 * v:.1f}%") if m.get("percent") else (lambda v: f"{v:.4f}")
+        lo, hi = m.get("interval") or (None, None)
+        return f"{m['label']} {f(m['value'])}" + (f" [{f(lo)}, {f(hi)}]" if lo is not None else "")
+    return (f"{result['checkpoint']} on {result['split']} ({result['n']} {result.get('unit', 'examples')}): "
+            + ", ".join(said(m) for m in result["metrics"].values()))
 
 
 def cmd_bleu(args):

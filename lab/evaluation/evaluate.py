@@ -39,6 +39,8 @@ def evaluate(checkpoint: str, split: str = "test", n: int = 5000, decode: Decode
     if not 1 <= n <= 100_000:
         raise ConfigError(f"n must be between 1 and 100000, got {n}")
     ck = ck or checkpoints.load(checkpoint, store, device=str(pick_device(device)))
+    if (own := tasks.own_score(ck)) is not None:
+        return _task_scores(ck, own, split, n, decode.seed)
     check_captions_model(ck)
     model, tok = ck.model, ck.tokenizer
     if not skip_bleu:
@@ -59,6 +61,17 @@ def evaluate(checkpoint: str, split: str = "test", n: int = 5000, decode: Decode
         provenance.update(drawn)
     result["provenance"] = provenance
     return result
+
+
+def _task_scores(ck, score, split: str, n: int, seed: int) -> dict:
+    """What a task that scores its own checkpoints reports (lab/task.py: its metrics by name,
+    each with its interval), with where it came from."""
+    t0 = time.time()
+    got = score(ck, split, n, seed)
+    return {"checkpoint": ck.name, "split": split, "task": tasks.of_checkpoint(ck), **got,
+            "score_s": round(time.time() - t0, 2),
+            "provenance": {"checkpoint": ck.name, "split": split, "tokenizer": ck.tokenizer.kind,
+                           "seed": seed, "device": str(next(ck.model.parameters()).device)}}
 
 
 def _perplexity_figures(ck, caps: list[str]) -> dict:

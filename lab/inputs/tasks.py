@@ -2,12 +2,15 @@
 from scratch, its objective(s) (the batches and the loss) and its dev scores, so the trainer,
 jobs, sweeps and checkpoints serve every task the same way.
 
-Every task's `prepare` returns a `Prepared`: the trainer knows no task by name.
+Every task's `prepare` returns a `Prepared`: the trainer knows no task by name. The contract a
+task package writes to is lab/task.py (docs/plugins.md, "Writing a task"); this module is the
+lab's side of it.
 
 A task's registration declares, beside `objectives`:
-  keep_best            {metric: {"score": dev-score key, "higher": bool, "label": words}}, in
-                       order; the first is what a run keeps its best checkpoint by unless
-                       early_stop names another; keep_bleu_best keeps a second, by "bleu"
+  keep_best            {metric: {"score": dev-score key, "higher": bool, "label": words,
+                       "percent": bool, "count": key}}, in order; the first is what a run keeps
+                       its best checkpoint by unless early_stop names another; keep_bleu_best
+                       keeps a second, by "bleu"
   scheduled_sampling   whether its language model takes scheduled sampling
   tabs                 the UI's views that offer its checkpoints (lab/ui: "generate", "answers");
                        a task offering "answers" gives its object an `answers_view` (ABOUT,
@@ -120,6 +123,12 @@ def texts(cks: list, split: str, data_dir=None) -> tuple[list[str], dict]:
     return next(iter(found.values()))[0]
 
 
+def own_score(ck):
+    """The `score(ck, split, n, seed)` of a checkpoint's task, where it scores its checkpoints
+    itself (lab/task.py), else None."""
+    return getattr(get(of_checkpoint(ck)), "score", None)
+
+
 def bleu_skipped(cks: list, texts_scored: list[str]) -> str:
     """Why BLEU of generated text is not scored for checkpoints `cks` on `texts_scored` (a task
     that says so for one of them: its object's `bleu_skipped(ck, texts)`), or "" when it is."""
@@ -161,6 +170,12 @@ class Metric:
     score: str          # the key of the task's dev scores: "dev_perplexity"
     higher: bool        # bigger is better
     label: str          # what chose a checkpoint, in words: "dev perplexity"
+    percent: bool = False       # a proportion, shown as a percentage
+    count: str | None = None    # the dev-score key of how many were right, shown beside it
+
+    def shown(self) -> dict:
+        """How a progress line shows it (carried in each evaluation's event)."""
+        return {"key": self.score, "label": self.label, "percent": self.percent, "count": self.count}
 
     def better(self, record: dict, best: dict) -> bool:
         a, b = record[self.score], best[self.score]
@@ -169,7 +184,8 @@ class Metric:
 
 def metrics(task: str) -> dict[str, Metric]:
     """The task's keep_best, in order."""
-    return {name: Metric(name, m["score"], m["higher"], m.get("label", m["score"].replace("_", " ")))
+    return {name: Metric(name, m["score"], m["higher"], m.get("label", m["score"].replace("_", " ")),
+                         m.get("percent", False), m.get("count"))
             for name, m in meta(task)["keep_best"].items()}
 
 

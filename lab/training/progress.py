@@ -132,16 +132,46 @@ def _start_text(ev: dict) -> str:
             f"{ev['steps_per_epoch']} steps{going_on}")
 
 
+def _perplexity_text(ev: dict) -> str:
+    """Dev perplexity, and the other ways of it the task scores."""
+    ways = [f"{name} {ev[key]:.3f}" for name, key in (("token-weighted", "dev_token_perplexity"),
+                                                       ("per word", "dev_word_perplexity"))
+            if key in ev]
+    if "dev_bits_per_byte" in ev:
+        ways.append(f"{ev['dev_bits_per_byte']:.3f} bits per byte")
+    return f"dev perplexity {ev['dev_perplexity']:.3f}" + (f" ({', '.join(ways)})" if ways else "")
+
+
+_PERPLEXITY_KEYS = ("dev_loss", "dev_perplexity", "dev_token_perplexity", "dev_word_perplexity",
+                    "dev_bits_per_byte")
+
+
+def _shown(ev: dict) -> list[dict]:
+    """The task's own scores an evaluation carries; an event logged before they were carried
+    shows every other dev score by its key."""
+    if "shown" in ev:
+        return ev["shown"]
+    return [{"key": k, "label": k.replace("_", " ")} for k in ev
+            if k.startswith("dev_") and k not in _PERPLEXITY_KEYS]
+
+
+def _score_text(ev: dict, shown: dict) -> str:
+    """One of the task's dev scores: its name and value (a percentage for a proportion, with how
+    many were right where the task counts them)."""
+    if shown["key"] not in ev:
+        return ""
+    value = ev[shown["key"]]
+    said = f"{100 * value:.1f}%" if shown.get("percent") else str(value) if isinstance(value, int) \
+        else f"{value:.4f}"
+    count = f" ({ev[shown['count']]} right)" if shown.get("count") in ev else ""
+    return f" {shown['label']} {said}{count}"
+
+
 def _eval_text(ev: dict) -> str:
-    """An evaluation's dev scores (those the task has), and which checkpoint it saved."""
+    """An evaluation's dev scores (those the task has, its own by their names), and which
+    checkpoint it saved."""
     return (f"{'step ' + str(ev['step']) if ev.get('mid_epoch') else 'epoch ' + str(ev['epoch'])}: "
-            f"dev perplexity {ev['dev_perplexity']:.3f} "
-            f"(token-weighted {ev['dev_token_perplexity']:.3f}"
-            + (f", per word {ev['dev_word_perplexity']:.3f}" if "dev_word_perplexity" in ev else "")
-            + (f", {ev['dev_bits_per_byte']:.3f} bits per byte" if "dev_bits_per_byte" in ev else "") + ")"
-            + (f" dev harmonic BLEU {ev['dev_harmonic_bleu']:.4f}" if "dev_harmonic_bleu" in ev else "")
-            + (f" dev accuracy {100 * ev['dev_accuracy']:.1f}% ({ev['dev_correct']} right)"
-               if "dev_accuracy" in ev else "")
+            + _perplexity_text(ev) + "".join(_score_text(ev, s) for s in _shown(ev))
             + (" best, saved" if ev.get("best") else "")
             + (" best dev BLEU, saved as the -bleu checkpoint" if ev.get("best_bleu") else "")
             + (f" best dev {ev['also_best']}, saved as the -{ev['also_best']} checkpoint"

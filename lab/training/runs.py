@@ -58,7 +58,7 @@ def _train(name, model_cfg, train_cfg, parent, preset, data_dir, store, should_s
         if distributed.rank() == 0:
             shutil.rmtree(run_dir_for(name, store), ignore_errors=True)   # an old run's leftovers
     task = tasks.get(train_cfg.task)
-    root = task.data_dir(data_dir, store)
+    root = task.data_dir(data_dir, store) if hasattr(task, "data_dir") else None   # optional
     torch.manual_seed(train_cfg.seed)
     with heartbeat.phase("loading the last save" if source_dir else f"loading the parent {parent}"
                          if parent else "building the model and its tokenizer"):

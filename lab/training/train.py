@@ -466,6 +466,8 @@ class Trainer:
             self.model.train()
         record = {"event": "eval", "epoch": epoch, "step": step, **scores}
         record["eval_s"] = self.eval_s = time.time() - t0
+        record["shown"] = [m.shown() for m in tasks.metrics(self.cfg.task).values()
+                           if m.score != "dev_perplexity"]      # the task's own scores, by name
         return record
 
     def _better(self, record: dict, best: dict) -> bool:

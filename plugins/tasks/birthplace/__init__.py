@@ -190,7 +190,9 @@ def _dev_loss(model, dev_batches, abort, tok) -> dict:
 @TASKS.register("birthplace", "Birth places (minGPT): character span-corruption pretraining on "
                               "wiki.txt, then question answering; accuracy", objectives=("span", "qa"),
                 keep_best={"perplexity": {"score": "dev_perplexity", "higher": False,
-                                          "label": "dev perplexity"}},
+                                          "label": "dev perplexity"},
+                           "accuracy": {"score": "dev_accuracy", "higher": True, "label": "dev accuracy",
+                                        "percent": True, "count": "dev_correct"}},     # qa only
                 scheduled_sampling=False, tabs=("answers",), sweep_figures="answers",
                 score_split="dev",     # the test split has no answers
                 commands="plugins.tasks.birthplace.cli")    # python -m lab birthplace ...
