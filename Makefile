@@ -57,6 +57,7 @@ bench: install
 	$(BIN)/python benchmarks/save_cost.py
 	$(BIN)/python benchmarks/text_corpus.py
 	$(BIN)/python benchmarks/inside.py
+	$(BIN)/python benchmarks/smollm2_read.py
 
 clean:
 	rm -rf $(VENV)
