@@ -14,6 +14,7 @@ from lab.config import ConfigError, TrainConfig
 from lab.inputs.tokenizers import CharTokenizer
 from lab.inside import ablation, lens, patching
 from lab.inside.hooks import hooked
+from lab.modeling.generate import GenerationError
 from lab.modeling.model import build
 from lab.modeling.points import points
 from lab.storage import checkpoints
@@ -109,6 +110,31 @@ def test_a_head_built_to_copy_the_previous_token(norm_position):
     assert lensed["first_layer"][1:4] == [None, None, None]    # the next letter is never the token before
     with pytest.raises(ConfigError, match="equal length in tokens"):
         patching.patch(model, tok, "abcd", "abc")
+
+
+def test_patching_and_the_lens_in_pieces_give_what_they_give_whole(monkeypatch):
+    """Patched runs a few tokens a pass (the server's memory bounded by the pass, not by the
+    prompt's square) restore what one pass restores; an abort stops either between pieces; a
+    prompt over the limit it is given is refused before any work."""
+    from lab.errors import Aborted
+    model, tok = _previous_token_model("pre")
+    whole = patching.patch(model, tok, "abgfcd", "abgfed")
+    monkeypatch.setattr(patching, "ROW_TOKENS", 8)                  # one copy of 7 tokens a pass
+    pieces = patching.patch(model, tok, "abgfcd", "abgfed")
+    for key in ("resid", "heads"):
+        assert [v for row in pieces[key] for v in row] == \
+            pytest.approx([v for row in whole[key] for v in row], abs=1e-5)
+    assert whole["resid"][0][5] == pytest.approx(1.0, abs=1e-4)      # <bos> a b g f [c|e] d
+    asked = []
+    with pytest.raises(Aborted):
+        patching.patch(model, tok, "abgfcd", "abgfed", abort=lambda: asked.append(1) or len(asked) > 2)
+    assert len(asked) == 3
+    with pytest.raises(Aborted):
+        lens.logit_lens(model, tok, "abcd", abort=lambda: True)
+    with pytest.raises(GenerationError, match="at most 4 can be shown"):
+        patching.patch(model, tok, "abgfcd", "abgfed", max_tokens=4)
+    with pytest.raises(GenerationError, match="at most 4 can be shown"):
+        lens.logit_lens(model, tok, "abgfcd", max_tokens=4)
 
 
 @pytest.fixture
@@ -288,3 +314,19 @@ def test_an_ablation_scores_bleu_with_paired_intervals(captioner):
     h = r["bleu"]["harmonic"]
     assert h["change_ci"][0] <= h["change"] <= h["change_ci"][1] and h["verdict"]
     assert r["bleu"]["bleu_tokens"] == "words"          # a words model: BLEU on words
+
+
+def test_the_page_bounds_the_lens_and_patching_before_any_work(store):
+    """The lens and patching from the page or the API read at most MAX_LENS_TOKENS and
+    MAX_PATCH_TOKENS tokens (a model's context may be far longer), refused in one line."""
+    from lab.ui import inside as tab
+    tok = CharTokenizer(string.ascii_lowercase)
+    checkpoints.save(build(tiny_config(vocab_size=tok.vocab_size, n_positions=320)), tok, "long",
+                     store)
+    over = "a" * tab.MAX_LENS_TOKENS
+    with pytest.raises(GenerationError, match=f"is {tab.MAX_LENS_TOKENS + 1} tokens with BOS; "
+                                              f"at most {tab.MAX_LENS_TOKENS} can be shown"):
+        tab.lens_of("long", over, 5, store)
+    assert len(tab.lens_of("long", over[1:], 5, store)["tokens"]) == tab.MAX_LENS_TOKENS
+    with pytest.raises(GenerationError, match=f"at most {tab.MAX_PATCH_TOKENS} can be shown"):
+        tab.patch_of("long", "a" * 70, "b" * 70, "", "", store)

@@ -11,10 +11,12 @@ import time
 import torch
 
 from lab.config import ConfigError
+from lab.errors import Aborted
 from lab.evaluation.attention_maps import sequence
 from lab.inside.hooks import check_model, hooked
 
 MIN_SPAN = 0.5    # logits between the two runs' differences under which a fraction says little
+ROW_TOKENS = 4096  # tokens one patched forward pass reads (its copies of the corrupted prompt)
 
 
 def _answer_id(tokenizer, text: str | None, logits: torch.Tensor) -> int:
@@ -29,11 +31,14 @@ def _answer_id(tokenizer, text: str | None, logits: torch.Tensor) -> int:
 
 @torch.no_grad()
 def patch(model, tokenizer, clean: str, corrupted: str, answer: str | None = None,
-          wrong: str | None = None) -> dict:
+          wrong: str | None = None, abort=None, max_tokens: int | None = None) -> dict:
     """{"tokens" (clean) and "corrupted_tokens", "answer"/"wrong" tokens, "clean"/"corrupted"
-    logit differences, "resid": [block][position] restored fraction, "heads": [block][head]}."""
+    logit differences, "resid": [block][position] restored fraction, "heads": [block][head]}.
+    The patched runs go ROW_TOKENS tokens a forward pass, keeping the last position's logits
+    only; abort() is asked before each (True raises Aborted); max_tokens: the most a prompt may
+    have (default: the context)."""
     check_model(model)
-    (a, shown_a), (b, shown_b) = _prompts(model, tokenizer, clean, corrupted)
+    (a, shown_a), (b, shown_b) = _prompts(model, tokenizer, clean, corrupted, max_tokens)
     was = model.training
     model.eval()
     t0 = time.time()
@@ -55,9 +60,15 @@ def patch(model, tokenizer, clean: str, corrupted: str, answer: str | None = Non
             the stream, or a head): the share of the gap each copy restores."""
             seen = clean_seen[name][0]
             copies = len(a) if name.endswith("resid_pre") else model.config.n_head
-            with hooked(model, replace={name: lambda x: _slice_each(x, seen)}):
-                lg = model(xb.repeat(copies, 1)).logits[:, -1].float()
-            return ((lg[:, right] - lg[:, other] - d_corrupt) / span).tolist()
+            step, got = max(1, ROW_TOKENS // len(b)), []
+            for first in range(0, copies, step):
+                if abort is not None and abort():
+                    raise Aborted()
+                n = min(step, copies - first)
+                with hooked(model, replace={name: lambda x, first=first: _slice_each(x, seen, first)}):
+                    lg = model(xb.repeat(n, 1), logits_to_keep=1).logits[:, -1].float()
+                got += ((lg[:, right] - lg[:, other] - d_corrupt) / span).tolist()
+            return got
         out_resid, out_heads = [restored_by(n) for n in resid], [restored_by(n) for n in zs]
     finally:
         model.train(was)
@@ -69,9 +80,10 @@ def patch(model, tokenizer, clean: str, corrupted: str, answer: str | None = Non
             "warning": _warning(span)}
 
 
-def _prompts(model, tokenizer, clean: str, corrupted: str):
+def _prompts(model, tokenizer, clean: str, corrupted: str, max_tokens: int | None = None):
     """Each prompt's ids and token strings, refused unless they are as long in tokens."""
-    a, b = sequence(model, tokenizer, clean), sequence(model, tokenizer, corrupted)
+    a, b = sequence(model, tokenizer, clean, max_tokens=max_tokens), \
+        sequence(model, tokenizer, corrupted, max_tokens=max_tokens)
     if len(a[0]) != len(b[0]):
         raise ConfigError(f"the clean prompt is {len(a[0])} tokens and the corrupted one {len(b[0])}: "
                           f"patching needs prompts of equal length in tokens")
@@ -98,12 +110,12 @@ def _warning(span: float) -> str | None:
             f"fractions are ratios of small numbers; choose prompts whose answers differ more")
 
 
-def _slice_each(x: torch.Tensor, clean: torch.Tensor) -> torch.Tensor:
-    """Copy c of x (the batch's row c) gets clean's slice c along x's second axis: a position of
-    a residual stream (B, T, C), or a head of z (B, nh, T, hs)."""
+def _slice_each(x: torch.Tensor, clean: torch.Tensor, first: int = 0) -> torch.Tensor:
+    """Copy c of x (the batch's row c) gets clean's slice first + c along x's second axis: a
+    position of a residual stream (B, T, C), or a head of z (B, nh, T, hs)."""
     x = x.clone()
     c = torch.arange(x.size(0), device=x.device)
-    x[c, c] = clean[:x.size(0)]
+    x[c, c + first] = clean[first:first + x.size(0)]
     return x
 
 

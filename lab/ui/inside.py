@@ -18,6 +18,10 @@ from lab.ui.common import text as bounded_text
 from lab.ui.fields import Dataframe, Number, Radio, Textbox
 from lab.ui.work import progress_bar, streamed
 
+# the most tokens the page's logit lens and patching read: the lens holds a layer's (tokens x
+# vocabulary) log-probabilities at a time, patching runs (blocks x tokens) passes of the prompt
+MAX_LENS_TOKENS = 256
+MAX_PATCH_TOKENS = 64
 MAX_TEXTS = 2000          # texts one ablation request scores (each head's scan: at most 500)
 MAX_SCAN_TEXTS = 500
 # a scan's work in head-texts (each head ablated alone on each text): SmolLM2's 270 heads on 20
@@ -38,7 +42,8 @@ def lens_of(name, text, top, store=None) -> dict:
     ck = _loaded(name, "a checkpoint", store)
     try:
         return {"checkpoint": ck.name, "text": text,
-                **lens.logit_lens(ck.model, ck.tokenizer, text, whole(top, "top", 1, 20))}
+                **lens.logit_lens(ck.model, ck.tokenizer, text, whole(top, "top", 1, 20),
+                                  max_tokens=MAX_LENS_TOKENS)}
     except ConfigError as e:
         raise ConfigError(f"{ck.name}: {e}") from None
 
@@ -285,7 +290,8 @@ def patch_of(name, clean, corrupted, answer, wrong, store=None) -> dict:
     if not clean or not corrupted:
         raise ConfigError("type a clean prompt and a corrupted one of the same length in tokens")
     return {"checkpoint": ck.name, "prompts": [clean, corrupted],
-            **patching.patch(ck.model, ck.tokenizer, clean, corrupted, answer or None, wrong or None)}
+            **patching.patch(ck.model, ck.tokenizer, clean, corrupted, answer or None, wrong or None,
+                             max_tokens=MAX_PATCH_TOKENS)}
 
 
 def show_patch(name, clean, corrupted, answer, wrong, last=None, store=None):
