@@ -36,6 +36,8 @@ def _store(store):
         torch.manual_seed(i)
         checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)).eval(), tok, name,
                          store, provenance={"source": "scratch"})
+    deep = tiny_config(vocab_size=50257, n_positions=64, n_layer=16, n_embd=128)  # patching: long
+    checkpoints.save(build(deep).eval(), tok, "deep", store, provenance={"source": "scratch"})
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +97,28 @@ def test_a_request_stops_when_its_caller_cancels_it(live):
     idle = _cpu_rate(proc, 3)
     assert busy > 0.3 and idle < IDLE, f"CPU seconds a second: {busy:.2f} before, {idle:.2f} after"
     _served_promptly(url)
+
+
+def test_patching_and_the_lens_stop_when_their_caller_cancels(live):
+    """/patch (the most the page allows: 64 tokens, a deep model) streams while it works and
+    stops when cancelled; /lens answers through the same stream."""
+    from gradio_client import Client
+    url, proc, _ = live
+    client = Client(url, verbose=False)
+    prompt = " x" * 62
+    job = client.submit(checkpoint="deep", clean=prompt, corrupted=" y" + prompt[2:], answer="",
+                        wrong="", api_name="/patch")
+    deadline = time.time() + 120
+    while not (job.outputs() and "doing" in job.outputs()[-1]):
+        assert not job.done() and time.time() < deadline, job.result() if job.done() else "no update"
+        time.sleep(0.3)
+    busy = _cpu_rate(proc, 2)
+    job.cancel()
+    time.sleep(STOP_WITHIN_S)
+    idle = _cpu_rate(proc, 3)
+    assert busy > 0.3 and idle < IDLE, f"CPU seconds a second: {busy:.2f} before, {idle:.2f} after"
+    lensed = client.predict(checkpoint="a", text="A dog on a couch .", top=3, api_name="/lens")
+    assert lensed["checkpoint"] == "a" and len(lensed["layers"]) == 3
 
 
 CALLER = """

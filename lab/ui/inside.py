@@ -33,16 +33,28 @@ def _loaded(name, what: str, store):
     return LOADED.get(need_checkpoint(name, what, store), store)
 
 
+def working(compute, doing: str, shown):
+    """compute(abort) in a thread the request's end stops (work.streamed): yields shown(doing)
+    at least every half second while it runs, returns its result."""
+    return (yield from streamed(lambda work: compute(work.stop_asked), lambda said: shown(doing)))
+
+
+def api_streamed(compute, doing: str):
+    """An endpoint's work that stops when its caller leaves: {"doing"} updates, then the result."""
+    result = yield from working(compute, doing, lambda said: {"doing": said})
+    yield result
+
+
 # ---------------------------------------------------------------- the logit lens
 
-def lens_of(name, text, top, store=None) -> dict:
+def lens_of(name, text, top, store=None, abort=None) -> dict:
     text = bounded_text(text, "the text", MAX_PROMPT_CHARS).strip()
     if not text:
         raise ConfigError("type a text to read through the lens")
     ck = _loaded(name, "a checkpoint", store)
     try:
         return {"checkpoint": ck.name, "text": text,
-                **lens.logit_lens(ck.model, ck.tokenizer, text, whole(top, "top", 1, 20),
+                **lens.logit_lens(ck.model, ck.tokenizer, text, whole(top, "top", 1, 20), abort,
                                   max_tokens=MAX_LENS_TOKENS)}
     except ConfigError as e:
         raise ConfigError(f"{ck.name}: {e}") from None
@@ -67,16 +79,20 @@ def _first_said(r: dict) -> str:
 
 
 def show_lens(name, other, text, top, store=None):
-    first = lens_of(name, text, top, store)
-    results = [first] + ([lens_of(other, text, top, store)] if other else [])
+    """Progress while the lens (of one checkpoint, or two) is read, then its maps and downloads."""
+    names = [name] + ([other] if other else [])
+    results = yield from working(lambda abort: [lens_of(n, text, top, store, abort) for n in names],
+                                 "reading each layer through the lens",
+                                 lambda said: (progress_bar(0.5, said), *(gr.skip(),) * 3))
+    first = results[0]
     figs = [lens_figure(r, r["checkpoint"], r["text"]) for r in results]
     rows = [row for r in results for row in lens_rows(r)]
     files = exports.write_table(LENS_HEADERS, rows, "lens-" + "-vs-".join(r["checkpoint"] for r in results),
                                 store, {"text": first["text"], "top": int(top)})
     note = "\n\n".join(_first_said(r) for r in results)
-    return (note, gr.update(value=figs[0], visible=True),
-            gr.update(value=figs[1] if other else None, visible=bool(other)),
-            gr.update(value=files, visible=True))
+    yield (note, gr.update(value=figs[0], visible=True),
+           gr.update(value=figs[1] if other else None, visible=bool(other)),
+           gr.update(value=files, visible=True))
 
 
 def _lens_view(ctx: Context):
@@ -99,14 +115,16 @@ def _lens_view(ctx: Context):
                     visible=False, elem_id="lens-files")
     go.click(lambda: ("", *[gr.update(visible=False)] * 3), None, [note, fig_a, fig_b, files],
              queue=False, api_visibility="private").then(
-        friendly(lambda *v: show_lens(*v, store=ctx.store)), [name, other, text, top],
+        friendly(lambda *v: (yield from show_lens(*v, store=ctx.store))), [name, other, text, top],
         [note, fig_a, fig_b, files], api_visibility="private")
 
-    def lens_api(checkpoint: str, text: str, top: int = 5) -> dict:
-        """The logit lens of a checkpoint over a text: per layer (embeddings, block 1..L) and
-        position the top tokens with their probabilities, the rank and probability of the next
-        token, and the first layer ranking it first."""
-        return lens_of(checkpoint, text, top, ctx.store)
+    def lens_api(checkpoint: str, text: str, top: int = 5) -> dict:      # streamed
+        """The logit lens of a checkpoint over a text (at most 256 tokens), streamed: {"doing"}
+        updates, then per layer (embeddings, block 1..L) and position the top tokens with their
+        probabilities, the rank and probability of the next token, and the first layer ranking
+        it first. It stops when its caller leaves."""
+        yield from api_streamed(lambda abort: lens_of(checkpoint, text, top, ctx.store, abort),
+                                "reading each layer through the lens")
     api(lens_api, "lens", returns="the lens")
 
 
@@ -283,7 +301,7 @@ def _ablation_api(ctx: Context):
 
 # ---------------------------------------------------------------- activation patching
 
-def patch_of(name, clean, corrupted, answer, wrong, store=None) -> dict:
+def patch_of(name, clean, corrupted, answer, wrong, store=None, abort=None) -> dict:
     ck = _loaded(name, "a checkpoint", store)
     clean = bounded_text(clean, "the clean prompt", MAX_PROMPT_CHARS).strip()
     corrupted = bounded_text(corrupted, "the corrupted prompt", MAX_PROMPT_CHARS).strip()
@@ -291,11 +309,14 @@ def patch_of(name, clean, corrupted, answer, wrong, store=None) -> dict:
         raise ConfigError("type a clean prompt and a corrupted one of the same length in tokens")
     return {"checkpoint": ck.name, "prompts": [clean, corrupted],
             **patching.patch(ck.model, ck.tokenizer, clean, corrupted, answer or None, wrong or None,
-                             max_tokens=MAX_PATCH_TOKENS)}
+                             abort, max_tokens=MAX_PATCH_TOKENS)}
 
 
 def show_patch(name, clean, corrupted, answer, wrong, last=None, store=None):
-    r = patch_of(name, clean, corrupted, answer, wrong, store)
+    """Progress while the patched runs go, then the maps and downloads (Stop ends it)."""
+    r = yield from working(lambda abort: patch_of(name, clean, corrupted, answer, wrong, store, abort),
+                           "patching each block's stream at each position, then each head",
+                           lambda said: (progress_bar(0.5, said), *(gr.skip(),) * 3))
     said = (f"**{r['checkpoint']}**: logit difference {r['answer']!r} − {r['wrong']!r} at the last "
             f"position: clean {r['clean']:+.3f}, corrupted {r['corrupted']:+.3f}. A cell is the share "
             f"of that gap its patch restores (0 nothing, 1 all).")
@@ -310,7 +331,7 @@ def show_patch(name, clean, corrupted, answer, wrong, last=None, store=None):
                                 {"clean": clean, "corrupted": corrupted, "answer": r["answer"],
                                  "wrong": r["wrong"], "clean_difference": r["clean"],
                                  "corrupted_difference": r["corrupted"]})
-    return said, gr.update(value=patch_figure(r, r["checkpoint"]), visible=True), \
+    yield said, gr.update(value=patch_figure(r, r["checkpoint"]), visible=True), \
         gr.update(value=files, visible=True), kept(last, "patch", [r])
 
 
@@ -332,21 +353,28 @@ def _patching_view(ctx: Context):
         answer = Textbox("", label="clean answer (optional: its first token)", elem_id="patch-answer")
         wrong = Textbox("", label="corrupted answer (optional)", elem_id="patch-wrong")
         go = gr.Button("Patch", variant="primary", elem_id="patch-go")
+        stop = gr.Button("Stop", variant="stop", visible=False, elem_id="patch-stop")
     said = gr.Markdown(elem_id="patch-note")
     fig = gr.Plot(show_label=False, elem_id="patch-figure", visible=False)
     files = gr.File(label="download (CSV, JSON)", file_count="multiple", interactive=False,
                     visible=False, elem_id="patch-files")
     go.click(lambda: ("", gr.update(visible=False), gr.update(visible=False)), None, [said, fig, files],
-             queue=False, api_visibility="private").then(
-        friendly(lambda *v: show_patch(*v, store=ctx.store)),
+             queue=False, api_visibility="private")
+    stoppable(go, stop, lambda: go.click(
+        friendly(lambda *v: (yield from show_patch(*v, store=ctx.store))),
         [name, clean, corrupted, answer, wrong, ctx.inside], [said, fig, files, ctx.inside],
-        api_visibility="private")
+        api_visibility="private"),
+        said, [said], lambda s: ["Stopped before the end: no map." if s and "lab-progress" in s else gr.skip()])
 
-    def patch_api(checkpoint: str, clean: str, corrupted: str, answer: str = "", wrong: str = "") -> dict:
+    def patch_api(checkpoint: str, clean: str, corrupted: str, answer: str = "",
+                  wrong: str = "") -> dict:          # streamed
         """Activation patching from the clean prompt into the corrupted one (equal length in
-        tokens): the share of the clean answer's logit difference each patch restores, per block
-        and position of the residual stream and per block and head."""
-        return patch_of(checkpoint, clean, corrupted, answer, wrong, ctx.store)
+        tokens, at most 64), streamed: {"doing"} updates, then the share of the clean answer's
+        logit difference each patch restores, per block and position of the residual stream and
+        per block and head. It stops when its caller leaves."""
+        yield from api_streamed(lambda abort: patch_of(checkpoint, clean, corrupted, answer, wrong,
+                                                       ctx.store, abort),
+                                "patching each block's stream at each position, then each head")
     api(patch_api, "patch", returns="the patching maps")
 
 
