@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, pipeline
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, pipeline
 
 from lab.config import DecodeConfig, ModelConfig
 from lab.inputs import tokenizers
@@ -118,6 +118,7 @@ def test_smollm2_and_a_cut_of_it_export_with_the_same_logits_and_text(smollm2_hf
         checkpoints.save(model, tok, name)
         out = interop.export_hf(name, tmp_path / name)
         exported = AutoModelForCausalLM.from_pretrained(out).eval()
+        assert AutoTokenizer.from_pretrained(out)(text).input_ids == ids[0].tolist()   # its start
         with torch.no_grad():
             diff = (model(ids).logits - exported(ids, use_cache=False).logits).abs().max().item()
         assert diff < 1e-4, (name, diff)
@@ -125,6 +126,7 @@ def test_smollm2_and_a_cut_of_it_export_with_the_same_logits_and_text(smollm2_hf
             gen = pipeline("text-generation", model=str(out), tokenizer=str(out), device="cpu")
             said = gen("A dog", do_sample=False, max_new_tokens=8, return_tensors=True)[0]
             prompt = gen.tokenizer("A dog")["input_ids"]
+            assert prompt == [tok.eos_id] + tok.encode("A dog")
             (new, _, _), = generate(model, [prompt], DecodeConfig(decoder="greedy", max_new_tokens=8),
                                     tok.eos_id)
             assert said["generated_token_ids"] == prompt + new

@@ -273,3 +273,47 @@ def test_weights_holding_nan_or_inf_are_refused_at_import(hf_dir, tmp_path, stor
     assert str(e.value) == (f"{bad}: the weights file holds {kind} in transformer.h.1.mlp.c_fc.weight (1 of "
                             f"{48 * 4 * 48:,} values); nothing imported")
     assert (_files(store) if store.exists() else {}) == before and "poisoned" not in checkpoints.names(store)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_an_export_reads_and_writes_through_the_plain_hf_api_as_in_the_lab(tmp_path, family):
+    """From the exported folder alone: AutoTokenizer adds the start token the lab reads every text
+    after; config.json, generation_config.json and the tokenizer name the same start, end and
+    padding tokens; generate() and pipeline("text-generation"), greedy, write the lab's greedy
+    continuation token for token (a model with each family's defaults and GPT-2's tokenizer)."""
+    import json
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+
+    from lab.inputs import tokenizers
+    from lab.modeling.generate import sample_captions
+    from lab.modeling.model import build
+    from tests.conftest import tiny_config
+    torch.manual_seed(1)
+    tok = tokenizers.gpt2()
+    model = build(ModelConfig.from_dict({**tiny_config(vocab_size=50257).to_dict(), "model": family,
+                                         **({} if family == "gpt2" else {"norm": None, "attention": None,
+                                            "positional": None, "mlp": None, "bias": None,
+                                            "tie_embeddings": None, "settings": {}})})).eval()
+    checkpoints.save(model, tok, "made-here", tmp_path / "store")
+    out = interop.export_hf("made-here", tmp_path / "out", tmp_path / "store")
+    text, n = "A man riding a", 12
+    ours = sample_captions(model, tok, 1, DecodeConfig(decoder="greedy", max_new_tokens=n),
+                           prompt=text)[0]
+
+    hf_tok = AutoTokenizer.from_pretrained(out)
+    hf = AutoModelForCausalLM.from_pretrained(out).eval()
+    ids = hf_tok(text, return_tensors="pt").input_ids
+    assert ids[0, 0].item() == 50256 and ids[0, 1:].tolist() == tok.encode(text)
+    gen = json.loads((out / "generation_config.json").read_text())
+    said = {(hf.config.bos_token_id, hf.config.eos_token_id, hf.config.pad_token_id),
+            (gen["bos_token_id"], gen["eos_token_id"], gen["pad_token_id"]),
+            (hf_tok.bos_token_id, hf_tok.eos_token_id, hf_tok.pad_token_id)}
+    assert said == {(50256, 50256, 50256)}
+    new = hf.generate(ids, max_new_tokens=n, do_sample=False)[0, ids.size(1):].tolist()
+    if 50256 in new:
+        new = new[:new.index(50256)]
+    assert tok.encode(text) + new == ours.tokens, (new, ours.tokens)
+    piped = pipeline("text-generation", model=str(out), device="cpu")(text, max_new_tokens=n,
+                                                                      do_sample=False)
+    assert piped[0]["generated_text"] == text + tok.decode(new)

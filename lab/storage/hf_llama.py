@@ -110,6 +110,14 @@ def weights_limit(cfg: ModelConfig, width: int) -> int:
     return 64 * 1024 + 256 * (3 + 9 * L) + int(values * width * 1.01)
 
 
+def special_ids(tok) -> dict:
+    """An exported config's start, end and padding tokens: the lab's (a text starts after
+    end-of-text, and a batch pads with it), so config.json, generation_config.json and the
+    tokenizer's files agree."""
+    start = tok.bos_id if tok.bos_id is not None else tok.eos_id
+    return {"bos_token_id": start, "eos_token_id": tok.eos_id, "pad_token_id": tok.eos_id}
+
+
 def hf_model(ck):
     """A `llama` checkpoint as a transformers LlamaForCausalLM, every weight in place."""
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -121,7 +129,7 @@ def hf_model(ck):
         rms_norm_eps=c.norm_eps, hidden_act="silu",
         rope_parameters={"rope_type": "default", "rope_theta": c.settings["positional"]["theta"]},
         tie_word_embeddings=c.tie_embeddings, attention_bias=False, mlp_bias=False,
-        bos_token_id=ck.tokenizer.eos_id, eos_token_id=ck.tokenizer.eos_id)
+        **special_ids(ck.tokenizer))
     model = LlamaForCausalLM(hf_cfg)
     missing, unexpected = model.load_state_dict(hf_state(state, c), strict=False)
     missing = [k for k in missing if not (c.tie_embeddings and k == "lm_head.weight")]

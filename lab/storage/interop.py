@@ -375,6 +375,7 @@ def _write_export(ck, hf, outdir) -> Path:
         hf.save_pretrained(str(tmp))
         if isinstance(ck.tokenizer, tokenizers.HFTokenizer):
             ck.tokenizer.save(tmp)
+            _start_as_in_the_lab(tmp, ck.tokenizer)
         if outdir.exists():
             outdir.rmdir()
         os.replace(tmp, outdir)
@@ -385,6 +386,20 @@ def _write_export(ck, hf, outdir) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return outdir
+
+
+def _start_as_in_the_lab(folder: Path, tok) -> None:
+    """The exported tokenizer reads a text as the lab does: its start token (the lab's, end-of-text
+    for GPT-2 and SmolLM2) added before it by AutoTokenizer and pipeline("text-generation") alike,
+    and padding with end-of-text; its files then name the tokens config.json names."""
+    from transformers import AutoTokenizer
+    hf = AutoTokenizer.from_pretrained(str(folder))
+    end = hf.convert_ids_to_tokens(tok.eos_id)
+    hf.eos_token, hf.pad_token = end, end
+    if tok.bos_id is not None:
+        hf.bos_token = hf.convert_ids_to_tokens(tok.bos_id)
+        hf.add_bos_token = True
+    hf.save_pretrained(str(folder))
 
 
 def _check_exportable(checkpoint: str, c: ModelConfig, standard: dict) -> None:
@@ -415,8 +430,7 @@ def _hf_model(ck):
     hf_cfg = GPT2Config(vocab_size=c.vocab_size, n_positions=c.n_positions, n_embd=c.n_embd,
                         n_layer=c.n_layer, n_head=c.n_head, n_inner=c.n_inner,
                         layer_norm_epsilon=c.norm_eps, activation_function="gelu_new",
-                        tie_word_embeddings=c.tie_embeddings, bos_token_id=ck.tokenizer.eos_id,
-                        eos_token_id=ck.tokenizer.eos_id)
+                        tie_word_embeddings=c.tie_embeddings, **hf_llama.special_ids(ck.tokenizer))
     hf = GPT2LMHeadModel(hf_cfg)
     state = {k: (v.t() if k.endswith(CONV1D) else v) for k, v in ck.model.state_dict().items()}
     missing, unexpected = hf.load_state_dict(state, strict=False)
