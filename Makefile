@@ -39,7 +39,8 @@ install: $(STAMP) $(VENDOR)/.stamp
 run: install
 	$(BIN)/python app.py
 
-# the files spread over every core (pytest-xdist; a file's tests stay on one worker, longest first)
+# the files spread over the cores, a worker more than there are (pytest-xdist, tests/conftest.py;
+# a file's tests stay on one worker, the longest files first)
 test: install $(CHROMIUM)
 	$(BIN)/python -m pytest -q -n auto --dist loadfile tests
 

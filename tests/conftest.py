@@ -12,6 +12,13 @@ from pathlib import Path
 
 import pytest
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (make test): one worker more than the cores. Many tests wait on a process they
+    started (an app, a job, Chromium) as much as they compute, so a third worker on two cores
+    overlaps the waits (docs/benchmarks.md: 14 minutes against 16 on two workers)."""
+    return (os.cpu_count() or 1) + 1
+
+
 # under pytest-xdist the cores are shared out between the workers, and the processes their tests
 # start inherit the share (set before torch starts its thread pools: every thread, the ones a test
 # starts too, then computes with the same number)

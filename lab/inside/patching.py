@@ -56,19 +56,9 @@ def patch(model, tokenizer, clean: str, corrupted: str, answer: str | None = Non
         span = d_clean - d_corrupt
 
         def restored_by(name: str) -> list[float]:
-            """Copy c of the corrupted run gets the clean run's slice c of `name` (a position of
-            the stream, or a head): the share of the gap each copy restores."""
-            seen = clean_seen[name][0]
             copies = len(a) if name.endswith("resid_pre") else model.config.n_head
-            step, got = max(1, ROW_TOKENS // len(b)), []
-            for first in range(0, copies, step):
-                if abort is not None and abort():
-                    raise Aborted()
-                n = min(step, copies - first)
-                with hooked(model, replace={name: lambda x, first=first: _slice_each(x, seen, first)}):
-                    lg = model(xb.repeat(n, 1), logits_to_keep=1).logits[:, -1].float()
-                got += ((lg[:, right] - lg[:, other] - d_corrupt) / span).tolist()
-            return got
+            lg = _patched_logits(model, xb, name, clean_seen[name][0], copies, abort)
+            return ((lg[:, right] - lg[:, other] - d_corrupt) / span).tolist()
         out_resid, out_heads = [restored_by(n) for n in resid], [restored_by(n) for n in zs]
     finally:
         model.train(was)
@@ -78,6 +68,21 @@ def patch(model, tokenizer, clean: str, corrupted: str, answer: str | None = Non
             "resid": out_resid, "heads": out_heads,
             "layers": [f"block {i + 1}" for i in range(L)], "elapsed_s": time.time() - t0,
             "warning": _warning(span)}
+
+
+def _patched_logits(model, xb: torch.Tensor, name: str, seen: torch.Tensor, copies: int,
+                    abort) -> torch.Tensor:
+    """(copies, V): the last position's logits of the corrupted run xb (1, T) where copy c gets
+    the clean run's slice c of `name` (`seen`: a position of the stream, or a head), ROW_TOKENS
+    tokens a forward pass; abort() is asked before each (True raises Aborted)."""
+    step, got = max(1, ROW_TOKENS // xb.size(1)), []
+    for first in range(0, copies, step):
+        if abort is not None and abort():
+            raise Aborted()
+        n = min(step, copies - first)
+        with hooked(model, replace={name: lambda x, first=first: _slice_each(x, seen, first)}):
+            got.append(model(xb.repeat(n, 1), logits_to_keep=1).logits[:, -1].float())
+    return torch.cat(got)
 
 
 def _prompts(model, tokenizer, clean: str, corrupted: str, max_tokens: int | None = None):

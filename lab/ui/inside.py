@@ -366,6 +366,11 @@ def _patching_view(ctx: Context):
         api_visibility="private"),
         said, [said], lambda s: ["Stopped before the end: no map." if s and "lab-progress" in s else gr.skip()])
 
+    _patching_api(ctx)
+
+
+def _patching_api(ctx: Context):
+    """Patching's API endpoint: /patch, streamed."""
     def patch_api(checkpoint: str, clean: str, corrupted: str, answer: str = "",
                   wrong: str = "") -> dict:          # streamed
         """Activation patching from the clean prompt into the corrupted one (equal length in
