@@ -35,9 +35,14 @@ def cmd_lens(args):
 
 
 def cmd_ablate(args):
-    ck = checkpoints.load(args.checkpoint, args.store)
     if not 1 <= args.n <= 5000:
         raise ConfigError(f"--n must be between 1 and 5000, got {args.n}")
+    if not 1 <= args.n_ref <= 5000:
+        raise ConfigError(f"--n-ref must be between 1 and 5000, got {args.n_ref}")
+    if args.each and args.heads:
+        raise ConfigError("--heads and --each both given: ablate the heads named, or each head in "
+                          "turn (--each), not both")
+    ck = checkpoints.load(args.checkpoint, args.store)
     if args.each:
         r = ablation.scan(ck, args.mode, args.split, args.n, args.seed, args.n_ref, args.data_dir)
         if args.json:

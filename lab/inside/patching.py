@@ -38,6 +38,8 @@ def patch(model, tokenizer, clean: str, corrupted: str, answer: str | None = Non
     only; abort() is asked before each (True raises Aborted); max_tokens: the most a prompt may
     have (default: the context)."""
     check_model(model)
+    if not clean.strip() or not corrupted.strip():
+        raise ConfigError("type a clean prompt and a corrupted one of the same length in tokens")
     (a, shown_a), (b, shown_b) = _prompts(model, tokenizer, clean, corrupted, max_tokens)
     was = model.training
     model.eval()

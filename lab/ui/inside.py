@@ -305,8 +305,6 @@ def patch_of(name, clean, corrupted, answer, wrong, store=None, abort=None) -> d
     ck = _loaded(name, "a checkpoint", store)
     clean = bounded_text(clean, "the clean prompt", MAX_PROMPT_CHARS).strip()
     corrupted = bounded_text(corrupted, "the corrupted prompt", MAX_PROMPT_CHARS).strip()
-    if not clean or not corrupted:
-        raise ConfigError("type a clean prompt and a corrupted one of the same length in tokens")
     return {"checkpoint": ck.name, "prompts": [clean, corrupted],
             **patching.patch(ck.model, ck.tokenizer, clean, corrupted, answer or None, wrong or None,
                              abort, max_tokens=MAX_PATCH_TOKENS)}
