@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from tests.test_browser import CHROMIUM, browser, empty_server  # noqa: F401  (fixtures)
+from tests.test_browser import CHROMIUM, browser  # noqa: F401  (fixtures)
+from tests.test_browser_from_empty import empty_server  # noqa: F401  (the fixture)
 
 pytestmark = [pytest.mark.newcomer,
               pytest.mark.skipif(not __import__("pathlib").Path(CHROMIUM).exists(), reason="no chromium")]
