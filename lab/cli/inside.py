@@ -34,7 +34,8 @@ def cmd_lens(args):
         print(f"  columns: {', '.join(r['layers'])}")
 
 
-def cmd_ablate(args):
+def _check_ablate(args) -> None:
+    """The command's own bounds, before the checkpoint is read."""
     if not 1 <= args.n <= 5000:
         raise ConfigError(f"--n must be between 1 and 5000, got {args.n}")
     if not 1 <= args.n_ref <= 5000:
@@ -42,6 +43,10 @@ def cmd_ablate(args):
     if args.each and args.heads:
         raise ConfigError("--heads and --each both given: ablate the heads named, or each head in "
                           "turn (--each), not both")
+
+
+def cmd_ablate(args):
+    _check_ablate(args)
     ck = checkpoints.load(args.checkpoint, args.store)
     if args.each:
         r = ablation.scan(ck, args.mode, args.split, args.n, args.seed, args.n_ref, args.data_dir)
