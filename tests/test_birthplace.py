@@ -237,3 +237,18 @@ def test_a_birthplace_job_runs_in_the_background_worker(store, corpus_dir):
     assert info["task"] == "birthplace" and info["objective"] == "span"
     assert info["model"]["model"] == "perceiver"
     assert info["model"]["settings"]["model"]["bottleneck_dim"] == 16
+
+
+def test_a_job_is_refused_before_it_is_queued_when_the_task_s_data_is_not_there(store, tmp_path,
+                                                                               monkeypatch):
+    """LAB_BIRTHPLACE_DIR naming a folder without the task's files: the job is refused in one
+    line naming the folder and the variable, and nothing is queued."""
+    from lab.errors import LabError
+    from lab.worker import jobs
+    monkeypatch.setenv("LAB_BIRTHPLACE_DIR", str(tmp_path))
+    model, train, _ = configs("birthplace-vanilla")
+    with pytest.raises(LabError) as e:
+        jobs.submit("bp", model.to_dict(), train.to_dict(), store=store)
+    assert str(e.value) == (f"birth-place data not found: {tmp_path} has no wiki.txt (pass "
+                            f"--data-dir or set LAB_BIRTHPLACE_DIR to the cs224n-birthplaces folder)")
+    assert jobs.list_jobs(store) == []

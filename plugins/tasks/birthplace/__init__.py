@@ -49,6 +49,11 @@ class BirthplaceTask:
         default): a run's data_dir names the caption corpus (the worker's, the app's)."""
         return bp.data_dir(None)
 
+    def check_stored(self, cfg, store=None) -> None:
+        """Before a job is queued: the task's data is where LAB_BIRTHPLACE_DIR (or the default)
+        says, so a missing folder is said at once, not by the job that fails in the worker."""
+        bp.data_dir(None)
+
     def scratch_tokenizer(self, data_dir=None, cfg=None):
         return bp.tokenizer(data_dir)
 
