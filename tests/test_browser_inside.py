@@ -23,8 +23,9 @@ pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's ch
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, corpus_dir):
     """words: gpt2 family, the training captions' words; bpe: llama family, GPT-2 BPE;
-    words-deep: words' vocabulary in 8 blocks of 4 heads, untrained (a scan of it lasts long
-    enough to stop; named to sort after the two, which Compare then opens on)."""
+    words-deep: words' vocabulary in 8 blocks of 4 heads of width 32, untrained (a scan of it
+    lasts long enough to stop: at width 8 a head, one ended before its Stop arrived; named to
+    sort after the two, which Compare then opens on)."""
     store = tmp_path_factory.mktemp("inside-store")
     import os
     old = os.environ.get("LAB_STORE")
@@ -34,7 +35,8 @@ def server(tmp_path_factory, corpus_dir):
         list(runs.train("words", tiny_config(n_positions=48), cfg.replace(tokenizer="words")))
         list(runs.train("bpe", tiny_config(n_positions=48, model="llama", vocab_size=50257), cfg))
         tok = checkpoints.load("words", store).tokenizer
-        checkpoints.save(build(tiny_config(n_positions=48, n_layer=8, vocab_size=tok.vocab_size)),
+        checkpoints.save(build(tiny_config(n_positions=48, n_layer=8, n_embd=128,
+                                           vocab_size=tok.vocab_size)),
                          tok, "words-deep", store, provenance={"source": "scratch"})
     finally:
         os.environ["LAB_STORE"] = old or ""
