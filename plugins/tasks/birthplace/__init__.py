@@ -12,6 +12,7 @@ from lab.inputs.data import pack
 from lab.evaluation.metrics import Aborted
 from lab.registry import TASKS
 from lab.inputs.tasks import Prepared
+from lab.task import epoch_batches
 from lab.modeling.generate import kv_bytes_per_token
 from plugins.tasks.birthplace import answers, core as bp
 
@@ -125,8 +126,8 @@ def _prepare_span(cfg, tok, data_dir) -> Prepared:
            for i in range(0, len(dev_docs), cfg.eval_batch_size)]
 
     def batches(gen):
-        for chunk in _chunks(train, cfg, gen):
-            yield bp.span_batch(chunk, tok, gen)
+        return epoch_batches(train, cfg.batch_size, lambda chunk: bp.span_batch(chunk, tok, gen),
+                             cfg.shuffle, gen)
 
     return Prepared(tok, train, dev_docs, batches, bp.token_loss,
                     lambda model, abort: _dev_loss(model, dev, abort, tok),
@@ -141,8 +142,8 @@ def _prepare_qa(cfg, tok, data_dir) -> Prepared:
            for i in range(0, len(dev_pairs), cfg.eval_batch_size)]
 
     def qa_batches(gen):
-        for chunk in _chunks(pairs, cfg, gen):
-            yield bp.qa_batch(chunk, tok)
+        return epoch_batches(pairs, cfg.batch_size, lambda chunk: bp.qa_batch(chunk, tok),
+                             cfg.shuffle, gen)
 
     def evaluate(model, abort):
         scores = _dev_loss(model, dev, abort, tok)
@@ -154,14 +155,6 @@ def _prepare_qa(cfg, tok, data_dir) -> Prepared:
 
     return Prepared(tok, pairs, dev_pairs, qa_batches, bp.token_loss, evaluate,
                     unit="questions", packs=True)
-
-
-def _chunks(items: list, cfg, gen: torch.Generator):
-    """An epoch's batches of items: shuffled by the epoch's generator (cfg.shuffle), in order."""
-    order = torch.randperm(len(items), generator=gen).tolist() if cfg.shuffle else range(len(items))
-    order = list(order)
-    for i in range(0, len(order), cfg.batch_size):
-        yield [items[j] for j in order[i:i + cfg.batch_size]]
 
 
 @torch.no_grad()
