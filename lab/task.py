@@ -79,8 +79,9 @@ class Task(Protocol):
     #       "percent"}}, "n": examples scored, "unit": their word, "samples": [...]}: what
     #       `evaluate` reports for its checkpoints on up to n examples of split drawn by seed (a
     #       task whose checkpoints write text may give texts(ck, split) instead)
-    #   texts(ck, split, data_dir) -> (texts, {"split", "source"}): the texts its checkpoints are
-    #       scored on by perplexity and BLEU (with tabs=("generate",))
+    #   texts(ck, split, data_dir) -> (texts, {"split", "source"}): a split's texts as its model
+    #       reads them, which head ablation and exposure bias score (and, with
+    #       tabs=("generate",), perplexity and BLEU); without it those views say it gives none
 
 
 def settings_of(cfg):

@@ -34,6 +34,13 @@ if "LAB_CACHE" not in os.environ:
     import tempfile
     _MADE_CACHE = os.environ["LAB_CACHE"] = tempfile.mkdtemp(prefix="tfmr-lab-test-cache-")
 
+# the allocator settings a job's process runs with (lab/worker/executors.py), for the workers and
+# every process a test starts: glibc reads them when a process starts
+from lab.worker.executors import ALLOCATOR  # noqa: E402
+
+for _name, _value in ALLOCATOR.items():
+    os.environ.setdefault(_name, _value)
+
 import torch  # noqa: E402
 
 from lab.config import ModelConfig

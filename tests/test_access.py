@@ -384,6 +384,20 @@ def test_two_to_compare_are_a_scratch_model_and_a_fine_tune_when_the_store_has_b
     assert "value" not in ctx.refreshed(two, names, pick, pick)[0]   # a pair already: it stays
     # without a fine-tune: the first two
     assert ctx.picked(["a-import", "b-scratch", "d-scratch"], "two", "captions") == ["a-import", "b-scratch"]
+    # a pair shares its task and data: a model of another corpus is not paired with a caption
+    # fine-tune; the Getting started panel's pair comes first when the store holds it
+    gpl = {"source": "scratch", "task": "text", "train": {"settings": {"task": {"dataset": "gpl"}}}}
+    metas = {"a-gpl": gpl, "b-tuned": {"source": "finetune", "task": "captions"},
+             "c-scratch": {"source": "scratch", "task": "captions"},
+             "d-gpl-tuned": {**gpl, "source": "finetune"}}
+    assert ctx.picked(list(metas), "two", "generate", metas) == ["a-gpl", "d-gpl-tuned"]
+    assert ctx.picked(list(metas)[:3], "two", "generate", metas) == ["c-scratch", "b-tuned"]
+    assert ctx.picked(["a-gpl", "b-tuned", "e-import"], "two", "generate",
+                      {**metas, "e-import": {"source": "import"}}) == ["b-tuned", "e-import"]
+    panel = {"quick-scratch": {"source": "scratch", "task": "captions"},
+             "smollm2-captions": {"source": "finetune", "task": "captions"}}
+    assert ctx.picked(list(metas) + list(panel), "two", "generate", {**metas, **panel}) == \
+        ["quick-scratch", "smollm2-captions"]
 
 
 def test_caption_tabs_pick_caption_checkpoints_before_birth_place_ones(store):

@@ -201,6 +201,26 @@ def _tokenizer_kept(page, parent):
         expect(radio).to_be_disabled()
 
 
+def test_a_preset_for_a_new_model_clears_the_parent_a_fine_tune_s_keeps_it(page, server):
+    """With a parent chosen, a fine-tune's preset keeps it (the model section stays the
+    parent's); a preset that trains a new model clears it and gives the model section back."""
+    from playwright.sync_api import expect
+    _tab(page, "Train")
+    _choose(page, "#train-parent", "scratch-a")
+    expect(page.locator("#train-parent-note")).to_contain_text("Fine-tuning scratch-a", timeout=30_000)
+    _choose(page, "#train-preset", "smollm2-quick")
+    expect(page.locator("#train-lr input")).to_have_value("0.0002", timeout=30_000)
+    expect(page.locator("#train-parent input")).to_have_value("scratch-a")
+    expect(page.locator("#train-n_embd input")).to_be_disabled()
+    _choose(page, "#train-preset", "tiny")
+    expect(page.locator("#train-parent-note")).to_contain_text(
+        "Preset tiny trains a new model, so the parent scratch-a is cleared", timeout=30_000)
+    expect(page.locator("#train-parent input")).to_have_value("")
+    expect(page.locator("#train-n_embd input")).to_have_value("64")
+    expect(page.locator("#train-n_embd input")).to_be_enabled()
+    expect(page.locator("#train-tokenizer input[type=radio]:checked")).to_have_count(1)
+
+
 def test_finetune_job_from_the_form_survives_a_reload_and_stops(page, server):
     url, store = server
     _tab(page, "Train")
@@ -473,7 +493,7 @@ def test_a_sweep_from_the_experiments_tab_runs_and_reads_as_a_table(page, server
     expect(page.locator("#sweep-grid textarea")).to_have_value("n_layer=1\n", timeout=30_000)
     page.locator("#sweep-n input").fill("10")
     page.locator("#sweep-start").click()
-    expect(page.locator("#sweep-message")).to_contain_text("Queued 1 runs of sweep ui-sweep",
+    expect(page.locator("#sweep-message")).to_contain_text("Queued 1 run of sweep ui-sweep",
                                                            timeout=60_000)
     run = page.locator(".lab-sweep-run").first
     expect(run).to_have_attribute("data-status", "done", timeout=300_000)

@@ -3,6 +3,7 @@ a caption model trained in the fixture and a second of another family and tokeni
 two side by side, a set of heads ablated with its verdict and captions, every head scanned with
 progress and a Stop, patching's two maps (and in Compare's report), and one-line refusals. Screenshots go to
 LAB_SCREENSHOTS (if set) as inside-*.png."""
+import re
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,7 @@ def test_the_lens_of_two_checkpoints_side_by_side(page, server):
     _shot(page, "inside-lens")
     page.locator("#lens-text textarea, #lens-text input").first.fill("   ")
     page.locator("#lens-go").click()
-    expect(page.get_by_text("type a text to read through the lens")).to_be_visible(timeout=30_000)
+    expect(page.locator("#lens-note")).to_contain_text("type a text to read through the lens", timeout=30_000)
     expect(page.locator("#lens-figure")).to_be_hidden()              # the last lens went with it
     assert page.left_machine == [], f"requests tried to leave the machine: {page.left_machine}"
 
@@ -79,15 +80,22 @@ def test_heads_ablated_then_every_head_scanned_with_a_stop(page, server):
     expect(page.locator("#ablate-captions")).to_contain_text("heads ablated (greedy)")
     _shot(page, "inside-ablate")
 
-    _choose(page, "ablate-checkpoint", "words-deep")
+    _choose(page, "ablate-checkpoint", "words-deep")       # the limit for its heads beside the field
+    expect(page.locator("#ablate-n")).to_contain_text("each head in turn (32 heads here): at most 312")
     page.locator("#ablate-n input").fill("300")       # 32 heads x 300 texts: long enough to stop
     page.locator("#ablate-scan-go").click()
     expect(page.locator("#ablate-stop")).to_be_visible(timeout=10_000)
-    expect(note.locator(".lab-progress-text")).to_contain_text("words-deep: block", timeout=60_000)
+    running = note.locator(".lab-progress-text")
+    expect(running).to_contain_text("texts 33-64", timeout=60_000)        # a batch of texts scored
+    expect(running).to_contain_text(re.compile(r"words-deep: \d+% of 32 heads, each alone on every "
+                                               r"text .* about \dm\d\ds left"))
     _shot(page, "inside-scan-running")
-    page.locator("#ablate-stop").click()
-    expect(note).to_contain_text("Stopped before the end", timeout=30_000)
-    expect(page.locator("#ablate-figure")).to_be_hidden()
+    page.locator("#ablate-stop").click()                  # the map of the texts scored by then
+    expect(note).to_contain_text(re.compile(r"Stopped: words-deep's map of the \d+ texts scored before "
+                                            r"the Stop"), timeout=30_000)
+    expect(page.locator("#ablate-figure .js-plotly-plot")).to_contain_text("alone", timeout=10_000)
+    expect(page.locator("#ablate-stop")).to_be_hidden()
+    _shot(page, "inside-scan-stopped")
 
     _choose(page, "ablate-checkpoint", "words")
     page.locator("#ablate-n input").fill("60")
@@ -104,13 +112,13 @@ def test_heads_ablated_then_every_head_scanned_with_a_stop(page, server):
 
     page.locator("#ablate-n input").fill("9999")                   # refused before it starts:
     page.locator("#ablate-scan-go").click()                         # the Stop button goes too
-    expect(page.get_by_text("texts must be a whole number from 1 to 500")).to_be_visible(timeout=30_000)
+    expect(note).to_contain_text("texts must be a whole number from 1 to 500", timeout=30_000)
     expect(page.locator("#ablate-stop")).to_be_hidden(timeout=10_000)
     page.locator("#ablate-n input").fill("60")
 
     page.locator("#ablate-heads textarea, #ablate-heads input").first.fill("7.1")
     page.locator("#ablate-go").click()
-    expect(page.get_by_text("head 7.1 out of range: this model has blocks 1 to 2")).to_be_visible(timeout=30_000)
+    expect(note).to_contain_text("head 7.1 out of range: this model has blocks 1 to 2", timeout=30_000)
     assert page.left_machine == [], f"requests tried to leave the machine: {page.left_machine}"
 
 
@@ -124,7 +132,8 @@ def test_patching_draws_both_maps_and_refuses_unequal_prompts(page, server):
     _shot(page, "inside-patch")
     page.locator("#patch-corrupted textarea, #patch-corrupted input").first.fill("A very tall woman riding")
     page.locator("#patch-go").click()
-    expect(page.get_by_text("patching needs prompts of equal length in tokens")).to_be_visible(timeout=30_000)
+    expect(page.locator("#patch-note")).to_contain_text("patching needs prompts of equal length in tokens",
+                                                        timeout=30_000)
     expect(page.locator("#patch-figure")).to_be_hidden()
     # Compare's report holds the last patching of a compared checkpoint (the refused one left none)
     _tab(page, "Compare")

@@ -109,8 +109,12 @@ def test_heartbeat_lines_read_as_what_the_job_does():
         progress_html({"status": "running", "progress": ev, "error": None})
     during = {**ev, "doing": "training step 12 of 40 (steps take about 11 s)", "epoch": 1,
               "step": 11, "total_steps": 40, "elapsed_s": 130.0, "eta_s": 320.0}
-    assert "training step 12 of 40 (steps take about 11 s) — epoch 1, step 11/40" in \
-        progress_html({"status": "running", "progress": during, "error": None})
+    said = progress_html({"status": "running", "progress": during, "error": None})
+    assert "training step 12 of 40 (steps take about 11 s) — epoch 1, elapsed 2m10s, ETA 5m20s" in said
+    assert "11/40" not in said                   # the step said once, as the one under way
+    first = {**during, "doing": "training step 1 of 40", "step": 0, "eta_s": 0.0}
+    assert "— epoch 1, elapsed 2m10s, ETA estimating" in progress_html(
+        {"status": "running", "progress": first, "error": None})   # no step measured yet
     assert progress.step_text(12, 40, 11.2) == "training step 12 of 40 (steps take about 11 s)"
     assert progress.step_text(1, 40, 0.0) == "training step 1 of 40"
     assert progress.step_text(5, 40, 0.25) == "training step 5 of 40 (4.0 steps a second)"

@@ -3,6 +3,7 @@ none), the logit lens, head ablation and activation patching, with known answers
 layer is the model's output, patching nothing restores 0 and the last block's output 1, and a
 model built by hand whose one head copies the previous token."""
 import json
+import re
 import string
 import subprocess
 import sys
@@ -155,6 +156,24 @@ def test_the_scan_of_every_head_is_the_ablation_of_each(captioner, mode):
     lo, hi = one["change_ci"]
     assert lo <= one["change"] <= hi and one["verdict"]
     assert len(one["continuations"]) == 2 and all(c["intact"] and c["ablated"] for c in one["continuations"])
+
+
+def test_a_scan_stopped_after_a_batch_maps_the_texts_it_scored(captioner):
+    """Progress counts every head alone on every text; a Stop after the first batch of texts
+    keeps what that batch scored (a map of its texts, no estimate); one before it, nothing."""
+    from lab.errors import Aborted
+    seen = []
+    batch_done = lambda: bool(seen) and seen[-1]["block"] == seen[-1]["blocks"]    # noqa: E731
+    scan = ablation.scan(captioner, n=40, n_ref=10, batch_size=16, abort=batch_done,
+                         progress=seen.append)
+    assert scan["stopped"] and scan["n"] == 16 and scan["estimate"] is None
+    assert len(scan["change"]) == 2 and len(scan["change"][0]) == 4 and len(scan["most"]) == 5
+    assert [p["done"] for p in seen] == [16, 32] and {p["of"] for p in seen} == {80}
+    assert seen[0]["texts"] == (1, 16)
+    with pytest.raises(Aborted):
+        ablation.scan(captioner, n=40, n_ref=10, batch_size=16, abort=lambda: True)
+    whole = ablation.scan(captioner, n=40, n_ref=10, batch_size=16, estimated=False)
+    assert not whole["stopped"] and whole["n"] == 40
 
 
 def test_the_compare_report_holds_what_was_last_run_inside_the_compared_checkpoints(captioner):
@@ -328,5 +347,9 @@ def test_the_page_bounds_the_lens_and_patching_before_any_work(store):
                                               f"at most {tab.MAX_LENS_TOKENS} can be shown"):
         tab.lens_of("long", over, 5, store)
     assert len(tab.lens_of("long", over[1:], 5, store)["tokens"]) == tab.MAX_LENS_TOKENS
-    with pytest.raises(GenerationError, match=f"at most {tab.MAX_PATCH_TOKENS} can be shown"):
+    with pytest.raises(GenerationError, match=re.escape(
+            f"the clean prompt: the text is 71 tokens with BOS; at most {tab.MAX_PATCH_TOKENS} can be "
+            f"shown here; `python -m lab patch` reads prompts up to the model's context")):
         tab.patch_of("long", "a" * 70, "b" * 70, "", "", store)
+    with pytest.raises(GenerationError, match="^the corrupted prompt: the text is 71 tokens"):
+        tab.patch_of("long", "a" * 3, "b" * 70, "", "", store)

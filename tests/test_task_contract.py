@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,12 +30,18 @@ def _install(src: Path, site: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    """Run `python -m lab ...` with the reverse package installed, on a store of its own."""
+def site(tmp_path_factory):
+    """The reverse package installed by pip into a folder of its own: PYTHONPATH to reach it."""
     tmp = tmp_path_factory.mktemp("reverse")
     _install(PACKAGE, tmp / "site")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp / "site"), str(ROOT)]),
-           "LAB_STORE": str(tmp / "store")}
+    return os.pathsep.join([str(tmp / "site"), str(ROOT)])
+
+
+@pytest.fixture(scope="module")
+def lab(site, tmp_path_factory):
+    """Run `python -m lab ...` with the reverse package installed, on a store of its own."""
+    tmp = tmp_path_factory.mktemp("reverse-cli")
+    env = {**os.environ, "PYTHONPATH": site, "LAB_STORE": str(tmp / "store")}
 
     def run(*args, ok=True):
         done = subprocess.run([sys.executable, "-m", "lab", *args], cwd=tmp, env=env,
@@ -75,6 +82,34 @@ def test_a_task_from_the_docs_trains_and_speaks_its_own_score(lab):
 
     lens = json.loads(lab("lens", "--checkpoint", "rev", "--text", "abc=", "--json").stdout)
     assert lens
+    ablated = json.loads(lab("ablate", "--checkpoint", "rev", "--heads", "1.1", "--split", "dev",
+                             "--n", "20", "--json").stdout)
+    assert ablated["n"] == 20 and "reverse dev words" in json.dumps(ablated), ablated
+
+
+def test_a_task_from_the_docs_trains_through_the_api_and_the_job_speaks_its_score(site, tmp_path):
+    """/start_job takes the package's task and its own settings by name; the worker's job trains
+    it, keeps its checkpoint by the task's metric and says so; the checkpoint is the task's."""
+    from gradio_client import Client
+
+    from lab.storage import checkpoints
+    from tests.conftest import serving
+    store = tmp_path / "store"
+    with serving(store, tmp_path / "app.log", PYTHONPATH=site) as url:
+        client = Client(url, verbose=False)
+        queued = client.predict(name="rev-api", preset="tiny", parent="", api_name="/start_job",
+                                settings={"task": "reverse", "task.train_words": 128,
+                                          "task.dev_words": 16, "epochs": 1, "batch_size": 32,
+                                          "early_stop": "exact_match"})
+        deadline = time.time() + 240
+        while "data-status='done'" not in (shown := client.predict(
+                job=str(queued["job"]), api_name="/job_status"))[0]:
+            assert time.time() < deadline and "data-status='failed'" not in shown[0], shown[2]
+            time.sleep(1)
+        assert "dev exact match" in shown[2], shown[2]
+        assert "done: best epoch 1 by dev exact match " in shown[2], shown[2]    # kept by it
+    ck = checkpoints.load("rev-api", store=store)
+    assert ck.meta["task"] == "reverse" and ck.meta["train"]["settings"]["task"]["dev_words"] == 16
 
 
 BROKEN = '''

@@ -17,6 +17,7 @@ import argparse
 import importlib
 import os
 import sys
+from pathlib import Path
 
 from lab.cli import evaluate, inside, reference, store, sweep, train
 from lab.errors import LabError
@@ -37,7 +38,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="python -m lab", description=__doc__.splitlines()[0])
+    # `lab` (the installed command) or `python -m lab`, as the person typed it
+    prog = "lab" if Path(sys.argv[0]).name == "lab" else "python -m lab"
+    ap = _Parser(prog=prog, description=__doc__.splitlines()[0])
     ap.add_argument("--store", help="checkpoint store (default $LAB_STORE or ./checkpoints)")
     sub = ap.add_subparsers(dest="command", required=True)
     adders = {name: add for group in GROUPS for name, add in group.PARSERS.items()}

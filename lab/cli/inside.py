@@ -76,11 +76,12 @@ def cmd_ablate(args):
     print(f"{ck.name} with heads {', '.join(r['heads'])} {args.mode}-ablated, on {r['n']} {args.split} "
           f"texts (seed {args.seed}): perplexity {r['perplexity']:.3f} -> {r['ablated_perplexity']:.3f}, "
           f"change {r['change']:+.3f} [{lo:+.3f}, {hi:+.3f}]: {r['verdict']}")
-    h = r["bleu"]["harmonic"]
-    lo, hi = h["change_ci"]
-    print(f"  harmonic BLEU-4 of {r['n']} sampled texts ({r['bleu']['bleu_tokens']} tokens): "
-          f"{h['intact']:.4f} -> {h['ablated']:.4f}, change {h['change']:+.4f} [{lo:+.4f}, {hi:+.4f}]: "
-          f"{h['verdict']}")
+    if r["bleu"]:                   # a task whose checkpoints write text
+        h = r["bleu"]["harmonic"]
+        lo, hi = h["change_ci"]
+        print(f"  harmonic BLEU-4 of {r['n']} sampled texts ({r['bleu']['bleu_tokens']} tokens): "
+              f"{h['intact']:.4f} -> {h['ablated']:.4f}, change {h['change']:+.4f} "
+              f"[{lo:+.4f}, {hi:+.4f}]: {h['verdict']}")
     for c in r["continuations"]:
         print(f"  intact:  {c['intact']}\n  ablated: {c['ablated']}")
 

@@ -73,7 +73,7 @@ def _sweep_list(args):
 def _sweep_start(args):
     if args.dry_run:
         spec, runs = sweeps.check(sweep_definition(args), args.store)
-        print(f"sweep {spec.name}: {len(runs)} runs ({sweeps.budget_text(spec.to_dict())}); nothing queued")
+        print(f"sweep {spec.name}: {sweeps.runs_text(len(runs))} ({sweeps.budget_text(spec.to_dict())}); nothing queued")
         for r in runs:
             print(f"  {r.name}: {sweeps.describe_run(r.values, r.seed)}")
         return
@@ -81,7 +81,7 @@ def _sweep_start(args):
     if args.json and not args.wait:
         print_json([{"run": r.name, "values": r.values, "seed": r.seed} for r in runs])
     elif not args.json:
-        print(f"sweep {args.name}: queued {len(runs)} runs: {', '.join(r.name for r in runs)}")
+        print(f"sweep {args.name}: queued {sweeps.runs_text(len(runs))}: {', '.join(r.name for r in runs)}")
 
 
 def _sweep_table(args, baseline=None):

@@ -148,10 +148,10 @@ def ablation_summary(r: dict) -> str:
     head, lines = ablation_words(r)
     rows = "".join(f"<tr><td>{html.escape(c['intact'])}</td><td>{html.escape(c['ablated'])}</td></tr>"
                    for c in r["continuations"])
+    table = (f"<table><thead><tr><th>intact (greedy)</th><th>heads ablated (greedy)</th></tr>"
+             f"</thead><tbody>{rows}</tbody></table>") if rows else ""
     return (f"<h3>{html.escape(r['checkpoint'])}</h3><p>{html.escape(head)}</p><ul>"
-            + "".join(f"<li>{html.escape(x)}</li>" for x in lines)
-            + f"</ul><table><thead><tr><th>intact (greedy)</th><th>heads ablated (greedy)</th></tr>"
-              f"</thead><tbody>{rows}</tbody></table>")
+            + "".join(f"<li>{html.escape(x)}</li>" for x in lines) + "</ul>" + table)
 
 
 def ablation_words(r: dict) -> tuple[str, list[str]]:
@@ -165,7 +165,7 @@ def ablation_words(r: dict) -> tuple[str, list[str]]:
             f"{r['ablated_perplexity']:.3f}, change {r['change']:+.3f} [{lo:+.3f}, {hi:+.3f}] (paired "
             f"95% bootstrap): {r['verdict']}.")
     lines = []
-    for name in ("forward", "backward", "harmonic"):
+    for name in ("forward", "backward", "harmonic") if r["bleu"] else ():
         b = r["bleu"][name]
         lo, hi = b["change_ci"]
         lines.append(f"{name} BLEU-4 of {r['n']} sampled texts: {b['intact']:.4f} → {b['ablated']:.4f}, "

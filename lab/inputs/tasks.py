@@ -111,11 +111,10 @@ def texts(cks: list, split: str, data_dir=None) -> tuple[list[str], dict]:
     for ck in cks:
         if not (ck.meta or {}).get("task") and len(cks) > 1:
             continue                    # an import: scored on what the others are scored on
-        own = getattr(TASKS.build(of_checkpoint(ck)), "texts", None)
-        got = own(ck, split, data_dir) if own else _caption_texts(split, data_dir)
+        got = _task_texts(ck, split, data_dir)
         found.setdefault(json.dumps(got[1], sort_keys=True), (got, []))[1].append(ck.name)
-    if not found:                       # imports only: the captions
-        return _caption_texts(split, data_dir)
+    if not found:                       # imports only: the task their tokenizer says, else the default
+        return _task_texts(cks[0], split, data_dir)
     if len(found) > 1:
         raise ConfigError("these checkpoints were trained on different corpora, so no texts score "
                           "them alike: " + "; ".join(f"{', '.join(names)}: {got[1]['source']}"
@@ -158,9 +157,14 @@ def held_out_prompts(cks: list, n: int, seed: int, words: int,
     return [" ".join(t.split()[:words]) for t in chosen], chosen, source
 
 
-def _caption_texts(split: str, data_dir=None) -> tuple[list[str], dict]:
-    return data.load_split(split, data_dir), {"split": split,
-                                              "source": str(data.resolve_data_dir(data_dir))}
+def _task_texts(ck, split: str, data_dir=None) -> tuple[list[str], dict]:
+    """Checkpoint `ck`'s task's texts of `split`; a task that gives none is said by name."""
+    task = of_checkpoint(ck)
+    own = getattr(TASKS.build(task), "texts", None)
+    if own is None:
+        raise ConfigError(f"{ck.name} is a {task} model, and its task gives no texts to score or "
+                          f"read it on (a task's texts(): docs/plugins.md)"[:300])
+    return own(ck, split, data_dir)
 
 
 @dataclass(frozen=True)

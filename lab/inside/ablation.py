@@ -92,8 +92,8 @@ def ablations(heads: list[tuple[int, int]], mode: str, means: dict | None) -> di
 
 def subsets(ck, split: str, n: int, seed: int, n_ref: int, data_dir=None):
     """(texts scored, their ids, the reference ids the means come from, where they came from):
-    two disjoint seeded subsets of the checkpoint's task's split."""
-    tasks.check_view(ck, "generate", "head ablation scores the perplexity of texts")
+    two disjoint seeded subsets of the checkpoint's task's split (its task's texts(): a task that
+    gives none is refused by name)."""
     texts, source = tasks.texts([ck], split, data_dir)
     order = data.subset_indices(len(texts), min(len(texts), n + n_ref), seed)
     scored, ref = [texts[i] for i in order[:n]], [texts[i] for i in order[n:]] or [texts[order[0]]]
@@ -142,26 +142,34 @@ def ablate(ck, heads: list[tuple[int, int]], mode: str = "zero", split: str = "t
     """The intact and the ablated model side by side: perplexity on a seeded subset with the
     paired interval and verdict; n texts each writes by sampling (the same seed), scored by
     BLEU-4 forward, backward and harmonic with paired intervals; and greedy continuations of the
-    first two tokens of the first texts of the subset."""
+    first two tokens of the first texts of the subset. BLEU and continuations are for a task
+    whose checkpoints write text (its `tabs` name "generate"); for another, perplexity alone."""
     model, tok = ck.model, ck.tokenizer
     t0 = time.time()
     texts, seqs, source, means, n_refs = _prepared(ck, mode, split, n, seed, n_ref, data_dir)
     replace = ablations(heads, mode, means)
     intact, changed = _losses(model, seqs, tok.eos_id), _losses(model, seqs, tok.eos_id, replace)
     out = paired(intact, changed, bootstrap_indices(len(seqs), N_BOOT, seed))
-    out["bleu"] = _bleu_change(ck, texts, len(seqs), seed, replace, data_dir, split)
-    prompts = [s[:2] for s in seqs[:n_captions]]
+    writes = "generate" in tasks.meta(tasks.of_checkpoint(ck)).get("tabs", ())
+    out["bleu"] = _bleu_change(ck, texts, len(seqs), seed, replace, data_dir, split) if writes else None
+    return {"checkpoint": ck.name, "heads": [f"{l + 1}.{h + 1}" for l, h in heads], "mode": mode,
+            "split": split, "n": len(seqs), "seed": seed, "source": source,
+            "reference_n": n_refs, **out,
+            "continuations": _continuations(ck, seqs[:n_captions], replace) if writes else [],
+            "elapsed_s": time.time() - t0}
+
+
+def _continuations(ck, seqs: list, replace: dict) -> list[dict]:
+    """Greedy continuations of each text's first two tokens, intact and ablated (`replace`)."""
+    model, tok = ck.model, ck.tokenizer
+    prompts = [s[:2] for s in seqs]
     cfg = DecodeConfig.from_dict(DECODE_TO_CONTINUE)
     # shown without the end-of-text each scored text starts with (data.encode_captions)
     said = lambda made: [tok.decode(p[1:] + new) for p, (new, _, _) in zip(prompts, made)]   # noqa: E731
     plain = said(generate(model, prompts, cfg, tok.eos_id))
     with hooked(model, replace=replace):
         ablated = said(generate(model, prompts, cfg, tok.eos_id))
-    return {"checkpoint": ck.name, "heads": [f"{l + 1}.{h + 1}" for l, h in heads], "mode": mode,
-            "split": split, "n": len(seqs), "seed": seed, "source": source,
-            "reference_n": n_refs, **out,
-            "continuations": [{"intact": a, "ablated": b} for a, b in zip(plain, ablated)],
-            "elapsed_s": time.time() - t0}
+    return [{"intact": a, "ablated": b} for a, b in zip(plain, ablated)]
 
 
 def _bleu_change(ck, texts: list[str], n: int, seed: int, replace: dict, data_dir, split: str) -> dict:
@@ -221,11 +229,17 @@ def scan(ck, mode: str = "zero", split: str = "test", n: int = 200, seed: int = 
     Exact: each batch's residual stream entering each block is kept from one intact pass, and
     the block's heads run together (one copy of the batch per head, each copy with its own head
     ablated). estimated: attribution patching's estimate of the same grid beside it, with
-    Spearman's rank agreement."""
+    Spearman's rank agreement. Stopped (abort) after a batch of texts or more: the grid of the
+    texts scored by then (the shortest first: batches go by length), `stopped`, no estimate."""
     model, tok = ck.model, ck.tokenizer
     t0 = time.time()
     texts, seqs, source, means, n_refs = _prepared(ck, mode, split, n, seed, n_ref, data_dir)
-    intact, losses = _scan_losses(model, seqs, tok.eos_id, mode, means, batch_size, abort, progress)
+    intact, losses, scored = _scan_losses(model, seqs, tok.eos_id, mode, means, batch_size, abort,
+                                          progress)
+    stopped = len(scored) < len(seqs)
+    if stopped:                        # what the batches before the stop scored, and no estimate
+        intact, losses, seqs = intact[scored], losses[:, :, scored], [seqs[i] for i in scored]
+        estimated = False
     scan_s = time.time() - t0
     L, H = losses.shape[:2]
     idx = bootstrap_indices(len(seqs), N_BOOT, seed)
@@ -247,13 +261,15 @@ def scan(ck, mode: str = "zero", split: str = "test", n: int = 200, seed: int = 
             "most": [{"head": f"{l + 1}.{h + 1}",
                       **{k: grid[l][h][k] for k in ("change", "change_ci", "verdict")}}
                      for l, h in ranked[:5]],
-            "elapsed_s": time.time() - t0}
+            "elapsed_s": time.time() - t0, "stopped": stopped}
 
 
 @torch.no_grad()
 def _scan_losses(model, seqs, pad: int, mode: str, means, batch_size: int, abort, progress):
-    """(each text's loss intact (N,), with each head ablated alone (L, H, N)): batches of texts
-    by length, each block's heads in calls of about TOKENS_PER_CALL tokens of logits."""
+    """(each text's loss intact (N,), with each head ablated alone (L, H, N), the texts scored):
+    batches of texts by length, each block's heads in calls of about TOKENS_PER_CALL tokens of
+    logits. Stopped (abort) after a batch or more, it returns what those batches scored; before
+    one, it raises Aborted."""
     L, H = len(model.transformer.h), model.config.n_head
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
     losses = torch.zeros(L, H, len(seqs), dtype=torch.float64)
@@ -270,16 +286,19 @@ def _scan_losses(model, seqs, pad: int, mode: str, means, batch_size: int, abort
             for layer in range(L):
                 for j0 in range(0, H, per_call):
                     if abort is not None and abort():
-                        raise Aborted()
+                        if not k:
+                            raise Aborted()
+                        return intact, losses, order[:k]
                     heads = list(range(j0, min(H, j0 + per_call)))
                     ablate = {f"blocks.{layer}.attn.z": _one_head_each(heads, mode, means, layer)}
                     with hooked(model, replace=ablate):
                         logits = _from_layer(model, layer, seen[names[layer]].repeat(len(heads), 1, 1))
                     nll, cnt = sentence_nll(logits, _repeat(batch, len(heads)))
                     losses[layer, j0:j0 + len(heads), rows] = (nll / cnt).double().cpu().view(len(heads), -1)
-                if progress:
-                    progress(k + len(rows), len(seqs), layer + 1, L)
-    return intact, losses
+                if progress:       # head-texts done of all: earlier batches whole, this one to its block
+                    progress({"done": k * L + len(rows) * (layer + 1), "of": len(seqs) * L,
+                              "texts": (k + 1, k + len(rows)), "block": layer + 1, "blocks": L})
+    return intact, losses, order
 
 
 def _one_head_each(heads: list[int], mode: str, means, layer: int):

@@ -14,6 +14,7 @@ from lab.config import ConfigError
 from lab.errors import Aborted
 from lab.evaluation.attention_maps import sequence
 from lab.inside.hooks import check_model, hooked
+from lab.modeling.generate import GenerationError
 
 MIN_SPAN = 0.5    # logits between the two runs' differences under which a fraction says little
 ROW_TOKENS = 4096  # tokens one patched forward pass reads (its copies of the corrupted prompt)
@@ -31,20 +32,18 @@ def _answer_id(tokenizer, text: str | None, logits: torch.Tensor) -> int:
 
 @torch.no_grad()
 def patch(model, tokenizer, clean: str, corrupted: str, answer: str | None = None,
-          wrong: str | None = None, abort=None, max_tokens: int | None = None) -> dict:
+          wrong: str | None = None, abort=None, max_tokens: int | None = None, progress=None) -> dict:
     """{"tokens" (clean) and "corrupted_tokens", "answer"/"wrong" tokens, "clean"/"corrupted"
     logit differences, "resid": [block][position] restored fraction, "heads": [block][head]}.
     The patched runs go ROW_TOKENS tokens a forward pass, keeping the last position's logits
     only; abort() is asked before each (True raises Aborted); max_tokens: the most a prompt may
-    have (default: the context)."""
+    have (default: the context); progress(done, of): after each block's stream and heads."""
     check_model(model)
     if not clean.strip() or not corrupted.strip():
         raise ConfigError("type a clean prompt and a corrupted one of the same length in tokens")
     (a, shown_a), (b, shown_b) = _prompts(model, tokenizer, clean, corrupted, max_tokens)
-    was = model.training
+    was, t0, dev = model.training, time.time(), next(model.parameters()).device
     model.eval()
-    t0 = time.time()
-    dev = next(model.parameters()).device
     L = len(model.transformer.h)
     resid = [f"blocks.{i}.resid_pre" for i in range(L)]
     zs = [f"blocks.{i}.attn.z" for i in range(L)]
@@ -60,6 +59,7 @@ def patch(model, tokenizer, clean: str, corrupted: str, answer: str | None = Non
         def restored_by(name: str) -> list[float]:
             copies = len(a) if name.endswith("resid_pre") else model.config.n_head
             lg = _patched_logits(model, xb, name, clean_seen[name][0], copies, abort)
+            progress and progress((resid + zs).index(name) + 1, 2 * L)
             return ((lg[:, right] - lg[:, other] - d_corrupt) / span).tolist()
         out_resid, out_heads = [restored_by(n) for n in resid], [restored_by(n) for n in zs]
     finally:
@@ -88,9 +88,14 @@ def _patched_logits(model, xb: torch.Tensor, name: str, seen: torch.Tensor, copi
 
 
 def _prompts(model, tokenizer, clean: str, corrupted: str, max_tokens: int | None = None):
-    """Each prompt's ids and token strings, refused unless they are as long in tokens."""
-    a, b = sequence(model, tokenizer, clean, max_tokens=max_tokens), \
-        sequence(model, tokenizer, corrupted, max_tokens=max_tokens)
+    """Each prompt's ids and token strings, refused unless they are as long in tokens (one too
+    long is named)."""
+    def read(text: str, which: str):
+        try:
+            return sequence(model, tokenizer, text, max_tokens=max_tokens)
+        except GenerationError as e:
+            raise GenerationError(f"the {which} prompt: {e}") from None
+    a, b = read(clean, "clean"), read(corrupted, "corrupted")
     if len(a[0]) != len(b[0]):
         raise ConfigError(f"the clean prompt is {len(a[0])} tokens and the corrupted one {len(b[0])}: "
                           f"patching needs prompts of equal length in tokens")

@@ -31,12 +31,12 @@ from lab.sweeps.texts import best_decoder
 from lab.sweeps.spec import (DEFAULT_DECODER, MAX_SCORE_N, Score, SweepSpec, check_sweep_name,
                              decoder_label, describe_run, parse_grid, parse_seeds, value_text)
 from lab.sweeps.splits import split_bleu
-from lab.sweeps.table import budget_text, curves, display, export, how_text, markdown, table
+from lab.sweeps.table import budget_text, curves, runs_text, display, export, how_text, markdown, table
 from lab.sweeps.texts import score_texts
 
 __all__ = ["DEFAULT_DECODER", "MAX_SCORE_N", "Run", "Score", "SweepSpec", "all_ended",
            "best_decoder", "budget_text", "check", "check_sweep_name", "curves", "decoder_label",
            "describe_run", "display", "export", "get", "how_text", "kv_bytes_per_token",
            "list_sweeps", "markdown", "parse_grid", "parse_seeds", "read_results", "recipe",
-           "recipe_info", "recipe_names", "results_path", "resume", "run_status", "score_texts", "split_bleu",
+           "recipe_info", "recipe_names", "results_path", "resume", "run_status", "runs_text", "score_texts", "split_bleu",
            "start", "stop", "summary_line", "table", "value_text", "wait"]

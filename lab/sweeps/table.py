@@ -249,6 +249,11 @@ def _display_answers(t: dict, vs: str) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+def runs_text(n: int) -> str:
+    """"1 run", "3 runs"."""
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
 def budget_text(spec: dict) -> str:
     parts = [f"preset {spec['preset']}"] if spec.get("preset") else []
     if spec.get("parent"):

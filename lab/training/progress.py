@@ -180,7 +180,12 @@ def _eval_text(ev: dict) -> str:
 
 
 def _done_text(ev: dict, name: str) -> str:
+    """The run's end: the epoch kept, by the score it was kept by (the task's own where it is not
+    perplexity, then its perplexity), and the checkpoint's name."""
     ppl, budget = ev["best_dev_perplexity"], ev.get("budget")
     said = f"done ({budget} reached at step {ev['step']})" if budget else "done"
-    return (f"{said}: best epoch {ev['best_epoch']}, dev perplexity "
-            f"{ppl:.3f}; checkpoint {name!r}" if ppl is not None else said)
+    if ppl is None:
+        return said
+    by = _score_text(ev, ev["kept_by"]) if "kept_by" in ev else ""
+    kept = f" by{by}, dev perplexity {ppl:.3f}" if by else f", dev perplexity {ppl:.3f}"
+    return f"{said}: best epoch {ev['best_epoch']}{kept}; checkpoint {name!r}"

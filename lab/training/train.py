@@ -241,11 +241,7 @@ class Trainer:
                     return
                 if ended == "early" or self.budget_spent:
                     break
-            budget = {"budget": self.budget_spent} if self.budget_spent else {}
-            yield self._log({"event": "done", "step": self.step,
-                             "best_epoch": self.best and self.best["epoch"],
-                             "best_dev_perplexity": self.best and self.best["dev_perplexity"],
-                             "elapsed_s": time.time() - self.t_start, **budget}, writer)
+            yield self._log(self._done(), writer)
         except BaseException:          # an error, or the consumer closing the run (GeneratorExit)
             failed = True
             raise
@@ -469,6 +465,21 @@ class Trainer:
         record["shown"] = [m.shown() for m in tasks.metrics(self.cfg.task).values()
                            if m.score != "dev_perplexity"]      # the task's own scores, by name
         return record
+
+    def _done(self) -> dict:
+        """The run's last event: the evaluation kept, by what, and the budget that ended it."""
+        budget = {"budget": self.budget_spent} if self.budget_spent else {}
+        return {"event": "done", "step": self.step, "best_epoch": self.best and self.best["epoch"],
+                "best_dev_perplexity": self.best and self.best["dev_perplexity"],
+                "elapsed_s": time.time() - self.t_start, **budget, **self._kept_by()}
+
+    def _kept_by(self) -> dict:
+        """The done event's word on the dev score the kept checkpoint was chosen by (where that is
+        not perplexity): how it is shown and the kept evaluation's value of it."""
+        m, best = self.best_by, self.best
+        if not best or self.cfg.early_stop == "none" or m.score == "dev_perplexity" or m.score not in best:
+            return {}
+        return {"kept_by": m.shown(), **{k: best[k] for k in (m.score, m.count) if k in best}}
 
     def _better(self, record: dict, best: dict) -> bool:
         """Whether `record` is the one to keep over `best`: by the kept metric, or (early_stop

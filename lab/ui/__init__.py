@@ -26,6 +26,9 @@ CSS = CAPTIONS_CSS + """
 .lab-progress { background: #e5e7eb; border-radius: 6px; height: 14px; overflow: hidden; }
 .lab-progress .bar { background: #2563eb; height: 100%; transition: width .5s; }
 .lab-progress-text { font-size: 14px; margin-top: 4px; }
+.lab-refused { border-left: 4px solid #dc2626; background: #fef2f2; color: #7f1d1d; padding: 6px 10px;
+               border-radius: 4px; }
+.dark .lab-refused { background: #450a0a; color: #fecaca; }
 #train-shuffle, #train-tie_embeddings, #train-final_dev, #train-keep_bleu_best, #train-compile, #train-pack { min-width: 170px !important; }
 /* dark theme: bertviz draws black on white; inverted and hue-turned back, its colours keep their hue */
 .dark .lab-attention-frame { filter: invert(0.88) hue-rotate(180deg); }

@@ -14,7 +14,7 @@ from lab.storage import checkpoints, exports, interop
 from lab.storage import store as lab_store
 from lab.config import ConfigError, ModelConfig
 from lab.modeling.model import kv_heads
-from lab.ui.common import EMPTY_STORE, Context, friendly, need, section, text
+from lab.ui.common import EMPTY_STORE, Context, clicked, friendly, need, section, text
 
 COLUMNS = ["name", "model", "layers x width", "heads (kv)", "norm", "attention", "positional", "mlp",
            "source", "parent / pretrained", "dev perplexity", "weights MB", "created"]
@@ -169,7 +169,7 @@ def _export_section(ctx: Context, chosen) -> None:
         """A gpt2 or llama checkpoint as a Hugging Face folder: a .zip to download (outdir blank),
         or written to a new folder under LAB_ALLOWED_DIRS. Returns the message and the .zip."""
         return export_hf(checkpoint, outdir, store=ctx.store)
-    button.click(friendly(export), [target, outdir], [said, download], api_name="export_hf")
+    clicked(button, export, [target, outdir], [said, download], "export_hf", note=0)
 
 
 def _delete_section(ctx: Context, chosen, message, table, info) -> None:
@@ -184,8 +184,8 @@ def _delete_section(ctx: Context, chosen, message, table, info) -> None:
         """Delete a stored checkpoint; confirm is its name typed again. Returns the message and the
         store's table (then the page's fields, cleared)."""
         return (*delete(checkpoint, confirm, store=ctx.store), gr.update(value=None))
-    button.click(friendly(delete_checkpoint), [target, confirm], [message, table, info, chosen, confirm, target],
-                 api_name="delete_checkpoint")
+    clicked(button, delete_checkpoint, [target, confirm], [message, table, info, chosen, confirm, target],
+            "delete_checkpoint", note=0)
 
 
 def _store_table(ctx: Context):
@@ -221,8 +221,8 @@ def _import_smollm2_section(ctx: Context, message, table) -> None:
             """Import SmolLM2-135M from its package as a checkpoint, keeping the blocks listed
             (1-based, e.g. "1,15,30"; blank: all 30). Streams the message, then the store's table."""
             yield from import_smollm2(layers, name, store=ctx.store)
-        gr.Button("Import SmolLM2", variant="primary", elem_id="smollm2-import").click(
-            friendly(smollm2), [smol_layers, smol_name], [message, table], api_name="import_smollm2")
+        clicked(gr.Button("Import SmolLM2", variant="primary", elem_id="smollm2-import"), smollm2,
+                [smol_layers, smol_name], [message, table], "import_smollm2", note=0)
 
 
 def _import_hf_section(ctx: Context, message, table) -> None:
@@ -240,8 +240,8 @@ def _import_hf_section(ctx: Context, message, table) -> None:
             and tokenizer files, or one .zip of the folder), keeping the layers listed (1-based;
             blank: all). Returns the message and the store's table."""
             return import_hf_upload(files, layers, name, store=ctx.store)
-        gr.Button("Import the upload", elem_id="gpt2-import-upload").click(
-            friendly(upload_hf), [upload, layers, new_name], [message, table], api_name="import_hf_upload")
+        clicked(gr.Button("Import the upload", elem_id="gpt2-import-upload"), upload_hf,
+                [upload, layers, new_name], [message, table], "import_hf_upload", note=0)
         with gr.Row():
             path = Textbox(label="or a directory on the server (config.json + model.safetensors)",
                            info="a folder under LAB_ALLOWED_DIRS", scale=3)
@@ -251,5 +251,5 @@ def _import_hf_section(ctx: Context, message, table) -> None:
             LAB_ALLOWED_DIRS, keeping the layers listed (1-based; blank: all). Returns the message
             and the store's table."""
             return import_hf(folder, layers, name, store=ctx.store)
-        gr.Button("Import the folder").click(friendly(folder_hf), [path, layers, new_name], [message, table],
-                                             api_name="import_hf")
+        clicked(gr.Button("Import the folder"), folder_hf, [path, layers, new_name], [message, table],
+                "import_hf", note=0)

@@ -1,9 +1,10 @@
 """Pieces every tab shares: the checkpoint cache, error handling, decoder fields from the registry."""
 from __future__ import annotations
 
-import dataclasses
 import functools
+import html
 import inspect
+import json
 import logging
 import math
 import threading
@@ -15,13 +16,12 @@ import gradio as gr
 from gradio.context import get_blocks_context
 
 from lab.ui import work
-from lab.ui.fields import Dropdown, Number, refuse
+from lab.ui.fields import Dropdown, refuse
 from lab.storage import checkpoints, exports, health
 from lab.inputs import tasks
 from lab.evaluation.attention_maps import VENDOR_DIR
-from lab.config import ConfigError, DecodeConfig
+from lab.config import ConfigError
 from lab.errors import LabError
-from lab.registry import DECODERS
 
 log = logging.getLogger("lab.ui")
 
@@ -85,16 +85,23 @@ class Context:
                 metas.get(n) or {}).get("source") == "import"))
         if fill != "two":
             return names[0] if names else None
-        return self.scratch_and_tuned(names, task, metas) or names[:2]
+        return self.scratch_and_tuned(names, task, metas) or _alike(names, metas) or names[:2]
 
     @staticmethod
     def scratch_and_tuned(names: list[str], task: str | None, metas: dict) -> list[str] | None:
-        """The first model trained from scratch and the first fine-tuned one (for `task`), or
-        None when the store lacks either."""
+        """The Getting started panel's pair when the store holds it, else the first model trained
+        from scratch and the first fine-tuned one trained on the same task and data (for `task`),
+        or None when the store holds no such pair."""
         mine = [n for n in names if task is None or offers(metas.get(n), task)]
-        scratch = next((n for n in mine if (metas.get(n) or {}).get("source") == "scratch"), None)
-        tuned = next((n for n in mine if (metas.get(n) or {}).get("source") == "finetune"), None)
-        return [scratch, tuned] if scratch and tuned else None
+        if all(n in mine for n in GETTING_STARTED_PAIR):
+            return list(GETTING_STARTED_PAIR)
+        source = lambda n: (metas.get(n) or {}).get("source")       # noqa: E731
+        for scratch in (n for n in mine if source(n) == "scratch"):
+            tuned = next((n for n in mine if source(n) == "finetune"
+                          and trained_on(metas.get(n)) == trained_on(metas.get(scratch))), None)
+            if tuned:
+                return [scratch, tuned]
+        return None
 
     def refreshed(self, dd, names: list[str], pick, current, metas: dict | None = None):
         """(update, the lab's pick now) for a checkpoint dropdown when the store's names change.
@@ -127,6 +134,24 @@ def _as_list(value) -> list:
     if value in (None, ""):
         return []
     return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+# the checkpoints the Getting started panel makes: a model trained from scratch, a fine-tune
+GETTING_STARTED_PAIR = ("quick-scratch", "smollm2-captions")
+
+
+def trained_on(meta: dict | None) -> str:
+    """What a checkpoint was trained on, as a key two of the same task and data share: its task
+    and the task settings its run recorded."""
+    recorded = ((meta or {}).get("train") or {}).get("settings", {}).get("task", {})
+    return json.dumps([tasks.task_of(meta), recorded], sort_keys=True)
+
+
+def _alike(names: list[str], metas: dict) -> list[str] | None:
+    """The first two names (in order) trained on the same task and data, or None."""
+    keys = [trained_on(metas.get(n)) for n in names]
+    return next(([a, b] for i, a in enumerate(names) for j, b in enumerate(names)
+                 if i < j and keys[i] == keys[j]), None)
 
 
 def read_metas(names: list[str], store=None) -> dict:
@@ -202,10 +227,28 @@ def _refusal(e: Exception) -> gr.Error:
                     print_exception=False)
 
 
-def friendly(fn):
+def refused_note(message: str) -> str:
+    """A refusal said where the action's result would have been (it stays until the next action)."""
+    return f"<div class='lab-refused' role='alert'><b>Not done:</b> {html.escape(message)}</div>"
+
+
+def _said(e: Exception, note: tuple[int, int] | None):
+    """The outputs that say a person's mistake in an action's note; anything else raised."""
+    if note is None or not isinstance(e, LabError):
+        raise _refusal(e) from None
+    log.warning("refused: %s", e)
+    values = [gr.skip()] * note[1]
+    values[note[0]] = refused_note(str(e))
+    return tuple(values)
+
+
+def friendly(fn, note: tuple[int, int] | None = None):
     """Turn every exception into one gr.Error message: no traceback reaches the browser. The call
     (each step of a generator) counts as in flight until it returns: the app waits for it before
-    it exits."""
+    it exits. note=(index, outputs): a page-only action whose output `index` of `outputs` is its
+    note; a person's mistake is said there (refused_note), the other outputs left as they are."""
+    said = functools.partial(_said, note=note)
+
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def gen(*args, **kwargs):
@@ -220,7 +263,7 @@ def friendly(fn):
             except gr.Error:
                 raise
             except Exception as e:
-                raise _refusal(e) from None
+                yield said(e)
             finally:
                 steps.close()           # closed early (its caller left, or Stop): its work stops
         return gen
@@ -233,11 +276,21 @@ def friendly(fn):
         except gr.Error:
             raise
         except Exception as e:
-            raise _refusal(e) from None
+            return said(e)
     return wrapper
 
 
 _END = object()      # a generator's end, as next() returns it
+
+
+def clicked(button: gr.Button, fn, inputs, outputs: list, api_name: str, note: int) -> None:
+    """The button runs fn for the page, a refusal said in its note (outputs[note]) until the next
+    action; scripts call the same fn as `api_name`, a refusal raised to them (gradio_client's
+    AppError). The endpoint belongs to a button never shown, so both keep one schema; it is
+    registered first, so the page's own (private) event does not take its name."""
+    gr.Button(visible=False).click(friendly(fn), inputs, outputs, api_name=api_name)
+    button.click(friendly(fn, note=(note, len(outputs))), inputs, outputs, api_visibility="private",
+                 api_name=f"{api_name}_from_the_page")
 
 
 def api(fn, api_name: str, returns: str) -> None:
@@ -275,7 +328,7 @@ def stoppable(go: gr.Button, stop: gr.Button, start, reads, writes: list, after)
     running = start()
     hidden = gr.update(visible=False)
     # `.then` runs after a stop too, on the last values the request sent
-    running.then(lambda value: [hidden, *after(value)], reads, [stop, *writes], queue=False,
+    running.then(lambda *values: [hidden, *after(*values)], reads, [stop, *writes], queue=False,
                  api_visibility="private")
     # a request refused before its first update (no checkpoint chosen): Stop goes too
     running.failure(lambda: hidden, None, stop, queue=False, api_visibility="private")
@@ -349,84 +402,6 @@ def outputs(updates: list):
     """A handler's value for a list of output components built at start-up (their number comes
     from the registries): Gradio takes one output's value bare, several as a list."""
     return updates[0] if len(updates) == 1 else updates
-
-
-# ---------------------------------------------------------------- decoder settings
-
-
-@dataclass
-class DecoderInputs:
-    decoder: gr.Dropdown
-    fields: list            # one per decoder setting name (DecodeConfig.setting_names())
-
-    def components(self) -> list:
-        return [self.decoder, *self.fields]
-
-
-def _settings_of(decoder: str) -> set[str]:
-    cls = DecodeConfig.settings_class(decoder)
-    return {f.name for f in dataclasses.fields(cls)} if cls else set()
-
-
-def decoder_inputs(opening: dict, label_prefix: str = "", elem_id: str | None = None) -> DecoderInputs:
-    """Decoder dropdown and a field per decoder setting, from the decoders' own settings classes
-    (a new decoder plugin needs no UI code), opening on `opening` (a named decoder, such as
-    presets.DECODE_TO_SHOW); the fields of settings the chosen decoder does not have are hidden."""
-    declared = DecodeConfig.declared()
-    names = list(declared)
-    default = opening["decoder"]
-    with gr.Row():
-        decoder = Dropdown(DECODERS.names(), value=default, label=f"{label_prefix}decoder",
-                           info="how the next token is chosen", allow_custom_value=True,
-                           elem_id=elem_id)
-        fields = []
-        for name, (f, _) in declared.items():
-            fields.append(Number(opening.get(name, f.default), label=name, info=f.metadata.get("help"),
-                                 **({"step": 1} if isinstance(f.default, int) else {}),
-                                 visible=name in _settings_of(default)))
-
-    def show(chosen):
-        has = _settings_of(chosen)
-        return outputs([gr.update(visible=n in has) for n in names])
-    decoder.change(show, decoder, fields, api_visibility="private")
-    return DecoderInputs(decoder, fields)
-
-
-def form_decode(decoder, values) -> dict:
-    """A form's decoder fields (DecodeConfig.setting_names() order) as the named object an API
-    caller gives: the decoder and its own settings only (the form shows every decoder's)."""
-    own = {f.name for f in dataclasses.fields(DecodeConfig.settings_class(decoder) or _NoSettings)}
-    return {"decoder": decoder, **{k: v for k, v in zip(DecodeConfig.setting_names(), values)
-                                   if k in own}}
-
-
-@dataclass
-class _NoSettings:
-    """A decoder without settings (or an unknown one, which DecodeConfig names)."""
-
-
-def decode_of(decode, seed, what: str = "decode", lenient: bool = False) -> DecodeConfig:
-    """An API caller's named decoder settings, e.g. {"decoder": "top_p", "temperature": 0.7}."""
-    if not isinstance(decode, dict):
-        raise ConfigError(f'{what}: expected a JSON object such as {{"decoder": "top_p", '
-                          f'"temperature": 0.7}}, got {type(decode).__name__}')
-    return DecodeConfig.from_dict({**decode, "seed": seed}, lenient=lenient)
-
-
-def decoders_of(chosen: list[str], decode, per_checkpoint, seed) -> list[DecodeConfig]:
-    """Each chosen checkpoint's decoder: the shared one, with its own settings over it (a setting
-    of the shared decoder that its own decoder lacks is dropped)."""
-    decode_of(decode, seed)                                         # the shared one is whole
-    per_checkpoint = {} if per_checkpoint is None else per_checkpoint
-    if not isinstance(per_checkpoint, dict) or not all(isinstance(v, dict) for v in per_checkpoint.values()):
-        raise ConfigError("per_checkpoint: expected a JSON object of checkpoint name -> decoder "
-                          "settings, e.g. {\"scratch\": {\"decoder\": \"greedy\"}}")
-    stray = sorted(set(per_checkpoint) - set(chosen))
-    if stray:
-        raise ConfigError(f"per_checkpoint names {', '.join(stray)}, not among the chosen "
-                          f"checkpoints {', '.join(chosen)}"[:300])
-    return [decode_of({**decode, **per_checkpoint.get(name, {})}, seed, f"decoder of {name}",
-                      lenient=name in per_checkpoint) for name in chosen]
 
 
 def beside_dropdown(ctx: Context, elem_id: str, label: str = "side by side with (optional)") -> gr.Dropdown:

@@ -22,9 +22,9 @@ from lab.modeling.generate import MAX_PROMPT_CHARS, sample_captions
 from lab.presets import DECODE_TO_SHOW
 from lab.registry import DECODERS
 from lab.ui.work import Work, progress_bar, streamed, within_budget
-from lab.ui.common import (LOADED, RUNNING, Context, api, checkpoint_dropdown, decoder_inputs, section,
-                           decoders_of, form_decode, friendly, names_list, stop_button, stoppable,
-                           text, unfinished, unit_of, whole)
+from lab.ui.common import (LOADED, RUNNING, Context, api, checkpoint_dropdown, section, friendly,
+                           names_list, stop_button, stoppable, text, unfinished, unit_of, whole)
+from lab.ui.decoding import decoder_inputs, decoders_of, form_decode
 
 PER_MODEL_COLUMNS = ["checkpoint", "decoder", *DecodeConfig.setting_names()]
 STOPPED = "<p class='lab-stopped'>Stopped before the end: nothing more is drawn.</p>"

@@ -13,9 +13,9 @@ from lab.config import SEED_MAX, ConfigError, DecodeConfig
 from lab.presets import DECODE_TO_SCORE
 from lab.evaluation.evaluate import bleu_skipped, chunk_bounds, evaluate_live, verdicts
 from lab.ui.work import Work, streamed, within_budget
-from lab.ui.common import (LOADED, Context, api, offers, checkpoint_dropdown, checkpoint_meta, decode_of,
-                           decoder_inputs, decoders_of, form_decode, friendly, names_list,
-                           stop_button, stoppable, unit_of, whole)
+from lab.ui.common import (LOADED, Context, api, clicked, offers, checkpoint_dropdown, checkpoint_meta,
+                           friendly, names_list, stop_button, stoppable, unit_of, whole)
+from lab.ui.decoding import decode_of, decoder_inputs, decoders_of, form_decode
 
 COLUMNS = ["checkpoint", "n", "perplexity ↓", "per-word perplexity ↓", "bits per byte ↓",
            "forward BLEU ↑", "backward BLEU (N) ↑", "harmonic BLEU (N) ↑"]
@@ -259,7 +259,7 @@ def _answers_section(ctx: Context, task: str):
         """The checkpoints answer every question of the split: each one's accuracy with its 95%
         interval (beside the task's baseline), a note, every question's answers, the downloads."""
         return answers(task, checkpoints, split, ctx.store)
-    go.click(friendly(accuracy), [names, split], [acc, said, table, files], api_name=f"{task}_accuracy")
+    clicked(go, accuracy, [names, split], [acc, said, table, files], f"{task}_accuracy", note=1)
 
 
 EXPOSURE_COLUMNS = ["own tokens m", "captions", "loss after the gold prefix",
@@ -296,7 +296,7 @@ def _exposure_section(ctx: Context):
         """A captions checkpoint's exposure bias on n seeded dev captions: the loss after the
         gold prefix against after its own, per prefix length, as a table and a note."""
         return exposure(checkpoint, n, ctx.store, ctx.data_dir)
-    go.click(friendly(exposure_bias), [name, n], [table, said], api_name="exposure_bias")
+    clicked(go, exposure_bias, [name, n], [table, said], "exposure_bias", note=1)
 
 
 def build(ctx: Context):

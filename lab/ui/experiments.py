@@ -150,7 +150,7 @@ def check_form(values, store=None) -> str:
         spec, runs = sweeps.check(definition(*values), store)
     except LabError as e:
         return f"**Not valid:** {e}"
-    return (f"{len(runs)} runs would be queued ({sweeps.budget_text(spec.to_dict())}):\n\n"
+    return (f"{sweeps.runs_text(len(runs))} would be queued ({sweeps.budget_text(spec.to_dict())}):\n\n"
             + "\n".join(f"- `{r.name}`: {sweeps.describe_run(r.values, r.seed)}" for r in runs))
 
 
@@ -162,7 +162,7 @@ def start_form(values, store=None):
     except LabError as e:
         return gr.skip(), f"**Not started:** {e}"
     return (gr.update(choices=sweep_choices(store), value=doc["name"]),
-            f"Queued {len(runs)} runs of sweep **{doc['name']}**; they run one after another in "
+            f"Queued {sweeps.runs_text(len(runs))} of sweep **{doc['name']}**; they run one after another in "
             f"the background worker. Their progress is below.")
 
 

@@ -4,16 +4,23 @@ store holds; each result as a figure, a table to download (CSV, JSON) and an API
 returns the figures as JSON (lab.inside's dicts)."""
 from __future__ import annotations
 
+import threading
+import time
+import uuid
+from collections import OrderedDict
+
 import gradio as gr
 
 from lab.config import SEED_MAX, ConfigError
+from lab.errors import Aborted
 from lab.evaluation import report
 from lab.inside import ablation, lens, patching
 from lab.inside.figures import lens_figure, patch_figure, scan_figure
-from lab.modeling.generate import MAX_PROMPT_CHARS
+from lab.modeling.generate import MAX_PROMPT_CHARS, GenerationError
 from lab.storage import exports
-from lab.ui.common import (LOADED, Context, api, beside_dropdown, checkpoint_dropdown, friendly,
-                           need_checkpoint, stoppable, whole)
+from lab.training.progress import format_duration
+from lab.ui.common import (LOADED, Context, api, beside_dropdown, checkpoint_dropdown, checkpoint_meta,
+                           friendly, need_checkpoint, stoppable, whole)
 from lab.ui.common import text as bounded_text
 from lab.ui.fields import Dataframe, Number, Radio, Textbox
 from lab.ui.work import progress_bar, streamed
@@ -115,8 +122,8 @@ def _lens_view(ctx: Context):
                     visible=False, elem_id="lens-files")
     go.click(lambda: ("", *[gr.update(visible=False)] * 3), None, [note, fig_a, fig_b, files],
              queue=False, api_visibility="private").then(
-        friendly(lambda *v: (yield from show_lens(*v, store=ctx.store))), [name, other, text, top],
-        [note, fig_a, fig_b, files], api_visibility="private")
+        friendly(lambda *v: (yield from show_lens(*v, store=ctx.store)), note=(0, 4)),
+        [name, other, text, top], [note, fig_a, fig_b, files], api_visibility="private")
 
     def lens_api(checkpoint: str, text: str, top: int = 5) -> dict:      # streamed
         """The logit lens of a checkpoint over a text (at most 256 tokens), streamed: {"doing"}
@@ -143,9 +150,34 @@ def ablate_set(name, heads, mode, split, n, seed, store=None, data_dir=None) -> 
     return ablation.ablate(ck, chosen, mode, split, n, seed, data_dir=data_dir)
 
 
-def scan_streamed(names: list, mode, split, n, seed, store=None, data_dir=None):
+class StoppedScans:
+    """The scans a Stop ended after some texts were scored, by the token of the request that
+    started them, until the page that pressed Stop takes them (a few kept, the oldest dropped)."""
+
+    def __init__(self, size: int = 8):
+        self.size, self._items, self._ready = size, OrderedDict(), threading.Condition()
+
+    def put(self, token: str, scans: list) -> None:
+        with self._ready:
+            self._items[token] = scans
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+            self._ready.notify_all()
+
+    def take(self, token: str, wait_s: float = 5.0) -> list | None:
+        """The scans stopped under `token`, waiting up to wait_s for the stopped work to end."""
+        with self._ready:
+            self._ready.wait_for(lambda: token in self._items, timeout=wait_s)
+            return self._items.pop(token, None)
+
+
+STOPPED_SCANS = StoppedScans()
+
+
+def scan_streamed(names: list, mode, split, n, seed, store=None, data_dir=None, token=None):
     """Each checkpoint's scan in turn, in a thread that Stop ends: yields progress lines (str),
-    returns the scans."""
+    returns the scans. token: a Stop after some texts were scored leaves what they scored in
+    STOPPED_SCANS under it."""
     split, n, seed = _subset_args(split, n, seed, MAX_SCAN_TEXTS)
     cks = [_loaded(x, "a checkpoint", store) for x in names]
     for ck in cks:
@@ -158,23 +190,49 @@ def scan_streamed(names: list, mode, split, n, seed, store=None, data_dir=None):
 
     def compute(work):
         done = []
-        for i, ck in enumerate(cks):
-            def said(texts, total, layer, layers, i=i, ck=ck):
-                work.say(((i + (texts / total) * (layer / layers)) / len(cks),
-                          f"{ck.name}: block {layer} of {layers}, texts {texts} of {total}"))
-            done.append(ablation.scan(ck, mode, split, n, seed, data_dir=data_dir,
-                                      abort=work.stop_asked, progress=said))
+        try:
+            for i, ck in enumerate(cks):
+                work.say((i / len(cks), f"{ck.name}: reading its {n} texts (time left: estimating)"))
+                done.append(ablation.scan(ck, mode, split, n, seed, data_dir=data_dir, abort=work.stop_asked,
+                                          progress=_scan_progress(work, ck, i, len(cks), time.time())))
+                if done[-1]["stopped"]:
+                    break
+        except Aborted:
+            if not done:
+                raise
+        if token is not None and (len(done) < len(cks) or done[-1]["stopped"]):
+            STOPPED_SCANS.put(token, done)
         return done
     return (yield from streamed(compute, lambda said: said or (0.0, "loading the checkpoints")))
+
+
+def _scan_progress(work, ck, i: int, of: int, t0: float):
+    """What a scan's progress says: each head alone on each text, the share done, where it is and
+    the time left at the pace so far (the i-th of `of` checkpoints scanned)."""
+    heads = len(ck.model.transformer.h) * ck.model.config.n_head
+
+    def said(p: dict) -> None:
+        share = p["done"] / p["of"]
+        left = (time.time() - t0) * (1 - share) / share
+        a, b = p["texts"]
+        work.say(((i + share) / of, f"{ck.name}: {share:.0%} of {heads} heads, each alone on every "
+                                    f"text (texts {a}-{b}: block {p['block']} of {p['blocks']}); "
+                                    f"about {format_duration(left)} left"))
+    return said
 
 
 def _scan_said(r: dict) -> str:
     lines = [f"**{r['checkpoint']}**, perplexity {r['perplexity']:.3f} on {r['n']} {r['split']} texts "
              f"(seed {r['seed']}); the heads that matter most:"]
+    if r.get("stopped"):
+        lines[0] = (f"Stopped: **{r['checkpoint']}**'s map of the {r['n']} texts scored before the "
+                    f"Stop (the shortest first). " + lines[0])
     for m in r["most"]:
         lo, hi = m["change_ci"]
         lines.append(f"- head {m['head']}: {m['change']:+.3f} [{lo:+.3f}, {hi:+.3f}], {m['verdict']}")
     e = r["estimate"]
+    if e is None:
+        return "\n".join(lines)
     lines.append(f"\nAttribution patching's estimate of every head (one forward and one backward pass, "
                  f"{e['elapsed_s']:.1f} s against the exact scan's {r['scan_s']:.1f} s) ranks the heads "
                  f"with Spearman {e['rank_agreement']:+.2f} against the scan; its figures are in the "
@@ -188,26 +246,52 @@ SCAN_HEADERS = ["checkpoint", "block", "head", "change in perplexity", "95% low"
 
 def show_scan(name, other, mode, split, n, seed, last=None, store=None, data_dir=None):
     """The scan's progress, then its summary, maps and downloads; `last`: Inside the model's last
-    results, which the scans join (for Compare's report)."""
+    results, which the scans join (for Compare's report). Its last output is the request's
+    token, which a Stop's after-word (stopped_scan) finds its finished part by."""
     names = [need_checkpoint(name, "a checkpoint", store)] + ([other] if other else [])
+    token = uuid.uuid4().hex
     waiting = (gr.skip(),) * 5
     scans = None
-    stream = scan_streamed(names, mode, split, n, seed, store, data_dir)
+    stream = scan_streamed(names, mode, split, n, seed, store, data_dir, token)
     try:
         while True:
             frac, said = next(stream)
-            yield (progress_bar(frac, said), *waiting)
+            yield (progress_bar(frac, said), *waiting, token)
     except StopIteration as end:
         scans = end.value
-    rows = [[r["checkpoint"], i + 1, h + 1, c, lo, hi, r["estimate"]["change"][i][h]] for r in scans
+    shown = scan_shown(scans, mode, split, n, seed, store)
+    yield (shown[0], gr.skip(), *shown[1:], kept(last, "scan", scans), None)
+
+
+def scan_shown(scans: list[dict], mode, split, n, seed, store=None) -> tuple:
+    """The scans' summary, their maps (the second hidden for one scan) and downloads."""
+    rows = [row for r in scans for row in _scan_rows(r)]
+    files = exports.write_table(SCAN_HEADERS, rows, "ablate-each-" + "-vs-".join(r["checkpoint"] for r in scans),
+                                store, {"mode": mode, "split": split, "n": int(n), "seed": int(seed)})
+    return ("\n\n".join(_scan_said(r) for r in scans),
+            gr.update(value=scan_figure(scans[0]), visible=True),
+            gr.update(value=scan_figure(scans[1]) if len(scans) > 1 else None, visible=len(scans) > 1),
+            gr.update(value=files, visible=True))
+
+
+def _scan_rows(r: dict) -> list[list]:
+    """A scan's table: a row per head (its estimate blank for a stopped scan, which has none)."""
+    estimate = (r["estimate"] or {}).get("change")
+    return [[r["checkpoint"], i + 1, h + 1, c, lo, hi, estimate[i][h] if estimate else None]
             for i, (row, cis) in enumerate(zip(r["change"], r["change_ci"]))
             for h, (c, (lo, hi)) in enumerate(zip(row, cis))]
-    files = exports.write_table(SCAN_HEADERS, rows, "ablate-each-" + "-vs-".join(names), store,
-                                {"mode": mode, "split": split, "n": int(n), "seed": int(seed)})
-    yield ("\n\n".join(_scan_said(r) for r in scans), gr.skip(),
-           gr.update(value=scan_figure(scans[0]), visible=True),
-           gr.update(value=scan_figure(scans[1]) if other else None, visible=bool(other)),
-           gr.update(value=files, visible=True), kept(last, "scan", scans))
+
+
+def stopped_scan(said, token, mode, split, n, seed, store=None) -> list:
+    """After a scan's request ends: for one stopped mid-way, the map of the texts it finished (or
+    that it finished none); the page as it is otherwise."""
+    if not (said and "lab-progress" in said):
+        return [gr.skip()] * 4
+    scans = STOPPED_SCANS.take(token) if token else None
+    if not scans:
+        return ["Stopped before the end, before a batch of texts was scored: no map.",
+                *[gr.skip()] * 3]
+    return list(scan_shown(scans, mode, split, n, seed, store))
 
 
 def kept(last: dict | None, kind: str, results: list[dict]) -> dict:
@@ -225,7 +309,7 @@ def show_set(name, heads, mode, split, n, seed, last=None, store=None, data_dir=
     files = exports.write_table(["intact", "ablated"], rows, f"ablate-{r['checkpoint']}", store,
                                 {k: v for k, v in r.items() if k != "continuations"})
     return (said, gr.update(value={"headers": ["intact (greedy)", "heads ablated (greedy)"], "data": rows},
-                            visible=True), gr.skip(), gr.skip(), gr.update(value=files, visible=True),
+                            visible=bool(rows)), gr.skip(), gr.skip(), gr.update(value=files, visible=True),
             kept(last, "ablation", [r]))
 
 
@@ -238,16 +322,27 @@ ABLATION_ABOUT = ("Zero a set of heads' outputs (before the output projection), 
                   "numbered from 1.")
 
 
+def texts_limit(name, store=None):
+    """The `texts scored` field's note: how many texts each action takes for the chosen model."""
+    info = checkpoint_meta(name, store) if name else None
+    if not info or "model" not in info:
+        return gr.update(info=f"ablating a set: at most {MAX_TEXTS:,}; each head in turn: at most "
+                              f"{MAX_SCAN_TEXTS}, fewer for a model of many heads")
+    heads = info["model"]["n_layer"] * info["model"]["n_head"]
+    return gr.update(info=f"ablating a set: at most {MAX_TEXTS:,}; each head in turn ({heads} heads "
+                          f"here): at most {min(MAX_SCAN_TEXTS, MAX_SCAN_WORK // heads)}")
+
+
 def _ablation_view(ctx: Context):
     gr.Markdown(ABLATION_ABOUT)
     with gr.Row():
-        name = checkpoint_dropdown(ctx, "checkpoint", task="generate", elem_id="ablate-checkpoint")
+        name = checkpoint_dropdown(ctx, "checkpoint", task="generate", only=False, elem_id="ablate-checkpoint")
         other = beside_dropdown(ctx, "ablate-other", "scan side by side with (optional)")
         heads = Textbox("1.1", label="heads (block.head, e.g. 1.3,2.1)", elem_id="ablate-heads")
     with gr.Row():
         mode = Radio(list(ablation.MODES), value="zero", label="ablation", elem_id="ablate-mode")
         split = Radio(["test", "dev"], value="test", label="texts", elem_id="ablate-split")
-        n = Number(200, label="texts scored", step=1, elem_id="ablate-n")
+        n = Number(200, label="texts scored", step=1, elem_id="ablate-n", info=texts_limit(None)["info"])
         seed = Number(0, label="seed", step=1, elem_id="ablate-seed")
     with gr.Row():
         go = gr.Button("Ablate these heads", variant="primary", elem_id="ablate-go")
@@ -262,15 +357,19 @@ def _ablation_view(ctx: Context):
     files = gr.File(label="download (CSV, JSON)", file_count="multiple", interactive=False,
                     visible=False, elem_id="ablate-files")
     outs = [said, captions, fig_a, fig_b, files, ctx.inside]
+    name.change(friendly(lambda c: texts_limit(c, ctx.store)), name, n, queue=False,
+                api_visibility="private")
     hide = lambda: [gr.update(visible=False)] * 4             # noqa: E731  (the last result's)
     go.click(hide, None, [captions, fig_a, fig_b, files], queue=False, api_visibility="private").then(
-        friendly(lambda *v: show_set(*v, store=ctx.store, data_dir=ctx.data_dir)),
+        friendly(lambda *v: show_set(*v, store=ctx.store, data_dir=ctx.data_dir), note=(0, 6)),
         [name, heads, mode, split, n, seed, ctx.inside], outs, api_visibility="private")
     scan_go.click(hide, None, [captions, fig_a, fig_b, files], queue=False, api_visibility="private")
+    scanning = gr.State(None)          # the running scan's token (show_scan)
     stoppable(scan_go, stop, lambda: scan_go.click(
-        friendly(lambda *v: (yield from show_scan(*v, store=ctx.store, data_dir=ctx.data_dir))),
-        [name, other, mode, split, n, seed, ctx.inside], outs, api_visibility="private"),
-        said, [said], lambda s: ["Stopped before the end: no map." if s and "lab-progress" in s else gr.skip()])
+        friendly(lambda *v: (yield from show_scan(*v, store=ctx.store, data_dir=ctx.data_dir)), note=(0, 7)),
+        [name, other, mode, split, n, seed, ctx.inside], outs + [scanning], api_visibility="private"),
+        [said, scanning, mode, split, n, seed], [said, fig_a, fig_b, files],
+        lambda *v: stopped_scan(*v, store=ctx.store))
 
     _ablation_api(ctx)
 
@@ -301,20 +400,30 @@ def _ablation_api(ctx: Context):
 
 # ---------------------------------------------------------------- activation patching
 
-def patch_of(name, clean, corrupted, answer, wrong, store=None, abort=None) -> dict:
+def patch_of(name, clean, corrupted, answer, wrong, store=None, abort=None, progress=None) -> dict:
     ck = _loaded(name, "a checkpoint", store)
     clean = bounded_text(clean, "the clean prompt", MAX_PROMPT_CHARS).strip()
     corrupted = bounded_text(corrupted, "the corrupted prompt", MAX_PROMPT_CHARS).strip()
-    return {"checkpoint": ck.name, "prompts": [clean, corrupted],
-            **patching.patch(ck.model, ck.tokenizer, clean, corrupted, answer or None, wrong or None,
-                             abort, max_tokens=MAX_PATCH_TOKENS)}
+    try:
+        patched = patching.patch(ck.model, ck.tokenizer, clean, corrupted, answer or None, wrong or None,
+                                 abort, max_tokens=MAX_PATCH_TOKENS, progress=progress)
+    except GenerationError as e:
+        if f"at most {MAX_PATCH_TOKENS} " not in str(e):
+            raise
+        raise GenerationError(f"{e} here; `python -m lab patch` reads prompts up to the model's "
+                              f"context") from None
+    return {"checkpoint": ck.name, "prompts": [clean, corrupted], **patched}
 
 
 def show_patch(name, clean, corrupted, answer, wrong, last=None, store=None):
     """Progress while the patched runs go, then the maps and downloads (Stop ends it)."""
-    r = yield from working(lambda abort: patch_of(name, clean, corrupted, answer, wrong, store, abort),
-                           "patching each block's stream at each position, then each head",
-                           lambda said: (progress_bar(0.5, said), *(gr.skip(),) * 3))
+    def compute(work):
+        def said(done, of):
+            work.say((done / of, f"patched {done} of {of}: each block's stream at each position, "
+                                 f"then each block's heads"))
+        return patch_of(name, clean, corrupted, answer, wrong, store, work.stop_asked, said)
+    r = yield from streamed(compute, lambda said: (
+        progress_bar(*(said or (0.0, "running the clean and corrupted prompts"))), *(gr.skip(),) * 3))
     said = (f"**{r['checkpoint']}**: logit difference {r['answer']!r} − {r['wrong']!r} at the last "
             f"position: clean {r['clean']:+.3f}, corrupted {r['corrupted']:+.3f}. A cell is the share "
             f"of that gap its patch restores (0 nothing, 1 all).")
@@ -359,7 +468,7 @@ def _patching_view(ctx: Context):
     go.click(lambda: ("", gr.update(visible=False), gr.update(visible=False)), None, [said, fig, files],
              queue=False, api_visibility="private")
     stoppable(go, stop, lambda: go.click(
-        friendly(lambda *v: (yield from show_patch(*v, store=ctx.store))),
+        friendly(lambda *v: (yield from show_patch(*v, store=ctx.store)), note=(0, 4)),
         [name, clean, corrupted, answer, wrong, ctx.inside], [said, fig, files, ctx.inside],
         api_visibility="private"),
         said, [said], lambda s: ["Stopped before the end: no map." if s and "lab-progress" in s else gr.skip()])

@@ -15,13 +15,24 @@ from lab.storage import checkpoints
 from lab.storage import store as lab_store
 from lab.training.progress import beat_text, format_duration, phase_text, save_text
 from lab.training.runs import run_dir_for
-from lab.ui.common import Context, friendly, whole
+from lab.ui.common import Context, clicked, friendly, whole
 from lab.ui.fields import Dropdown
 from lab.worker import jobs
 
 
 def job_choices(store=None) -> list[tuple[str, str]]:
     return [(f"{j['id']}: {j['name']} ({j['status']})", str(j["id"])) for j in jobs.list_jobs(store)]
+
+
+def _training_text(p: dict) -> str:
+    """A training job's line: what it does, where it is (the step said once: by the phase when
+    it names the step under way, else as done/all), elapsed and ETA (estimating until a step is
+    measured), and its saves."""
+    doing = phase_text(p) if p.get("event") == "progress" else f"training, loss {p['train_loss']:.3f}"
+    where = "" if doing.startswith("training step") else f", step {p['step']}/{p['total_steps']}"
+    eta = format_duration(p["eta_s"]) if p.get("eta_s") else "estimating"
+    return (f"{doing} — epoch {p['epoch']}{where}, elapsed {format_duration(p['elapsed_s'])}, "
+            f"ETA {eta}" + save_text(p))
 
 
 def progress_html(job: dict) -> str:
@@ -35,10 +46,7 @@ def progress_html(job: dict) -> str:
     if event == "progress" and "total_steps" not in p and status == "running":   # a heartbeat
         text = f"running: {html.escape(beat_text(p))}"
     elif event in ("step", "progress") and status == "running":
-        doing = phase_text(p) if event == "progress" else f"training, loss {p['train_loss']:.3f}"
-        text = (f"{doing} — epoch {p['epoch']}, step {p['step']}/{p['total_steps']}, "
-                f"elapsed {format_duration(p['elapsed_s'])}, ETA {format_duration(p['eta_s'])}"
-                + save_text(p))
+        text = _training_text(p)
     elif event == "saved":
         text = f"{status}: saved where it stands at epoch {p['epoch']}, step {p['step']}"
     elif event == "scoring":
@@ -238,7 +246,7 @@ def jobs_section(ctx: Context, message) -> Dropdown:
         """Queue a job that goes on where an interrupted, stopped or failed one stood: the new
         job's id and the message."""
         return resume(job, ctx.store)
-    stop_now.click(friendly(stop_job), job, message, api_name="stop_job")
-    stop_after.click(friendly(stop_job_after_checkpoint), job, message, api_name="stop_job_after_checkpoint")
-    resume_btn.click(friendly(resume_job), job, [job, message], api_name="resume_job")
+    clicked(stop_now, stop_job, [job], [message], "stop_job", note=0)
+    clicked(stop_after, stop_job_after_checkpoint, [job], [message], "stop_job_after_checkpoint", note=0)
+    clicked(resume_btn, resume_job, [job], [job, message], "resume_job", note=1)
     return job

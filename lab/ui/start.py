@@ -18,10 +18,11 @@ from lab.config import ConfigError
 from lab.presets import configs
 from lab.training import estimate
 from lab.training.runs import last_dir
-from lab.ui.common import Context, friendly
+from lab.ui.common import GETTING_STARTED_PAIR, Context, friendly
 from lab.ui.jobs_view import progress_html
 
-SMOLLM2, SCRATCH, FINETUNE = "smollm2", "quick-scratch", "smollm2-captions"
+SMOLLM2 = "smollm2"
+SCRATCH, FINETUNE = GETTING_STARTED_PAIR
 SCRATCH_PRESET, FINETUNE_PRESET = "quick", "smollm2-quick"
 
 INTRO = ("**New here?** These steps take you from an empty lab to a model trained from scratch and "

@@ -13,7 +13,7 @@ import gradio as gr
 from lab.config import FAMILY_KEYS, ConfigError, ModelConfig, TrainConfig, describe_settings
 from lab.errors import LabError
 from lab.inputs import tokenizers
-from lab.presets import PRESETS, configs, get as get_preset
+from lab.presets import FINE_TUNES, PRESETS, configs, get as get_preset
 from lab.registry import REGISTRIES, TASKS, load_plugins
 from lab.settings import base_type, choices_of
 from lab.storage import checkpoints
@@ -353,22 +353,32 @@ def _fields(cls, names: list[str], cfg, values0: list, setting_inputs: list) -> 
 
 
 def fill(p, chosen_parent):
-    """A preset fills the form; with a parent chosen, the model section stays the parent's."""
+    """A preset fills the form, then its note, the parent and the parent's note. A fine-tune's
+    preset (FINE_TUNES) keeps a chosen parent, whose model section stays; any other preset makes
+    a new model, so it clears the parent and gives the model section back, the preset's."""
     n_model = len(MODEL_FIELDS) + len(setting_fields())
     if p not in PRESETS:
-        return [gr.skip()] * (n_model + len(TRAIN_FIELDS)) + [gr.update(info="")]
+        return [gr.skip()] * (n_model + len(TRAIN_FIELDS)) + [gr.update(info=""), gr.skip(), gr.skip()]
     m, t = get_preset(p)
     values = form_values(m, t)
-    if chosen_parent:
+    said = [gr.update(info=PRESETS[p][1])]
+    if chosen_parent and p in FINE_TUNES:
         values = [gr.skip() if f not in TRAIN_FIELDS and f.split(".")[0] not in TrainConfig.PLUGIN_KINDS
                   or f == "tokenizer" else v for f, v in zip(form_fields(), values)]
-    return values + [gr.update(info=PRESETS[p][1])]
+        return values + said + [gr.skip(), gr.skip()]
+    if chosen_parent:
+        unlocked = [v if isinstance(v, dict) and v.get("__type__") == "update"
+                    else gr.update(value=v, interactive=True) for v in values]
+        return unlocked + said + [None, f"Preset **{p}** trains a new model, so the parent "
+                                        f"{chosen_parent} is cleared; choose a parent again to fine-tune it."]
+    return values + said + [gr.skip(), gr.skip()]
 
 
 def _wire_form(ctx: Context, form: Form) -> None:
     """A preset fills the form, a parent locks the model section, a plugin shows its settings."""
     model, settings = form.model, form.settings
-    form.preset.input(fill, [form.preset, form.parent], model + form.train + settings + [form.preset],
+    form.preset.input(fill, [form.preset, form.parent],
+                      model + form.train + settings + [form.preset, form.parent, form.parent_note],
                       api_visibility="private")
     fields = [form.train[TRAIN_FIELDS.index(f)] for f in ("train_layers", "tokenizer")]
     form.parent.input(friendly(lambda p, pr: parent_view(p, pr, ctx.store)), [form.parent, form.preset],

@@ -33,7 +33,7 @@ from lab.worker import steps
 from lab.storage import store as lab_store
 from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.errors import LabError
-from lab.worker.executors import RayTasks, executor_name
+from lab.worker.executors import RayTasks, executor_name, job_environment
 # the ledger's names that modules above and the tests read as jobs.X
 from lab.worker.ledger import FINAL, SCHEMA, add_tables, connect, read_row  # noqa: F401
 from lab.training import heartbeat
@@ -352,7 +352,8 @@ class Worker:
         self.parent = os.getppid() if exit_with_parent else None
 
     def _spawn(self, job: dict, fd: int) -> None:
-        env = {**os.environ, "LAB_STORE": str(checkpoints.store_dir(self.store)), "LAB_JOB_LOCK_FD": str(fd)}
+        env = job_environment({**os.environ, "LAB_STORE": str(checkpoints.store_dir(self.store)),
+                               "LAB_JOB_LOCK_FD": str(fd)})
         if self.data_dir:
             env["LAB_DATA_DIR"] = str(Path(self.data_dir).resolve())
         if self.ray is not None:           # the worker keeps the lock while the task runs

@@ -54,6 +54,11 @@ class CaptionsTask:
                         unit="captions", final=final, packs=True)
 
 
+    def texts(self, ck, split: str, data_dir=None) -> tuple[list[str], dict]:
+        """The caption corpus' split, for any checkpoint of this task."""
+        return data.load_split(split, data_dir), {"split": split,
+                                                  "source": str(data.resolve_data_dir(data_dir))}
+
     def sweep_check(self, objective, score: dict, where: str) -> None:
         """Every caption model is scored by a sweep (perplexity, BLEU)."""
 

@@ -55,6 +55,13 @@ class BirthplaceTask:
         says, so a missing folder is said at once, not by the job that fails in the worker."""
         bp.data_dir(None)
 
+    def texts(self, ck, split: str, data_dir=None) -> tuple[list[str], dict]:
+        """Its questions with their places as a fine-tuned model reads them (question, ⁇, place,
+        ⁇); test has no places, so its questions alone. data_dir names the caption corpus."""
+        root = bp.data_dir(None)
+        said = [q + bp.MASK + (p + bp.MASK if p is not None else "") for q, p in bp.questions(split)]
+        return said, {"split": split, "source": str(root / bp.SPLITS[split])}
+
     def scratch_tokenizer(self, data_dir=None, cfg=None):
         return bp.tokenizer(data_dir)
 

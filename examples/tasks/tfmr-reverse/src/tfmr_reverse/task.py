@@ -68,6 +68,11 @@ class ReverseTask:
                                                   cfg.shuffle, gen),
                         masked_loss, evaluate, unit="words", packs=True)
 
+    def texts(self, ck, split, data_dir=None) -> tuple[list[str], dict]:
+        """The split's words with their reversals, as the model reads them (head ablation)."""
+        chosen = pairs(words(split, 200, checkpoint_settings(ck)))
+        return [p + a for p, a in chosen], {"split": split, "source": f"reverse {split} words"}
+
     def score(self, ck, split, n, seed) -> dict:
         """Exact match of the checkpoint's greedy reversals of up to n words of the split."""
         if split not in SEEDS or split == "train":
