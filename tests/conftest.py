@@ -222,9 +222,10 @@ def wait_job(job_id: int, statuses, worker=None, timeout: float = 240, store=Non
 # the files that took longest in a one-process run (docs/benchmarks.md), first: under `make test`
 # (pytest-xdist, a file per worker at a time) the files left for the end are short ones
 LONGEST_FIRST = ("test_browser.py", "test_train.py", "test_browser_from_empty.py", "test_faults.py",
-                 "test_browser_text.py", "test_api_live.py", "test_hf_llama.py", "test_cli.py", "test_bad_inputs.py",
-                 "test_browser_inside.py", "test_browser_attention.py", "test_requests_live.py",
-                 "test_smollm2.py", "test_sweeps.py")
+                 "test_browser_text.py", "test_readme_cli.py", "test_api_live.py", "test_hf_llama.py",
+                 "test_cli.py", "test_bad_inputs.py", "test_browser_inside.py", "test_task_contract.py",
+                 "test_browser_attention.py", "test_requests_live.py", "test_config_registry.py",
+                 "test_smollm2.py", "test_sweeps.py", "test_attention.py", "test_access.py")
 
 
 def pytest_collection_modifyitems(items):
