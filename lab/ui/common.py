@@ -283,14 +283,15 @@ def friendly(fn, note: tuple[int, int] | None = None):
 _END = object()      # a generator's end, as next() returns it
 
 
-def clicked(button: gr.Button, fn, inputs, outputs: list, api_name: str, note: int) -> None:
-    """The button runs fn for the page, a refusal said in its note (outputs[note]) until the next
-    action; scripts call the same fn as `api_name`, a refusal raised to them (gradio_client's
-    AppError). The endpoint belongs to a button never shown, so both keep one schema; it is
-    registered first, so the page's own (private) event does not take its name."""
+def clicked(button, fn, inputs, outputs: list, api_name: str, note: int, event: str = "click") -> None:
+    """The button (or a field's `event`) runs fn for the page, a refusal said in its note
+    (outputs[note]) until the next action; scripts call the same fn as `api_name`, a refusal
+    raised to them (gradio_client's AppError). The endpoint belongs to a button never shown, so
+    both keep one schema; it is registered first, so the page's own (private) event does not
+    take its name."""
     gr.Button(visible=False).click(friendly(fn), inputs, outputs, api_name=api_name)
-    button.click(friendly(fn, note=(note, len(outputs))), inputs, outputs, api_visibility="private",
-                 api_name=f"{api_name}_from_the_page")
+    getattr(button, event)(friendly(fn, note=(note, len(outputs))), inputs, outputs,
+                           api_visibility="private", api_name=f"{api_name}_from_the_page")
 
 
 def api(fn, api_name: str, returns: str) -> None:

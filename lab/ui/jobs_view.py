@@ -10,6 +10,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from lab.errors import LabError
 from lab.config import ConfigError
 from lab.storage import checkpoints
 from lab.storage import store as lab_store
@@ -196,7 +197,11 @@ def poll(job_id, shown_choices, store=None):
         if active:
             job_id = str(active[-1]["id"])           # the oldest under way: the one running first
             labels = gr.update(choices=choices, value=job_id)
-    return (*view(job_id, store), labels, choices)
+    try:
+        shown = view(job_id, store)
+    except LabError:      # a job that is not there: said once, where its progress goes (job_status)
+        shown = (gr.skip(),) * 4
+    return (*shown, labels, choices)
 
 
 def stop(job_id, mode, store=None):
@@ -229,7 +234,7 @@ def jobs_section(ctx: Context, message) -> Dropdown:
     def job_status(job: str):
         """A job's progress (HTML), loss curves, log tail and the checkpoint it wrote."""
         return view(job, ctx.store)
-    job.change(friendly(job_status), job, outputs, api_name="job_status")
+    clicked(job, job_status, [job], outputs, "job_status", note=0, event="change")
     shown = gr.State([])
     gr.Timer(2.0).tick(friendly(lambda j, c: poll(j, c, ctx.store)), [job, shown],
                        outputs + [job, shown], api_visibility="private", show_progress="hidden")
