@@ -59,7 +59,8 @@ def patch(model, tokenizer, clean: str, corrupted: str, answer: str | None = Non
         def restored_by(name: str) -> list[float]:
             copies = len(a) if name.endswith("resid_pre") else model.config.n_head
             lg = _patched_logits(model, xb, name, clean_seen[name][0], copies, abort)
-            progress and progress((resid + zs).index(name) + 1, 2 * L)
+            if progress:
+                progress((resid + zs).index(name) + 1, 2 * L)
             return ((lg[:, right] - lg[:, other] - d_corrupt) / span).tolist()
         out_resid, out_heads = [restored_by(n) for n in resid], [restored_by(n) for n in zs]
     finally:
