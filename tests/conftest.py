@@ -219,13 +219,16 @@ def wait_job(job_id: int, statuses, worker=None, timeout: float = 240, store=Non
     raise AssertionError(f"job {job_id} still {jobs.get(job_id, store)['status']} after {timeout}s")
 
 
-# the files that took longest in a one-process run (docs/benchmarks.md), first: under `make test`
-# (pytest-xdist, a file per worker at a time) the files left for the end are short ones
-LONGEST_FIRST = ("test_browser.py", "test_train.py", "test_browser_from_empty.py", "test_faults.py",
-                 "test_browser_text.py", "test_readme_cli.py", "test_api_live.py", "test_hf_llama.py",
-                 "test_cli.py", "test_bad_inputs.py", "test_browser_inside.py", "test_task_contract.py",
-                 "test_browser_attention.py", "test_requests_live.py", "test_config_registry.py",
-                 "test_smollm2.py", "test_sweeps.py", "test_attention.py", "test_access.py")
+# the files that took longest in a `make test` run (docs/benchmarks.md), first: under pytest-xdist
+# (a file per worker at a time, in this order: pytest.ini's --no-loadscope-reorder keeps xdist from
+# putting the files with most tests first) the files left for the end are short ones
+LONGEST_FIRST = ("test_browser_from_empty.py", "test_browser.py", "test_faults.py", "test_train.py",
+                 "test_browser_text.py", "test_hf_llama.py", "test_bad_inputs.py", "test_readme_cli.py",
+                 "test_browser_inside.py", "test_cli.py", "test_browser_attention.py",
+                 "test_requests_live.py", "test_sweeps.py", "test_task_contract.py", "test_access.py",
+                 "test_api_live.py", "test_older_store.py", "test_config_registry.py",
+                 "test_text_task.py", "test_interop.py", "test_inside.py", "test_smollm2.py",
+                 "test_tokenizers.py", "test_metrics.py", "test_browser_export.py")
 
 
 def pytest_collection_modifyitems(items):

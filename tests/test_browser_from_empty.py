@@ -6,6 +6,7 @@ two workers."""
 import pytest
 import torch
 
+from lab import presets
 from lab.inputs import tokenizers
 from lab.modeling.model import build
 from lab.storage import checkpoints
@@ -138,7 +139,9 @@ def test_a_birth_place_model_from_the_browser_alone(browser, tmp_path):
 
     def train(name, preset, parent, items, *model):
         _choose(page, "#train-preset", preset)
-        expect(page.locator("#train-preset input")).to_have_value(preset)
+        # the preset's own values first (they arrive after the choice shows), then the test's
+        epochs = presets.get(preset)[1].epochs
+        expect(page.locator("#train-epochs input")).to_have_value(str(epochs), timeout=30_000)
         for field, value in (("epochs", "1"), ("max_train_captions", str(items)), ("max_dev_captions", "20"),
                              *model):
             box = page.locator(f"#train-{field} input")
@@ -153,6 +156,9 @@ def test_a_birth_place_model_from_the_browser_alone(browser, tmp_path):
         train("bp-pre", "birthplace-vanilla", "", 128, ("n_layer", "1"), ("n_embd", "32"))
         train("bp-tuned", "birthplace-finetune", "bp-pre", 256)
         assert checkpoints.info("bp-tuned", store)["parent"] == "bp-pre"
+        pre = checkpoints.info("bp-pre", store)          # what the form said, not the preset's
+        assert (pre["train"]["epochs"], pre["train"]["max_train_captions"]) == (1, 128)
+        assert (pre["model"]["n_layer"], pre["model"]["n_embd"]) == (1, 32)
         _tab(page, "Evaluate")
         chosen = page.locator("#birthplace-checkpoints")
         expect(chosen).to_contain_text("bp-tuned", timeout=30_000)

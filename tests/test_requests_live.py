@@ -57,6 +57,12 @@ def _cpu_s(proc) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _stopped(busy: float, idle: float) -> bool:
+    """The app computed before its caller left and rests after: a quarter of its rate before at
+    most (on a machine busy with other work both rates fall together), and below IDLE."""
+    return idle < IDLE and busy > 4 * idle
+
+
 def _cpu_rate(proc, seconds: float) -> float:
     """CPU seconds a second the process spends over the next `seconds`."""
     before = _cpu_s(proc)
@@ -95,7 +101,7 @@ def test_a_request_stops_when_its_caller_cancels_it(live):
     job.cancel()
     time.sleep(STOP_WITHIN_S)
     idle = _cpu_rate(proc, 3)
-    assert busy > 0.3 and idle < IDLE, f"CPU seconds a second: {busy:.2f} before, {idle:.2f} after"
+    assert _stopped(busy, idle), f"CPU seconds a second: {busy:.2f} before, {idle:.2f} after"
     _served_promptly(url)
 
 
@@ -116,7 +122,7 @@ def test_patching_and_the_lens_stop_when_their_caller_cancels(live):
     job.cancel()
     time.sleep(STOP_WITHIN_S)
     idle = _cpu_rate(proc, 3)
-    assert busy > 0.3 and idle < IDLE, f"CPU seconds a second: {busy:.2f} before, {idle:.2f} after"
+    assert _stopped(busy, idle), f"CPU seconds a second: {busy:.2f} before, {idle:.2f} after"
     lensed = client.predict(checkpoint="a", text="A dog on a couch .", top=3, api_name="/lens")
     assert lensed["checkpoint"] == "a" and len(lensed["layers"]) == 3
 
@@ -145,7 +151,7 @@ def test_a_request_stops_when_its_caller_leaves(live):
         caller.wait()
     time.sleep(STOP_WITHIN_S)
     idle = _cpu_rate(proc, 3)
-    assert busy > 0.3 and idle < IDLE, f"CPU seconds a second: {busy:.2f} before, {idle:.2f} after"
+    assert _stopped(busy, idle), f"CPU seconds a second: {busy:.2f} before, {idle:.2f} after"
     _served_promptly(url)
 
 
