@@ -1,7 +1,8 @@
 """A model out of the lab and back, from the browser alone: the Checkpoints tab exports a llama
 checkpoint (grouped-query attention) as a .zip the browser downloads, `transformers` loads what
-it holds as a LlamaForCausalLM with the lab's logits, and the same .zip uploaded back with a block
-selection is a checkpoint again."""
+it holds as a LlamaForCausalLM with the lab's logits, the same checkpoint goes out as a GGUF file
+with its Ollama Modelfile, and the .zip uploaded back with a block selection is a checkpoint
+again."""
 import re
 import shutil
 from pathlib import Path
@@ -51,6 +52,27 @@ def test_a_llama_goes_out_as_a_zip_download_and_comes_back_cut(browser, tmp_path
         assert isinstance(hf, LlamaForCausalLM) and hf.config.num_key_value_heads == 2
         with torch.no_grad():
             assert (model(IDS).logits - hf(IDS, use_cache=False).logits).abs().max().item() < 1e-4
+
+        # the same checkpoint as GGUF for llama.cpp: the file and its Ollama Modelfile, both downloads
+        page.locator("#export-gguf-type").get_by_text("q8_0").click()
+        page.locator("#export-gguf-go").click()
+        expect(page.locator("#export-message")).to_contain_text("Exported mine as GGUF (q8_0): download "
+                                                                "both files below", timeout=60_000)
+        links = page.locator("#export-gguf-files a")
+        expect(links).to_have_count(2)
+        gguf_file, modelfile = tmp_path / "mine.gguf", tmp_path / "Modelfile"
+        for link, to in zip(links.all(), (gguf_file, modelfile)):
+            with page.expect_download() as got:
+                link.click()
+            got.value.save_as(to)
+        _shot(page, "export-gguf")
+        import gguf
+        read = gguf.GGUFReader(gguf_file)
+        assert read.fields["general.architecture"].contents() == "llama"
+        assert read.fields["tokenizer.ggml.add_bos_token"].contents() is True
+        assert {t.tensor_type.name for t in read.tensors if t.name.endswith("attn_q.weight")} == {"Q8_0"}
+        name = links.first.get_attribute("download")
+        assert re.fullmatch(r"mine-q8_0-.*\.gguf", name) and modelfile.read_text().startswith(f"FROM ./{name}\n")
 
         # the same .zip back in, blocks 1 and 3 only
         page.locator("#gpt2-upload input[type=file]").set_input_files(str(archive))

@@ -48,7 +48,15 @@ def cmd_import(args):
 
 
 def cmd_export(args):
-    out = interop.export_hf(args.checkpoint, args.outdir, args.store)
+    if args.format == "gguf":
+        from lab.storage import gguf_export
+        out = gguf_export.export_gguf(args.checkpoint, args.out, args.type or "f16", args.store)
+        print(f"exported {args.checkpoint} to {out} ({args.type or 'f16'}; runs in llama.cpp, and in Ollama "
+              f"with `ollama create NAME -f {gguf_export.modelfile_path(out)}`)")
+        return
+    if args.type:
+        raise ConfigError("--type is for `export gguf`; an HF folder keeps the weights as they are")
+    out = interop.export_hf(args.checkpoint, args.out, args.store)
     print(f"exported {args.checkpoint} to {out} (loads with AutoModelForCausalLM.from_pretrained)")
 
 
@@ -78,11 +86,14 @@ def _parser_import(sub) -> None:
 
 
 def _parser_export(sub) -> None:
-    p = sub.add_parser("export", help="export a gpt2 or llama checkpoint to a folder transformers "
-                                      "loads")
-    p.add_argument("format", choices=["hf"])
+    p = sub.add_parser("export", help="export a gpt2 or llama checkpoint: hf, a folder transformers "
+                                      "loads; gguf, one file llama.cpp, Ollama and LM Studio run")
+    p.add_argument("format", choices=["hf", "gguf"])
     p.add_argument("checkpoint")
-    p.add_argument("outdir")
+    p.add_argument("out", metavar="OUT", help="hf: a new or empty folder; gguf: a new FILE.gguf "
+                                              "(FILE.Modelfile, Ollama's, is written beside it)")
+    p.add_argument("--type", choices=["f32", "f16", "q8_0"],
+                   help="gguf: how the weights are stored (default f16; norms and biases stay f32)")
     p.set_defaults(fn=cmd_export)
 
 

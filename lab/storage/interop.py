@@ -350,12 +350,18 @@ def export_hf(checkpoint: str, outdir: str | Path, store=None) -> Path:
     tokenizer's files): a `gpt2` checkpoint as GPT2LMHeadModel, a `llama` one as LlamaForCausalLM.
     Refuses a part Hugging Face's class does not have, and a non-empty outdir."""
     ck = checkpoints.load(checkpoint, store)
+    return _write_export(ck, hf_model_of(checkpoint, ck), outdir)
+
+
+def hf_model_of(checkpoint: str, ck, what: str = "Hugging Face export"):
+    """The checkpoint `ck` (named `checkpoint`) as its transformers class, GPT2LMHeadModel or
+    LlamaForCausalLM; refuses a family or a part that class does not have."""
     if ck.config.model not in FAMILIES:
-        raise CheckpointError(f"{checkpoint} is a {ck.config.model} model; Hugging Face export takes "
+        raise CheckpointError(f"{checkpoint} is a {ck.config.model} model; {what} takes "
                               f"the {' and '.join(FAMILIES)} families")
     gpt2 = ck.config.model == "gpt2"
     _check_exportable(checkpoint, ck.config, _gpt2_parts() if gpt2 else hf_llama.llama_parts())
-    return _write_export(ck, _hf_model(ck) if gpt2 else hf_llama.hf_model(ck), outdir)
+    return _hf_model(ck) if gpt2 else hf_llama.hf_model(ck)
 
 
 def export_hf_gpt2(checkpoint: str, outdir: str | Path, store=None) -> Path:

@@ -10,7 +10,7 @@ import gradio as gr
 
 from lab.storage import smollm2
 from lab.ui.fields import Dropdown, File, Textbox
-from lab.storage import checkpoints, exports, interop
+from lab.storage import checkpoints, exports, gguf_export, interop
 from lab.storage import store as lab_store
 from lab.config import ConfigError, ModelConfig
 from lab.modeling.model import kv_heads
@@ -87,14 +87,18 @@ def import_hf_upload(files, layers, name, store=None):
     return f"Imported **{name}**.", rows(store)
 
 
-def export_hf(name, outdir, store=None):
-    """Into an allowed server folder when one is given; otherwise into the store's exports,
-    offered as a .zip download."""
+def _to_export(name, outdir, store=None) -> tuple[str, str]:
+    """The checkpoint's name and the output folder ("" for a download), as a person gave them."""
     if not name:                        # what to do next, as Delete says it
         raise ConfigError(EMPTY_STORE if not checkpoints.names(store) else
                           "choose the checkpoint to export in the list beside the output directory")
-    name = checkpoints.check_name(name)
-    outdir = text(outdir, "output directory", 4096).strip()
+    return checkpoints.check_name(name), text(outdir, "output directory", 4096).strip()
+
+
+def export_hf(name, outdir, store=None):
+    """Into an allowed server folder when one is given; otherwise into the store's exports,
+    offered as a .zip download."""
+    name, outdir = _to_export(name, outdir, store)
     if outdir:
         out = interop.export_hf(name, lab_store.allowed_path(outdir, "export"), store)
         return f"Exported {name} to {out}; it loads with AutoModelForCausalLM.from_pretrained.", None
@@ -103,6 +107,23 @@ def export_hf(name, outdir, store=None):
     shutil.rmtree(folder, ignore_errors=True)
     return (f"Exported {name}: download the .zip below; unzipped, it loads with "
             f"AutoModelForCausalLM.from_pretrained."), archive
+
+
+def export_gguf(name, kind, outdir, store=None):
+    """NAME-KIND.gguf and its Ollama Modelfile: into an allowed server folder when one is given;
+    otherwise into the store's exports, both offered as downloads."""
+    name, outdir = _to_export(name, outdir, store)
+    if kind not in gguf_export.TYPES:
+        raise ConfigError(f"GGUF type must be one of {', '.join(gguf_export.TYPES)}, got {text(kind, 'type', 40)!r}")
+    if outdir:
+        folder = lab_store.allowed_path(outdir, "export")
+        folder.mkdir(parents=True, exist_ok=True)
+        out = gguf_export.export_gguf(name, folder / f"{name}-{kind}.gguf", kind, store)
+        return f"Exported {name} to {out}, with {gguf_export.modelfile_path(out).name} beside it.", None
+    out = gguf_export.export_gguf(name, exports.fresh(f"{name}-{kind}", ".gguf", store), kind, store)
+    return (f"Exported {name} as GGUF ({kind}): download both files below. `llama-cli -m "
+            f"{out.name}` runs it; `ollama create {name} -f {gguf_export.modelfile_path(out).name}` "
+            f"adds it to Ollama."), [str(out), str(gguf_export.modelfile_path(out))]
 
 
 def delete(name, confirm, store=None):
@@ -155,21 +176,36 @@ def _following(ctx: Context, chosen, label: str, elem_id: str):
 def _export_section(ctx: Context, chosen) -> None:
     """The checkpoint to export (the one chosen above, or another), where to, the button, and
     what came of it (its message and the .zip), in that order in one section."""
-    with section("Export to Hugging Face (a gpt2 or llama checkpoint: GPT2LMHeadModel or "
-                 "LlamaForCausalLM)", elem_id="checkpoints-export"):
+    with section("Export (a gpt2 or llama checkpoint): a Hugging Face folder (GPT2LMHeadModel or "
+                 "LlamaForCausalLM), or one GGUF file", elem_id="checkpoints-export"):
         with gr.Row():
             target = _following(ctx, chosen, "checkpoint to export", "export-name")
             outdir = Textbox(label="output directory (optional)", elem_id="export-outdir",
                              info="blank: download a .zip; or a new folder under LAB_ALLOWED_DIRS")
-        button = gr.Button("Export", elem_id="export-go")
+        with gr.Row():
+            button = gr.Button("Export to Hugging Face", elem_id="export-go")
+            kind = gr.Radio(list(gguf_export.TYPES), value="f16", label="GGUF weights",
+                            elem_id="export-gguf-type", scale=0,
+                            info="f16 halves the size; q8_0 quarters it")
+            gguf_button = gr.Button("Export GGUF (llama.cpp, Ollama, LM Studio)",
+                                    elem_id="export-gguf-go")
         said = gr.Markdown(elem_id="export-message", label="message", show_label=False)
         download = gr.File(label="export", interactive=False, elem_id="export-file")
+        files = gr.File(label="GGUF export", interactive=False, elem_id="export-gguf-files",
+                        file_count="multiple")
 
     def export(checkpoint: str, outdir: str):
         """A gpt2 or llama checkpoint as a Hugging Face folder: a .zip to download (outdir blank),
         or written to a new folder under LAB_ALLOWED_DIRS. Returns the message and the .zip."""
         return export_hf(checkpoint, outdir, store=ctx.store)
     clicked(button, export, [target, outdir], [said, download], "export_hf", note=0)
+
+    def gguf(checkpoint: str, gguf_type: str, outdir: str):
+        """A gpt2 or llama checkpoint as one GGUF file (f32, f16 or q8_0 weights) with an Ollama
+        Modelfile beside it: downloads (outdir blank), or written into a folder under
+        LAB_ALLOWED_DIRS. Returns the message and the files."""
+        return export_gguf(checkpoint, gguf_type, outdir, store=ctx.store)
+    clicked(gguf_button, gguf, [target, kind, outdir], [said, files], "export_gguf", note=0)
 
 
 def _delete_section(ctx: Context, chosen, message, table, info) -> None:
