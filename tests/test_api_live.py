@@ -4,6 +4,7 @@ fails the test, so the list stays whole."""
 import re
 import time
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -107,6 +108,8 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     _refused(lambda: call("/resume_job", job), "only interrupted, stopped or failed jobs resume")
     said, archive = call("/export_hf", "made-later", "")
     assert "download the .zip" in said and zipfile.is_zipfile(archive)
+    said, files = call("/export_gguf", "made-later", "q8_0", "")
+    assert "GGUF (q8_0)" in said and [Path(f).suffix for f in files] == [".gguf", ".Modelfile"]
     said, _ = call("/import_hf_upload", [handle_file(archive)], "1", "re-imported")
     assert "Imported" in said and "re-imported" in str(call("/checkpoints")["data"])
     _refused(lambda: call("/import_hf", str(tmp_path), "", "nope"), "LAB_ALLOWED_DIRS")

@@ -527,6 +527,11 @@ def _api_cases():
               ("/export_hf", ["good", "/tmp/lab-export-anywhere"], "lab_allowed_dirs"),
               ("/export_hf", ["good", "/etc"], "lab_allowed_dirs"),
               ("/export_hf", ["good", "a\0b"], "give a folder path"),
+              ("/export_gguf", ["missing", "f16", ""], "no checkpoint 'missing'"),
+              ("/export_gguf", ["../x", "f16", ""], "is not allowed"),
+              ("/export_gguf", ["good", "q4", ""], "is not in the list of choices"),
+              ("/export_gguf", ["good", "f16", "/etc"], "lab_allowed_dirs"),
+              ("/export_gguf", [None, "f16", ""], "choose the checkpoint to export"),
               ("/delete_checkpoint", ["missing", "missing"], "no checkpoint 'missing'"),
               ("/delete_checkpoint", ["../x", "../x"], "is not allowed"),
               ("/delete_checkpoint", ["good", "goo"], "type the checkpoint's name"),
@@ -548,7 +553,8 @@ def _api_cases():
         name = f"w-{how}"
         cases += [compare(said, checkpoints=["good", name]), attention(said, name=name),
                   evaluate(said, names=(name,)), ("/head_differences", ["good", name, "A dog ."], said),
-                  ("/checkpoint_info", [name], said), ("/export_hf", [name, ""], said)]
+                  ("/checkpoint_info", [name], said), ("/export_hf", [name, ""], said),
+                  ("/export_gguf", [name, "q8_0", ""], said)]
     return cases
 
 

@@ -54,7 +54,7 @@ def test_a_llama_goes_out_as_a_zip_download_and_comes_back_cut(browser, tmp_path
             assert (model(IDS).logits - hf(IDS, use_cache=False).logits).abs().max().item() < 1e-4
 
         # the same checkpoint as GGUF for llama.cpp: the file and its Ollama Modelfile, both downloads
-        page.locator("#export-gguf-type").get_by_text("q8_0").click()
+        page.locator("#export-gguf-type").get_by_label("q8_0").check()
         page.locator("#export-gguf-go").click()
         expect(page.locator("#export-message")).to_contain_text("Exported mine as GGUF (q8_0): download "
                                                                 "both files below", timeout=60_000)

@@ -44,4 +44,5 @@ def test_the_quick_start_runs_as_written_from_any_folder(tmp_path, corpus_dir):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert (elsewhere / "view.html").stat().st_size > 0
     assert (elsewhere / "smol-ft-hf" / "config.json").exists()
+    assert (elsewhere / "smol-ft.gguf").stat().st_size > 0 and (elsewhere / "smol-ft.Modelfile").exists()
     assert {"smol-1-15-30", "smol-ft", "win"} <= set(checkpoints.names(store))

@@ -9,7 +9,7 @@ import shutil
 import gradio as gr
 
 from lab.storage import smollm2
-from lab.ui.fields import Dropdown, File, Textbox
+from lab.ui.fields import Dropdown, File, Radio, Textbox
 from lab.storage import checkpoints, exports, gguf_export, interop
 from lab.storage import store as lab_store
 from lab.config import ConfigError, ModelConfig
@@ -181,12 +181,13 @@ def _export_section(ctx: Context, chosen) -> None:
         with gr.Row():
             target = _following(ctx, chosen, "checkpoint to export", "export-name")
             outdir = Textbox(label="output directory (optional)", elem_id="export-outdir",
-                             info="blank: download a .zip; or a new folder under LAB_ALLOWED_DIRS")
+                             info="blank: download here; or a folder under LAB_ALLOWED_DIRS "
+                                  "(new or empty for Hugging Face)")
         with gr.Row():
             button = gr.Button("Export to Hugging Face", elem_id="export-go")
-            kind = gr.Radio(list(gguf_export.TYPES), value="f16", label="GGUF weights",
-                            elem_id="export-gguf-type", scale=0,
-                            info="f16 halves the size; q8_0 quarters it")
+            kind = Radio(list(gguf_export.TYPES), value="f16", label="GGUF weights",
+                            elem_id="export-gguf-type", min_width=320,
+                            info="f16: half of f32's size; q8_0: a quarter")
             gguf_button = gr.Button("Export GGUF (llama.cpp, Ollama, LM Studio)",
                                     elem_id="export-gguf-go")
         said = gr.Markdown(elem_id="export-message", label="message", show_label=False)
