@@ -263,6 +263,9 @@ def _cli_cases():
         (["birthplace", "finetune", "--name", "f", "--parent", "good"], "needs a character model"),
         (["birthplace", "pretrain", "--name", "p", "--data-dir", "/etc"], "has no wiki.txt"),
         (["ablate", "--checkpoint", "good", "--each", "--n-ref", "-1"], "--n-ref must be between 1"),
+        (["ablate", "--checkpoint", "good", "--each", "--n", "501"],
+         "--n must be between 1 and 500 with --each, got 501"),             # the page's bounds
+        (["ablate", "--checkpoint", "good", "--n", "2001"], "--n must be between 1 and 2000, got 2001"),
         (["ablate", "--checkpoint", "good", "--each", "--heads", "1.1"], "--heads and --each both given"),
         (["patch", "--checkpoint", "good", "--clean", "", "--corrupted", ""],
          "type a clean prompt and a corrupted one"),

@@ -158,6 +158,22 @@ def test_the_scan_of_every_head_is_the_ablation_of_each(captioner, mode):
     assert len(one["continuations"]) == 2 and all(c["intact"] and c["ablated"] for c in one["continuations"])
 
 
+def test_a_scan_asks_at_most_its_work_through_every_door(capsys):
+    """The page, the API and the command line refuse the same scans in the same words: a model
+    of 24 heads may scan 416 texts, not 417."""
+    from lab.cli import main
+    from lab.inputs import tokenizers
+    from lab.modeling.model import build
+    said = ("wide's 24 heads alone on 417 texts is 10,008 head-texts; one scan may ask at most "
+            "10,000: ask for at most 416 texts")
+    with pytest.raises(ConfigError, match=said):
+        ablation.check_scan("wide", 24, 417)
+    ablation.check_scan("wide", 24, 416)
+    checkpoints.save(build(tiny_config(n_layer=6, vocab_size=50257)), tokenizers.gpt2(), "wide")
+    assert main(["ablate", "--checkpoint", "wide", "--each", "--n", "417"]) == 2
+    assert said in capsys.readouterr().err
+
+
 def test_a_scan_stopped_after_a_batch_maps_the_texts_it_scored(captioner):
     """Progress counts every head alone on every text; a Stop after the first batch of texts
     keeps what that batch scored (a map of its texts, no estimate); one before it, nothing."""

@@ -36,8 +36,10 @@ def cmd_lens(args):
 
 def _check_ablate(args) -> None:
     """The command's own bounds, before the checkpoint is read."""
-    if not 1 <= args.n <= 5000:
-        raise ConfigError(f"--n must be between 1 and 5000, got {args.n}")
+    most = ablation.MAX_SCAN_TEXTS if args.each else ablation.MAX_TEXTS
+    if not 1 <= args.n <= most:
+        raise ConfigError(f"--n must be between 1 and {most}{' with --each' if args.each else ''}, "
+                          f"got {args.n}")
     if not 1 <= args.n_ref <= 5000:
         raise ConfigError(f"--n-ref must be between 1 and 5000, got {args.n_ref}")
     if args.each and args.heads:
@@ -49,6 +51,7 @@ def cmd_ablate(args):
     _check_ablate(args)
     ck = checkpoints.load(args.checkpoint, args.store)
     if args.each:
+        ablation.check_scan(ck.name, len(ck.model.transformer.h) * ck.model.config.n_head, args.n)
         r = ablation.scan(ck, args.mode, args.split, args.n, args.seed, args.n_ref, args.data_dir)
         if args.json:
             print(json.dumps(r))

@@ -23,6 +23,12 @@ from lab.presets import DECODE_TO_CONTINUE, DECODE_TO_SCORE
 
 MODES = ("zero", "mean")
 N_BOOT = 1000
+# what one request may ask, through the page, the API and the command line alike
+MAX_TEXTS = 2000          # texts one ablation of a set of heads scores
+MAX_SCAN_TEXTS = 500      # texts each head's scan scores
+# a scan's work in head-texts (each head ablated alone on each text): SmolLM2's 270 heads on 20
+# texts took 3.5 minutes on the 2-core machine sharing it (docs/inside.md); at most about twice
+MAX_SCAN_WORK = 10_000
 TOKENS_PER_CALL = 1024     # a scan's forward passes: rows x positions of logits at once
 
 
@@ -88,6 +94,15 @@ def ablations(heads: list[tuple[int, int]], mode: str, means: dict | None) -> di
             return z
         return fn
     return {f"blocks.{layer}.attn.z": fn_for(layer, hs) for layer, hs in by_layer.items()}
+
+
+def check_scan(name: str, heads: int, n: int) -> None:
+    """Refuses a scan of `heads` heads on `n` texts that would exceed MAX_SCAN_WORK, saying how many
+    texts it may ask for."""
+    if n * heads > MAX_SCAN_WORK:
+        raise ConfigError(f"each of {name}'s {heads} heads alone on {n} texts is {n * heads:,} "
+                          f"head-texts; one scan may ask at most {MAX_SCAN_WORK:,}: ask for at most "
+                          f"{MAX_SCAN_WORK // heads} texts")
 
 
 def subsets(ck, split: str, n: int, seed: int, n_ref: int, data_dir=None):

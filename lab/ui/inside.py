@@ -29,11 +29,6 @@ from lab.ui.work import progress_bar, streamed
 # vocabulary) log-probabilities at a time, patching runs (blocks x tokens) passes of the prompt
 MAX_LENS_TOKENS = 256
 MAX_PATCH_TOKENS = 64
-MAX_TEXTS = 2000          # texts one ablation request scores (each head's scan: at most 500)
-MAX_SCAN_TEXTS = 500
-# a scan's work in head-texts (each head ablated alone on each text): SmolLM2's 270 heads on 20
-# texts took 3.5 minutes on the 2-core machine sharing it (docs/inside.md); at most about twice
-MAX_SCAN_WORK = 10_000
 
 
 def _loaded(name, what: str, store):
@@ -145,7 +140,7 @@ def _subset_args(split, n, seed, most: int) -> tuple[str, int, int]:
 
 def ablate_set(name, heads, mode, split, n, seed, store=None, data_dir=None) -> dict:
     ck = _loaded(name, "a checkpoint", store)
-    split, n, seed = _subset_args(split, n, seed, MAX_TEXTS)
+    split, n, seed = _subset_args(split, n, seed, ablation.MAX_TEXTS)
     chosen = ablation.parse_heads(heads or "", len(ck.model.transformer.h), ck.model.config.n_head)
     return ablation.ablate(ck, chosen, mode, split, n, seed, data_dir=data_dir)
 
@@ -178,15 +173,10 @@ def scan_streamed(names: list, mode, split, n, seed, store=None, data_dir=None, 
     """Each checkpoint's scan in turn, in a thread that Stop ends: yields progress lines (str),
     returns the scans. token: a Stop after some texts were scored leaves what they scored in
     STOPPED_SCANS under it."""
-    split, n, seed = _subset_args(split, n, seed, MAX_SCAN_TEXTS)
+    split, n, seed = _subset_args(split, n, seed, ablation.MAX_SCAN_TEXTS)
     cks = [_loaded(x, "a checkpoint", store) for x in names]
     for ck in cks:
-        heads = len(ck.model.transformer.h) * ck.model.config.n_head
-        if n * heads > MAX_SCAN_WORK:
-            raise ConfigError(f"each of {ck.name}'s {heads} heads alone on {n} texts is "
-                              f"{n * heads:,} head-texts; one request may ask at most "
-                              f"{MAX_SCAN_WORK:,}: ask for at most {MAX_SCAN_WORK // heads} texts, "
-                              f"or run `python -m lab ablate --each` from the command line")
+        ablation.check_scan(ck.name, len(ck.model.transformer.h) * ck.model.config.n_head, n)
 
     def compute(work):
         done = []
@@ -326,11 +316,12 @@ def texts_limit(name, store=None):
     """The `texts scored` field's note: how many texts each action takes for the chosen model."""
     info = checkpoint_meta(name, store) if name else None
     if not info or "model" not in info:
-        return gr.update(info=f"ablating a set: at most {MAX_TEXTS:,}; each head in turn: at most "
-                              f"{MAX_SCAN_TEXTS}, fewer for a model of many heads")
+        return gr.update(info=f"ablating a set: at most {ablation.MAX_TEXTS:,}; each head in turn: "
+                              f"at most {ablation.MAX_SCAN_TEXTS}, fewer for a model of many heads")
     heads = info["model"]["n_layer"] * info["model"]["n_head"]
-    return gr.update(info=f"ablating a set: at most {MAX_TEXTS:,}; each head in turn ({heads} heads "
-                          f"here): at most {min(MAX_SCAN_TEXTS, MAX_SCAN_WORK // heads)}")
+    most = min(ablation.MAX_SCAN_TEXTS, ablation.MAX_SCAN_WORK // heads)
+    return gr.update(info=f"ablating a set: at most {ablation.MAX_TEXTS:,}; each head in turn "
+                          f"({heads} heads here): at most {most}")
 
 
 def _ablation_view(ctx: Context):
