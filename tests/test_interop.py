@@ -256,6 +256,32 @@ def test_an_upload_larger_than_the_free_disk_is_refused_before_unpacking(hf_dir,
     assert "full" not in checkpoints.names() and not any((store / ".lab" / "uploads").iterdir())
 
 
+def test_uploads_in_flight_together_stay_within_the_free_disk(hf_dir, tmp_path, store, monkeypatch):
+    """An upload that has said it will write 8 MB and written none yet keeps them: a 10.1 MB one
+    beside it on a disk of 12 MB free is refused, saying why; once the first ends it goes in."""
+    archive = tmp_path / "gpt2.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in hf_dir.iterdir():
+            z.write(f, f"gpt2/{f.name}")
+    real = uploads.shutil.disk_usage
+    monkeypatch.setattr(uploads.shutil, "disk_usage", lambda p: real(p)._replace(free=12 * 10 ** 6))
+    with uploads.scratch() as first:
+        uploads._check_room("first.zip", 8 * 10 ** 6, first)         # claimed, nothing written yet
+        with pytest.raises(CheckpointError, match=r"^gpt2.zip unpacks to 10.1 MB and the store's disk "
+                                                  r"has 12.0 MB free, 8.0 MB of it kept for 1 other "
+                                                  r"upload\(s\) in progress; free some space first, or "
+                                                  r"try again when they are done$"):
+            interop.import_hf_upload([archive], "second")
+        (first / "model.safetensors").write_bytes(bytes(7 * 10 ** 6))   # written: no longer owed,
+        monkeypatch.setattr(uploads.shutil, "disk_usage",                 # the disk has less free
+                            lambda p: real(p)._replace(free=12 * 10 ** 6 - 7 * 10 ** 6))
+        with pytest.raises(CheckpointError, match=r"has 5.0 MB free, 1.0 MB of it kept for 1 other"):
+            interop.import_hf_upload([archive], "second")
+    monkeypatch.setattr(uploads.shutil, "disk_usage", lambda p: real(p)._replace(free=12 * 10 ** 6))
+    interop.import_hf_upload([archive], "second")
+    assert "second" in checkpoints.names() and not uploads._IN_FLIGHT
+
+
 @pytest.mark.parametrize("value, kind", [(float("nan"), "NaN"), (float("inf"), "inf")])
 def test_weights_holding_nan_or_inf_are_refused_at_import(hf_dir, tmp_path, store, value, kind):
     """The store never takes them in: the import names the tensor and writes nothing (the folder

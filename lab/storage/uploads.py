@@ -4,7 +4,8 @@ refused or not (and, if the process died, when the app next starts). Each file i
 name only, and only up to a limit the caller states for it: a .zip member whose header says it is
 larger is refused before a byte is written, and since headers can lie, the bytes are counted as they
 unpack and the file is refused the moment it passes its limit. All of an upload together stays
-within MAX_UPLOAD_BYTES, and within the disk's free space as its headers state it.
+within MAX_UPLOAD_BYTES, and within the disk's free space as its headers state it, less what the
+uploads still in flight in this process have said they will write and not written yet.
 
 This module knows no model format (lab/storage/interop.py says what a GPT-2 upload may hold); it
 imports only the store below it.
@@ -12,6 +13,7 @@ imports only the store below it.
 from __future__ import annotations
 
 import shutil
+import threading
 import uuid
 import zipfile
 import zlib
@@ -28,6 +30,11 @@ CHUNK = MiB                        # how much is unpacked, counted and written a
 
 # {file name: (the most bytes it may hold, what says so, e.g. "a tokenizer file may hold")}
 Limits = dict[str, tuple[int, str]]
+
+
+# the uploads in flight: {scratch folder: the bytes its files' sizes or headers said it will hold}
+_IN_FLIGHT: dict[Path, int] = {}
+_IN_FLIGHT_LOCK = threading.Lock()
 
 
 def uploads_dir(store=None) -> Path:
@@ -48,7 +55,17 @@ def scratch(store=None) -> Iterator[Path]:
     try:
         yield folder
     finally:
+        with _IN_FLIGHT_LOCK:
+            _IN_FLIGHT.pop(folder, None)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _written(folder: Path) -> int:
+    """What an upload in flight has written to its scratch folder so far."""
+    try:
+        return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+    except OSError:                     # ended meanwhile
+        return 0
 
 
 def _mb(n: int) -> str:
@@ -60,13 +77,21 @@ def _too_big(what: str, size: str, limit: tuple[int, str]) -> CheckpointError:
 
 
 def _check_room(source: str, declared: int, dest: Path) -> None:
-    """An upload as large as its files say fits within MAX_UPLOAD_BYTES and the disk's free space."""
+    """An upload as large as its files say fits within MAX_UPLOAD_BYTES and the disk's free space
+    that other uploads in flight have not yet claimed; if so, it claims its own."""
     if declared > MAX_UPLOAD_BYTES:
         raise _too_big(source, f"{_mb(declared)} unpacked", (MAX_UPLOAD_BYTES, "an upload may hold"))
-    free = shutil.disk_usage(dest).free
-    if declared > free:
-        raise CheckpointError(f"{source} unpacks to {_mb(declared)} and the store's disk has "
-                              f"{_mb(free)} free; free some space first")
+    with _IN_FLIGHT_LOCK:
+        others = {f: n for f, n in _IN_FLIGHT.items() if f != dest}
+        owed = sum(max(0, n - _written(f)) for f, n in others.items())
+        free = shutil.disk_usage(dest).free
+        if declared > free - owed:
+            kept = (f", {_mb(owed)} of it kept for {len(others)} other upload(s) in progress"
+                    if owed else "")
+            raise CheckpointError(f"{source} unpacks to {_mb(declared)} and the store's disk has "
+                                  f"{_mb(free)} free{kept}; free some space first"
+                                  + ("" if not owed else ", or try again when they are done"))
+        _IN_FLIGHT[dest] = declared
 
 
 def copy(paths: list[Path], dest: Path, limits: Limits) -> list[str]:
