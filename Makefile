@@ -58,6 +58,7 @@ bench: install
 	$(BIN)/python benchmarks/live_eval.py
 	$(BIN)/python benchmarks/stream_vs_batches.py
 	$(BIN)/python benchmarks/save_cost.py
+	$(BIN)/python benchmarks/import_memory.py
 	$(BIN)/python benchmarks/text_corpus.py
 	$(BIN)/python benchmarks/inside.py
 	$(BIN)/python benchmarks/smollm2_read.py

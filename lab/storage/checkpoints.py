@@ -349,15 +349,18 @@ def check_loadable(name: str, store=None) -> ModelConfig:
     return ModelConfig.from_dict(found["model"])
 
 
-def load_state(model: torch.nn.Module, state: dict, where: str) -> None:
-    """Load weights, naming every missing, unexpected or mis-shaped tensor."""
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    if model.config.tie_embeddings:
-        expected.pop("lm_head.weight", None)
-    mismatch = health_mod.describe_mismatch(expected, {k: tuple(v.shape) for k, v in state.items()})
+def load_state(model: torch.nn.Module, state, where: str) -> None:
+    """Load weights a tensor at a time (`state` may read each when asked: lab/storage/lazy.py),
+    naming every missing, unexpected or mis-shaped tensor first."""
+    targets, shape = model.state_dict(), getattr(state, "shape", lambda k: state[k].shape)
+    expected = {k: tuple(v.shape) for k, v in targets.items()
+                if not (model.config.tie_embeddings and k == "lm_head.weight")}
+    mismatch = health_mod.describe_mismatch(expected, {k: tuple(shape(k)) for k in state})
     if mismatch:
         raise CheckpointError(f"{where} does not match its config.json: {mismatch}")
-    model.load_state_dict(state, strict=False)
+    with torch.no_grad():
+        for k in state:
+            targets[k].copy_(state[k])
 
 
 def save(model, tokenizer, name: str, store=None, provenance: dict | None = None,

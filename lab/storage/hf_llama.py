@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from lab.config import ModelConfig, family_defaults
+from lab.storage import lazy
 from lab.storage.checkpoints import CheckpointError
 
 # what a Llama config must say for the lab's llama family to compute the same function
@@ -54,23 +55,32 @@ def llama_config(hf: dict, n_layer: int) -> ModelConfig:
                   "positional": {"theta": float(theta)}})
 
 
-def llama_state(hf_state: dict, layers: list[int]) -> dict:
-    """HF Llama names -> the lab's (GPT-2-style) names, keeping the chosen blocks in order."""
-    out = {"transformer.wte.weight": hf_state["model.embed_tokens.weight"],
-           "transformer.ln_f.weight": hf_state["model.norm.weight"]}
+def llama_state(hf_state, layers: list[int]) -> lazy.Lazy:
+    """HF Llama names -> the lab's (GPT-2-style) names, keeping the chosen blocks in order; each
+    tensor made when asked (query, key and value rows joined then), from tensors at hand or read
+    one at a time (lab/storage/lazy.py)."""
+    shape = hf_state.shape if isinstance(hf_state, lazy.Lazy) else lambda k: tuple(hf_state[k].shape)
+    out = {}
+
+    def take(dst: str, src: str) -> None:
+        out[dst] = (shape(src), lambda: hf_state[src].contiguous())
+
+    take("transformer.wte.weight", "model.embed_tokens.weight")
+    take("transformer.ln_f.weight", "model.norm.weight")
     for new, old in enumerate(layers):
         src, dst = f"model.layers.{old - 1}.", f"transformer.h.{new}."
-        out[dst + "attn.c_attn.weight"] = torch.cat([hf_state[src + f"self_attn.{p}_proj.weight"]
-                                                     for p in "qkv"], dim=0)
-        out[dst + "attn.c_proj.weight"] = hf_state[src + "self_attn.o_proj.weight"]
+        qkv = [src + f"self_attn.{p}_proj.weight" for p in "qkv"]
+        out[dst + "attn.c_attn.weight"] = ((sum(shape(k)[0] for k in qkv), *shape(qkv[0])[1:]),
+                                           lambda qkv=qkv: torch.cat([hf_state[k] for k in qkv], dim=0))
+        take(dst + "attn.c_proj.weight", src + "self_attn.o_proj.weight")
         for p in ("gate_proj", "up_proj", "down_proj"):
-            out[dst + f"mlp.{p}.weight"] = hf_state[src + f"mlp.{p}.weight"]
-        out[dst + "ln_1.weight"] = hf_state[src + "input_layernorm.weight"]
-        out[dst + "ln_2.weight"] = hf_state[src + "post_attention_layernorm.weight"]
+            take(dst + f"mlp.{p}.weight", src + f"mlp.{p}.weight")
+        take(dst + "ln_1.weight", src + "input_layernorm.weight")
+        take(dst + "ln_2.weight", src + "post_attention_layernorm.weight")
     if "lm_head.weight" in hf_state and not torch.equal(hf_state["lm_head.weight"],
                                                          hf_state["model.embed_tokens.weight"]):
-        out["lm_head.weight"] = hf_state["lm_head.weight"]
-    return {k: v.contiguous() for k, v in out.items()}
+        take("lm_head.weight", "lm_head.weight")
+    return lazy.Lazy(out)
 
 
 def kv_heads(state: dict, config: ModelConfig) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from lab.storage import checkpoints, health, hf_llama, uploads
+from lab.storage import checkpoints, hf_llama, lazy, uploads
 from lab.inputs import tokenizers
 from lab.storage.checkpoints import CheckpointError
 from lab.config import ConfigError, ModelConfig, family_defaults, parse_blocks
@@ -32,43 +32,28 @@ def parse_layers(text: str | list, n_layer: int | None = None) -> list[int]:
     return parse_blocks(text, n_layer, "layers")
 
 
-def _read_hf_state(path: Path) -> dict:
-    """The folder's weights, refused whole when any holds NaN or infinity: the store never takes
-    them in."""
-    state = _read_hf_weights(path)
-    bad = health.nonfinite_in(state.items(), "the weights file")
-    if bad:
-        raise CheckpointError(f"{path}: {bad}; nothing imported")
-    return state
-
-
-def _read_hf_weights(path: Path) -> dict:
+def _read_hf_state(path: Path) -> lazy.Lazy:
+    """The folder's weights, read one at a time as they are copied in (lab/storage/lazy.py), each
+    refused when it holds NaN or infinity: the store never takes them in."""
+    where = str(path)
     st = path / "model.safetensors"
     if st.is_file():
-        return _read_safetensors(st)
+        return lazy.safetensors_files([st], where)
     index = path / "model.safetensors.index.json"
     if index.is_file():       # sharded: the index names the file of every weight
         shards = read_json(index, CheckpointError).get("weight_map", {})
         names = sorted({str(f) for f in shards.values()})
         if not names or any(Path(n).name != n for n in names):
             raise CheckpointError(f"{index} names no shard files in its folder")
-        return {k: v for n in names for k, v in _read_safetensors(path / n).items()}
+        return lazy.safetensors_files([path / n for n in names], where)
     binf = path / "pytorch_model.bin"
     if binf.is_file():
         try:   # weights_only: a restricted unpickler that loads tensors and nothing executable
-            return torch.load(str(binf), map_location="cpu", weights_only=True)
+            return lazy.tensors(torch.load(str(binf), map_location="cpu", weights_only=True,
+                                           mmap=True), where)
         except Exception as e:
             raise CheckpointError(f"{binf} cannot be read as weights ({e})") from None
     raise CheckpointError(f"{path} has no model.safetensors or pytorch_model.bin")
-
-
-def _read_safetensors(st: Path) -> dict:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-    try:
-        return load_file(str(st))
-    except (SafetensorError, OSError) as e:
-        raise CheckpointError(f"{st} cannot be read ({e}); the file is truncated or corrupt") from None
 
 
 def _folder(path, what: str) -> Path:
@@ -143,7 +128,7 @@ def import_hf_llama(path: str | Path, name: str, layers: list[int] | None = None
         raise CheckpointError(f"{path}: the weights lack {e.args[0]}, which an HF Llama of its "
                               f"config.json has") from None
     if cfg.tie_embeddings:
-        ours.pop("lm_head.weight", None)
+        ours.drop("lm_head.weight")
     model = build(cfg)
     checkpoints.load_state(model, ours, where=str(path))
     return checkpoints.save(model, _tokenizer_for(path, cfg.vocab_size, "llama"), name, store, provenance={
@@ -186,7 +171,7 @@ def import_hf_gpt2(path: str | Path, name: str, layers: list[int] | None = None,
     layers, cfg = _imported_config(path, hf, layers)
     ours = _renamed_state(path, _read_hf_state(path), layers)
     if cfg.tie_embeddings:
-        ours.pop("lm_head.weight", None)
+        ours.drop("lm_head.weight")
     model = build(cfg)
     checkpoints.load_state(model, ours, where=str(path))
     tok = _tokenizer_for(path, cfg.vocab_size)
@@ -216,13 +201,12 @@ def _imported_config(path: Path, hf: dict, layers: list[int] | None) -> tuple[li
     return layers, cfg
 
 
-def _renamed_state(path: Path, state: dict, layers: list[int]) -> dict:
+def _renamed_state(path: Path, state: lazy.Lazy, layers: list[int]) -> lazy.Lazy:
     """HF GPT-2's weights under our names: the kept blocks renumbered in the order given, Conv1D
-    weights transposed, the causal-mask buffers left out."""
-    state = {k if k.startswith(("transformer.", "lm_head.")) else f"transformer.{k}": v
-             for k, v in state.items()}
+    weights transposed, the causal-mask buffers left out (each still read when asked)."""
     ours = {}
-    for k, v in state.items():
+    for hf_key in state:
+        k = hf_key if hf_key.startswith(("transformer.", "lm_head.")) else f"transformer.{hf_key}"
         if k.endswith((".attn.bias", ".attn.masked_bias")):
             continue                                  # HF's causal-mask buffers, not weights
         if k.startswith("transformer.h."):
@@ -232,10 +216,10 @@ def _renamed_state(path: Path, state: dict, layers: list[int]) -> dict:
             if i + 1 not in layers:
                 continue
             k = k.replace(f"transformer.h.{i}.", f"transformer.h.{layers.index(i + 1)}.", 1)
-        if k.endswith(CONV1D):
-            v = v.t()
-        ours[k] = v.contiguous()
-    return ours
+        shape, flip = state.shape(hf_key), k.endswith(CONV1D)
+        ours[k] = (shape[::-1] if flip else shape,
+                   lambda h=hf_key, f=flip: state[h].t() if f else state[h])
+    return lazy.Lazy(ours)
 
 
 UPLOAD_FILES = ("config.json", "model.safetensors", "vocab.json", "merges.txt", "tokenizer.json",
