@@ -42,9 +42,10 @@ run: install
 	$(BIN)/python app.py
 
 # the files spread over the cores, a worker more than there are (pytest-xdist, tests/conftest.py;
-# a file's tests stay on one worker, the longest files first)
+# a file's tests stay on one worker, the longest files first: tests/conftest.py orders them and
+# --no-loadscope-reorder keeps that order instead of xdist's most-tests-first)
 test: install $(CHROMIUM)
-	$(BIN)/python -m pytest -q -n auto --dist loadfile tests
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder tests
 
 # the newcomer's path through the getting-started panel, timed (trains for minutes; not in `test`)
 newcomer: install $(CHROMIUM)

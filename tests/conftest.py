@@ -220,8 +220,8 @@ def wait_job(job_id: int, statuses, worker=None, timeout: float = 240, store=Non
 
 
 # the files that took longest in a `make test` run (docs/benchmarks.md), first: under pytest-xdist
-# (a file per worker at a time, in this order: pytest.ini's --no-loadscope-reorder keeps xdist from
-# putting the files with most tests first) the files left for the end are short ones
+# (a file per worker at a time, in this order: the Makefile's --no-loadscope-reorder keeps xdist
+# from putting the files with most tests first) the files left for the end are short ones
 LONGEST_FIRST = ("test_browser_from_empty.py", "test_browser.py", "test_faults.py", "test_train.py",
                  "test_browser_text.py", "test_hf_llama.py", "test_bad_inputs.py", "test_readme_cli.py",
                  "test_browser_inside.py", "test_cli.py", "test_browser_attention.py",

@@ -180,6 +180,26 @@ def test_a_kill_after_a_periodic_save_goes_on_from_it_exactly(fault, store, corp
     assert all(torch.equal(uninterrupted[k], weights[k]) for k in uninterrupted)
 
 
+def test_a_resume_names_the_step_it_goes_on_from_after_a_save_cut_between_its_renames(store, corpus_dir):
+    """Killed inside its second periodic save, the old state moved aside and the new one not yet
+    in place: what a resume says before anything has mended the store (`jobs resume` asks this
+    first) is the step the run then goes on from, the newer save's."""
+    import torch
+    env = {**os.environ, "LAB_STORE": str(store), "OMP_NUM_THREADS": str(torch.get_num_threads()),
+           "LAB_FAULTS": "sleep@train.step=0.05,kill@save.between_renames#2"}
+    done = subprocess.run([sys.executable, "-c", KILLED_RUN, json.dumps(PERIODIC_MODEL),
+                           json.dumps(PERIODIC_TRAIN)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    first = [e["step"] for e in runs.read_events(runs.run_dir_for("victim") / "metrics.jsonl")
+             if e["event"] == "saved"]
+    said = runs.going_on_from("victim")                 # nothing mended it yet
+    step = int(said.split()[1].rstrip(","))
+    assert step > first[-1] and said.endswith("(its periodic save)"), (said, first)
+    events = list(runs.train("victim", None, jobs.TrainConfig.from_dict(PERIODIC_TRAIN), resume=True))
+    assert next(e for e in events if e["event"] == "start")["first_step"] == step
+
+
 def test_a_stopped_process_stays_running_and_no_second_writer_starts(store, monkeypatch):
     """SIGSTOP for as long as you like (its last word set ten minutes back, beyond any heartbeat
     timeout): the job stays running, nothing else may write its checkpoint, and once continued

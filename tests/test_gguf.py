@@ -129,3 +129,4 @@ def test_what_gguf_cannot_hold_is_refused_by_name_and_nothing_is_written(tmp_pat
     gguf_export.export_gguf("ok", tmp_path / "ok.gguf", "f16", store)
     with pytest.raises(CheckpointError, match="ok.gguf exists; choose a new file name"):
         gguf_export.export_gguf("ok", tmp_path / "ok.gguf", "f16", store)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.Modelfile", "ok.gguf", "store"]

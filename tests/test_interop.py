@@ -257,27 +257,28 @@ def test_an_upload_larger_than_the_free_disk_is_refused_before_unpacking(hf_dir,
 
 
 def test_uploads_in_flight_together_stay_within_the_free_disk(hf_dir, tmp_path, store, monkeypatch):
-    """An upload that has said it will write 8 MB and written none yet keeps them: a 10.1 MB one
-    beside it on a disk of 12 MB free is refused, saying why; once the first ends it goes in."""
+    """An upload that has said it will unpack 8 MB and written none yet keeps them, and as much
+    again for the checkpoint its import saves: a 10.1 MB one beside it on a disk of 24 MB free is
+    refused, saying why; what the first writes is no longer owed; once it ends the second goes in."""
     archive = tmp_path / "gpt2.zip"
     with zipfile.ZipFile(archive, "w") as z:
         for f in hf_dir.iterdir():
             z.write(f, f"gpt2/{f.name}")
     real = uploads.shutil.disk_usage
-    monkeypatch.setattr(uploads.shutil, "disk_usage", lambda p: real(p)._replace(free=12 * 10 ** 6))
+    monkeypatch.setattr(uploads.shutil, "disk_usage", lambda p: real(p)._replace(free=24 * 10 ** 6))
     with uploads.scratch() as first:
         uploads._check_room("first.zip", 8 * 10 ** 6, first)         # claimed, nothing written yet
         with pytest.raises(CheckpointError, match=r"^gpt2.zip unpacks to 10.1 MB and the store's disk "
-                                                  r"has 12.0 MB free, 8.0 MB of it kept for 1 other "
+                                                  r"has 24.0 MB free, 16.0 MB of it kept for 1 other "
                                                   r"upload\(s\) in progress; free some space first, or "
                                                   r"try again when they are done$"):
             interop.import_hf_upload([archive], "second")
         (first / "model.safetensors").write_bytes(bytes(7 * 10 ** 6))   # written: no longer owed,
         monkeypatch.setattr(uploads.shutil, "disk_usage",                 # the disk has less free
-                            lambda p: real(p)._replace(free=12 * 10 ** 6 - 7 * 10 ** 6))
-        with pytest.raises(CheckpointError, match=r"has 5.0 MB free, 1.0 MB of it kept for 1 other"):
+                            lambda p: real(p)._replace(free=24 * 10 ** 6 - 7 * 10 ** 6))
+        with pytest.raises(CheckpointError, match=r"has 17.0 MB free, 9.0 MB of it kept for 1 other"):
             interop.import_hf_upload([archive], "second")
-    monkeypatch.setattr(uploads.shutil, "disk_usage", lambda p: real(p)._replace(free=12 * 10 ** 6))
+    monkeypatch.setattr(uploads.shutil, "disk_usage", lambda p: real(p)._replace(free=24 * 10 ** 6))
     interop.import_hf_upload([archive], "second")
     assert "second" in checkpoints.names() and not uploads._IN_FLIGHT
 

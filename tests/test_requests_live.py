@@ -58,9 +58,10 @@ def _cpu_s(proc) -> float:
 
 
 def _stopped(busy: float, idle: float) -> bool:
-    """The app computed before its caller left and rests after: a quarter of its rate before at
-    most (on a machine busy with other work both rates fall together), and below IDLE."""
-    return idle < IDLE and busy > 4 * idle
+    """The app computed before its caller left (a tenth of a core at least) and rests after: a
+    quarter of its rate before at most (on a machine busy with other work both rates fall
+    together), and below IDLE."""
+    return idle < IDLE and busy > max(4 * idle, 0.1)
 
 
 def _cpu_rate(proc, seconds: float) -> float:

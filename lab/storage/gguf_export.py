@@ -42,25 +42,37 @@ def export_gguf(checkpoint: str, out: str | Path, kind: str = "f16", store=None)
     ck = checkpoints.load(checkpoint, store)
     hf = interop.hf_model_of(checkpoint, ck, "GGUF export")
     vocab = _bpe_vocab(checkpoint, ck.tokenizer)
-    import gguf
     tmp = out.parent / f".tmp-{uuid.uuid4().hex[:8]}.gguf"
     try:
-        writer = gguf.GGUFWriter(str(tmp), ARCH[ck.config.model])
+        _write(tmp, checkpoint, hf, vocab, ck.tokenizer, kind)
+        _modelfile(out, ck.tokenizer)             # "x": refused if another export made it meanwhile
+        try:
+            os.link(tmp, out)                     # never over a file another export has written
+        except OSError:
+            modelfile_path(out).unlink(missing_ok=True)
+            raise
+    except FileExistsError as e:
+        raise CheckpointError(f"{e.filename} exists; choose a new file name") from None
+    except OSError as e:
+        raise CheckpointError(f"GGUF export to {out} failed: {e.strerror or e}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def _write(path: Path, checkpoint: str, hf, vocab: dict, tok, kind: str) -> None:
+    import gguf
+    writer = gguf.GGUFWriter(str(path), ARCH[hf.config.model_type])
+    try:
         _describe(writer, checkpoint, hf.config, kind)
-        _tokenizer(writer, vocab, ck.tokenizer)
+        _tokenizer(writer, vocab, tok, hf.config.vocab_size)
         for name, data, qtype in _tensors(hf, kind):
             writer.add_tensor(name, data, raw_dtype=qtype)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
-        writer.close()
-        os.replace(tmp, out)
-    except OSError as e:
-        raise CheckpointError(f"GGUF export to {out} failed: {e.strerror or e}") from None
     finally:
-        tmp.unlink(missing_ok=True)
-    _modelfile(out, ck.tokenizer)
-    return out
+        writer.close()
 
 
 def modelfile_path(out: Path) -> Path:
@@ -117,7 +129,7 @@ def _describe(writer, checkpoint: str, c, kind: str) -> None:
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
 
-def _tokenizer(writer, spec: dict, tok) -> None:
+def _tokenizer(writer, spec: dict, tok, vocab_size: int) -> None:
     """Tokens by id, their types (special ones as control), merges, and the start, end and padding
     tokens; a text gets the lab's start token, as in the lab."""
     model = spec["model"]
@@ -127,7 +139,7 @@ def _tokenizer(writer, spec: dict, tok) -> None:
         tokens[added["id"]] = added["content"]
         if added.get("special"):
             special.add(added["id"])
-    n = max(max(tokens) + 1, tok.vocab_size)
+    n = max(max(tokens) + 1, tok.vocab_size, vocab_size)         # a row of the embedding each
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("smollm" if "Digits" in json.dumps(spec.get("pre_tokenizer")) else "gpt-2")
     writer.add_token_list([tokens.get(i, f"[PAD{i}]") for i in range(n)])
@@ -192,5 +204,5 @@ def _modelfile(out: Path, tok) -> None:
     """Ollama's recipe: the file, the prompt as written (the start token comes from the file), and
     end-of-text as the stop."""
     end = tok.hf.convert_ids_to_tokens(tok.eos_id)
-    modelfile_path(out).write_text(f'FROM ./{out.name}\nTEMPLATE """{{{{ .Prompt }}}}"""\n'
-                                   f'PARAMETER stop "{end}"\n')
+    with open(modelfile_path(out), "x") as f:
+        f.write(f'FROM ./{out.name}\nTEMPLATE """{{{{ .Prompt }}}}"""\nPARAMETER stop "{end}"\n')

@@ -49,8 +49,11 @@ def _read_hf_state(path: Path) -> lazy.Lazy:
     binf = path / "pytorch_model.bin"
     if binf.is_file():
         try:   # weights_only: a restricted unpickler that loads tensors and nothing executable
-            return lazy.tensors(torch.load(str(binf), map_location="cpu", weights_only=True,
-                                           mmap=True), where)
+            try:
+                state = torch.load(str(binf), map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError:        # saved before the zip format: read whole
+                state = torch.load(str(binf), map_location="cpu", weights_only=True)
+            return lazy.tensors(state, where)
         except Exception as e:
             raise CheckpointError(f"{binf} cannot be read as weights ({e})") from None
     raise CheckpointError(f"{path} has no model.safetensors or pytorch_model.bin")

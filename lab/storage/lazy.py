@@ -26,6 +26,9 @@ class Lazy(Mapping):
     def __getitem__(self, name: str) -> torch.Tensor:
         return self._entries[name][1]()
 
+    def __contains__(self, name) -> bool:      # without reading the tensor
+        return name in self._entries
+
     def __iter__(self):
         return iter(self._entries)
 

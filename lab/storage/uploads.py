@@ -5,7 +5,8 @@ name only, and only up to a limit the caller states for it: a .zip member whose 
 larger is refused before a byte is written, and since headers can lie, the bytes are counted as they
 unpack and the file is refused the moment it passes its limit. All of an upload together stays
 within MAX_UPLOAD_BYTES, and within the disk's free space as its headers state it, less what the
-uploads still in flight in this process have said they will write and not written yet.
+uploads still in flight in this process have said they will write and not written yet, and the
+checkpoint each then saves (about as large again).
 
 This module knows no model format (lab/storage/interop.py says what a GPT-2 upload may hold); it
 imports only the store below it.
@@ -83,7 +84,8 @@ def _check_room(source: str, declared: int, dest: Path) -> None:
         raise _too_big(source, f"{_mb(declared)} unpacked", (MAX_UPLOAD_BYTES, "an upload may hold"))
     with _IN_FLIGHT_LOCK:
         others = {f: n for f, n in _IN_FLIGHT.items() if f != dest}
-        owed = sum(max(0, n - _written(f)) for f, n in others.items())
+        # each still owes what it has yet to unpack, and the checkpoint its import then saves
+        owed = sum(max(0, n - _written(f)) + n for f, n in others.items())
         free = shutil.disk_usage(dest).free
         if declared > free - owed:
             kept = (f", {_mb(owed)} of it kept for {len(others)} other upload(s) in progress"
@@ -91,7 +93,7 @@ def _check_room(source: str, declared: int, dest: Path) -> None:
             raise CheckpointError(f"{source} unpacks to {_mb(declared)} and the store's disk has "
                                   f"{_mb(free)} free{kept}; free some space first"
                                   + ("" if not owed else ", or try again when they are done"))
-        _IN_FLIGHT[dest] = declared
+        _IN_FLIGHT[dest] = _written(dest) + declared
 
 
 def copy(paths: list[Path], dest: Path, limits: Limits) -> list[str]:

@@ -118,7 +118,10 @@ def export_gguf(name, kind, outdir, store=None):
     if outdir:
         folder = lab_store.allowed_path(outdir, "export")
         folder.mkdir(parents=True, exist_ok=True)
-        out = gguf_export.export_gguf(name, folder / f"{name}-{kind}.gguf", kind, store)
+        out = folder / f"{name}-{kind}.gguf"
+        if out.exists():
+            raise ConfigError(f"{out} exists; give another output directory, or remove it first")
+        out = gguf_export.export_gguf(name, out, kind, store)
         return f"Exported {name} to {out}, with {gguf_export.modelfile_path(out).name} beside it.", None
     out = gguf_export.export_gguf(name, exports.fresh(f"{name}-{kind}", ".gguf", store), kind, store)
     return (f"Exported {name} as GGUF ({kind}): download both files below. `llama-cli -m "
