@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from lab.cli.output import print_json
 from lab.config import ConfigError
-from lab.storage import checkpoints, interop
+from lab.storage import checkpoints, gguf_export, interop
 from lab.storage.smollm2 import import_smollm2
 
 
@@ -49,7 +49,6 @@ def cmd_import(args):
 
 def cmd_export(args):
     if args.format == "gguf":
-        from lab.storage import gguf_export
         out = gguf_export.export_gguf(args.checkpoint, args.out, args.type or "f16", args.store)
         print(f"exported {args.checkpoint} to {out} ({args.type or 'f16'}; runs in llama.cpp, and in Ollama "
               f"with `ollama create NAME -f {gguf_export.modelfile_path(out)}`)")
