@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lab.storage import checkpoints, interop
+from lab.storage import checkpoints, hf_llama, interop
 from lab.storage.checkpoints import CheckpointError
 
 TYPES = ("f32", "f16", "q8_0")
@@ -145,10 +145,10 @@ def _tokenizer(writer, spec: dict, tok, vocab_size: int) -> None:
     writer.add_token_list([tokens.get(i, f"[PAD{i}]") for i in range(n)])
     writer.add_token_types([3 if i in special else (1 if i in tokens else 5) for i in range(n)])
     writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in model["merges"]])
-    start = tok.bos_id if tok.bos_id is not None else tok.eos_id
-    writer.add_bos_token_id(start)
-    writer.add_eos_token_id(tok.eos_id)
-    writer.add_pad_token_id(tok.eos_id)
+    ids = hf_llama.special_ids(tok)                  # the ones the HF export writes too
+    writer.add_bos_token_id(ids["bos_token_id"])
+    writer.add_eos_token_id(ids["eos_token_id"])
+    writer.add_pad_token_id(ids["pad_token_id"])
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
 

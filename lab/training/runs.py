@@ -332,7 +332,8 @@ def going_on_from(name: str, store=None) -> str:
 def newest_save(name: str, store=None) -> tuple[dict, Path]:
     """(where training stood, the folder) of the run's newest resumable save, read without its
     tensors; at the same step an epoch's checkpoint is newer than a save before its evaluation."""
-    checkpoints.recover(store, only=name)     # a save a crash cut short: finished or rolled back
+    if distributed.rank() == 0:               # a save a crash cut short: finished or rolled back
+        checkpoints.recover(store, only=name)
     candidates = []
     last = last_dir(name, store)
     if not last.is_dir() and name not in checkpoints.names(store):
