@@ -73,6 +73,13 @@ def test_a_llama_goes_out_as_a_zip_download_and_comes_back_cut(browser, tmp_path
         assert {t.tensor_type.name for t in read.tensors if t.name.endswith("attn_q.weight")} == {"Q8_0"}
         name = links.first.get_attribute("download")
         assert re.fullmatch(r"mine-q8_0-.*\.gguf", name) and modelfile.read_text().startswith(f"FROM ./{name}\n")
+        expect(page.locator("#export-file a")).to_have_count(0)      # the .zip of the HF export went
+        outdir = page.locator("#export-outdir textarea, #export-outdir input").first
+        outdir.fill("/tmp/not-allowed")
+        page.locator("#export-gguf-go").click()                        # refused: no files stand beside it
+        expect(page.locator("#export-message")).to_contain_text("Not done:", timeout=30_000)
+        expect(page.locator("#export-gguf-files a")).to_have_count(0)
+        outdir.fill("")
 
         # the same .zip back in, blocks 1 and 3 only
         page.locator("#gpt2-upload input[type=file]").set_input_files(str(archive))

@@ -202,14 +202,17 @@ def _export_section(ctx: Context, chosen) -> None:
         """A gpt2 or llama checkpoint as a Hugging Face folder: a .zip to download (outdir blank),
         or written to a new folder under LAB_ALLOWED_DIRS. Returns the message and the .zip."""
         return export_hf(checkpoint, outdir, store=ctx.store)
-    clicked(button, export, [target, outdir], [said, download], "export_hf", note=0)
+    clicked(button, export, [target, outdir], [said, download], "export_hf", note=0, cleared=(1,))
 
     def gguf(checkpoint: str, gguf_type: str, outdir: str):
         """A gpt2 or llama checkpoint as one GGUF file (f32, f16 or q8_0 weights) with an Ollama
         Modelfile beside it: downloads (outdir blank), or written into a folder under
         LAB_ALLOWED_DIRS. Returns the message and the files."""
         return export_gguf(checkpoint, gguf_type, outdir, store=ctx.store)
-    clicked(gguf_button, gguf, [target, kind, outdir], [said, files], "export_gguf", note=0)
+    clicked(gguf_button, gguf, [target, kind, outdir], [said, files], "export_gguf", note=0, cleared=(1,))
+    # one export's files, not the other's, stand under the message
+    button.click(lambda: None, None, files, api_visibility="private", show_progress="hidden")
+    gguf_button.click(lambda: None, None, download, api_visibility="private", show_progress="hidden")
 
 
 def _delete_section(ctx: Context, chosen, message, table, info) -> None:

@@ -232,17 +232,20 @@ def refused_note(message: str) -> str:
     return f"<div class='lab-refused' role='alert'><b>Not done:</b> {html.escape(message)}</div>"
 
 
-def _said(e: Exception, note: tuple[int, int] | None):
-    """The outputs that say a person's mistake in an action's note; anything else raised."""
+def _said(e: Exception, note: tuple | None):
+    """The outputs that say a person's mistake in an action's note (note = (index, outputs) or
+    (index, outputs, indices to empty)); anything else raised."""
     if note is None or not isinstance(e, LabError):
         raise _refusal(e) from None
     log.warning("refused: %s", e)
     values = [gr.skip()] * note[1]
+    for i in (note[2] if len(note) > 2 else ()):
+        values[i] = None
     values[note[0]] = refused_note(str(e))
     return tuple(values)
 
 
-def friendly(fn, note: tuple[int, int] | None = None):
+def friendly(fn, note: tuple | None = None):
     """Turn every exception into one gr.Error message: no traceback reaches the browser. The call
     (each step of a generator) counts as in flight until it returns: the app waits for it before
     it exits. note=(index, outputs): a page-only action whose output `index` of `outputs` is its
@@ -283,14 +286,16 @@ def friendly(fn, note: tuple[int, int] | None = None):
 _END = object()      # a generator's end, as next() returns it
 
 
-def clicked(button, fn, inputs, outputs: list, api_name: str, note: int, event: str = "click") -> None:
+def clicked(button, fn, inputs, outputs: list, api_name: str, note: int, event: str = "click",
+            cleared: tuple = ()) -> None:
     """The button (or a field's `event`) runs fn for the page, a refusal said in its note
-    (outputs[note]) until the next action; scripts call the same fn as `api_name`, a refusal
+    (outputs[note]) until the next action, the outputs at `cleared` emptied with it (a download
+    of an earlier action must not stand beside it); scripts call the same fn as `api_name`, a refusal
     raised to them (gradio_client's AppError). The endpoint belongs to a button never shown, so
     both keep one schema; it is registered first, so the page's own (private) event does not
     take its name."""
     gr.Button(visible=False).click(friendly(fn), inputs, outputs, api_name=api_name)
-    getattr(button, event)(friendly(fn, note=(note, len(outputs))), inputs, outputs,
+    getattr(button, event)(friendly(fn, note=(note, len(outputs), cleared)), inputs, outputs,
                            api_visibility="private", api_name=f"{api_name}_from_the_page")
 
 
