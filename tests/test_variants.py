@@ -111,6 +111,22 @@ def test_perceiver_squeezes_the_input_through_its_basis():
     assert model.basis.abs().max() > 0.5 * bound
 
 
+def test_perceiver_cross_norm_bottleneck_norms_only_the_bottlenecks_side():
+    """HW5's hints: the down-projection normalises the basis (its queries), the up-projection the
+    rows (its keys); the text enters both raw. `both` normalises the text's side too."""
+    def normed(cross_norm):
+        model = build(tiny_config(model="perceiver", n_layer=3, settings={
+            "model": {"bottleneck_dim": 4, "cross_norm": cross_norm}})).eval()
+        seen = []
+        for name in ("down", "up"):
+            model.transformer[name].ln_1.register_forward_hook(
+                lambda mod, args, out, name=name: seen.append((name, args[0].size(1))))
+        model(torch.zeros(1, 12, dtype=torch.long))
+        return sorted(seen)
+    assert normed("bottleneck") == [("down", 4), ("up", 4)]
+    assert normed("both") == [("down", 4), ("down", 12), ("up", 4), ("up", 12)]
+
+
 def _universal(**settings):
     torch.manual_seed(0)
     return build(tiny_config(model="universal", n_layer=1, settings={"model": settings}))

@@ -2,6 +2,8 @@
 first block is a DownProjectBlock, cross-attention from a learned basis of `bottleneck_dim` rows
 (Xavier-uniform init) to the input; the middle blocks are causal self-attention blocks on those
 rows; the last block is an UpProjectBlock, cross-attention from the input back to the rows.
+`cross_norm=bottleneck` normalises only the bottleneck's side of each cross-attention (the basis
+going down, the rows coming up), as HW5's hints do; `both` normalises the text's side too.
 
 Causal end to end: row j of the basis attends to inputs 0..j, and output t to rows 0..t, so no
 output sees a later input. Inputs after position `bottleneck_dim - 1` reach later outputs only
@@ -29,6 +31,11 @@ class PerceiverSettings:
     bottleneck_dim: int = field(default=64, metadata={
         "help": "rows of the learned basis the input is squeezed through (at least 2: one row "
                 "sees one input, and its attention has nothing to learn)", "min": 2, "max": 32768})
+    cross_norm: str = field(default="both", metadata={
+        "help": "what each projection's cross-attention normalises: both (its queries' side and "
+                "its keys' side) or bottleneck (only the bottleneck's side, as HW5's hints: the "
+                "basis going down, the rows coming up; the text's side enters raw)",
+        "choices": ("both", "bottleneck")})
 
     def check(self, model) -> None:
         if model.n_layer < 2:
@@ -60,14 +67,17 @@ class CausalCrossAttention(nn.Module):
 
 
 class ProjectBlock(nn.Module):
-    """HW5's Down- and UpProjectBlock: x_q + cross-attention(norm(x_q), norm(x_kv)), then the MLP."""
+    """HW5's Down- and UpProjectBlock: x_q + cross-attention(norm(x_q), norm(x_kv)), then the MLP;
+    `raw` names the side ("q" or "kv") that enters without the norm, if one does."""
 
-    def __init__(self, ln_1, attn, ln_2, mlp):
+    def __init__(self, ln_1, attn, ln_2, mlp, raw: str | None = None):
         super().__init__()
         self.ln_1, self.attn, self.ln_2, self.mlp = ln_1, attn, ln_2, mlp
+        self.raw = raw
 
     def forward(self, x_q, x_kv):
-        a, w = self.attn(self.ln_1(x_q), self.ln_1(x_kv))
+        q = x_q if self.raw == "q" else self.ln_1(x_q)
+        a, w = self.attn(q, x_kv if self.raw == "kv" else self.ln_1(x_kv))
         x = x_q + a
         return x + self.mlp(self.ln_2(x)), w
 
@@ -113,15 +123,16 @@ def perceiver(config, settings: PerceiverSettings):
     def norm():
         return part(c, "norm", **offer["norm"])
 
-    def project():
+    def project(text_side):   # the text's side enters raw when only the bottleneck's is normed
+        raw = text_side if settings.cross_norm == "bottleneck" else None
         return ProjectBlock(norm(), CausalCrossAttention(c.n_embd, c.n_head, c.bias, c.dropout),
-                            norm(), part(c, "mlp", **offer["mlp"]))
+                            norm(), part(c, "mlp", **offer["mlp"]), raw)
 
     blocks = [Block(norm(), part(c, "attention", **offer["attention"]), norm(),
                     part(c, "mlp", **offer["mlp"]), c.norm_position) for _ in range(c.n_layer - 2)]
     model = PerceiverLM(c, wte=nn.Embedding(c.vocab_size, c.n_embd),
-                        wpe=part(c, "positional", **offer["positional"]), down=project(),
-                        blocks=blocks, up=project(), ln_f=norm(),
+                        wpe=part(c, "positional", **offer["positional"]), down=project("kv"),
+                        blocks=blocks, up=project("q"), ln_f=norm(),
                         lm_head=OutputLayer(c.n_embd, c.vocab_size, bias=False),
                         bottleneck_dim=settings.bottleneck_dim)
     basis = model.basis.detach().clone()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from lab.cli.output import print_events
 from lab.config import ConfigError
-from lab.presets import configs
+from lab.presets import HW5_PERCEIVER, configs
 from lab.training import runs
 from plugins.tasks.birthplace import core as bp
 
@@ -56,7 +56,7 @@ def _birthplace_train(args):
         preset = "birthplace-finetune"
         scratch = [] if args.parent else ["epochs=75"]     # the assignment's, without pretraining
         if not args.parent and args.model == "perceiver":
-            scratch += ["model=perceiver", "model.bottleneck_dim=64"]
+            scratch += ["model=perceiver"] + [f"model.{k}={v}" for k, v in HW5_PERCEIVER.items()]
         model_cfg, train_cfg, changed = configs(preset, scratch + (args.set or []))
         if args.parent and changed:
             raise ConfigError(f"--parent keeps its architecture; cannot --set {', '.join(changed)}")
