@@ -5,6 +5,7 @@ import io
 import json
 import math
 
+import gradio as gr
 import pytest
 import torch
 
@@ -132,9 +133,12 @@ def test_the_train_tab_chooses_a_job_started_elsewhere(store):
     """A job queued by the getting-started panel shows in the Train tab without being picked."""
     from lab.ui import start
     from lab.ui.jobs_view import poll
-    assert "No job selected" in poll(None, [], store)[0]
+    first = poll(None, [], store=store)
+    assert "No job selected" in first[0]
+    again = poll(None, [], first[-1], store=store)       # nothing changed: nothing is sent again
+    assert all(part == gr.skip() for part in again[:4])
     start.train_scratch(store)
-    progress, *_, labels, _ = poll(None, [], store)
+    progress, *_, labels, _, _ = poll(None, [], again[-1], store=store)
     assert labels["value"] == "1" and "data-status='queued'" in progress
     jobs.request_stop(1, "now", store)
 

@@ -81,8 +81,8 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
         demo.load(friendly(latest), None, attached, api_visibility="private")   # re-attach to the running job
         demo.load(friendly(lambda: start.texts(ctx.store)), None, panel.texts,
                   api_visibility="private")          # the times this machine measured, now
-        demo.load(friendly(lambda: start.panel_open(ctx.store, panel.built_open)), None, panel.accordion,
-                  api_visibility="private")
+        demo.load(friendly(lambda: start.panel_open(ctx.store, panel.built_open)), None,
+                  [panel.accordion, panel.timer], api_visibility="private")
     return demo
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import html
 import inspect
 import json
@@ -297,6 +298,23 @@ def clicked(button, fn, inputs, outputs: list, api_name: str, note: int, event: 
     gr.Button(visible=False).click(friendly(fn), inputs, outputs, api_name=api_name)
     getattr(button, event)(friendly(fn, note=(note, len(outputs), cleared)), inputs, outputs,
                            api_visibility="private", api_name=f"{api_name}_from_the_page")
+
+
+def only_changed(values, sent: list | None) -> tuple[list, list]:
+    """A timer's answer with each value the page already has (its digest in `sent`, what the last
+    answer sent) turned into gr.skip(): a plot sent again is drawn again, every tick. Returns
+    the answer and the digests to keep for the next."""
+    digests = [hashlib.sha1(json.dumps(v, default=_whole).encode()).hexdigest() for v in values]
+    sent = sent if isinstance(sent, list) and len(sent) == len(digests) else [None] * len(digests)
+    return [gr.skip() if d == old else v for v, d, old in zip(values, digests, sent)], digests
+
+
+def _whole(value):
+    """A value json cannot write, whole (a figure or a table as its JSON, an array as its list)."""
+    for whole in ("to_json", "tolist"):
+        if callable(getattr(value, whole, None)):
+            return getattr(value, whole)()
+    return repr(value)
 
 
 def api(fn, api_name: str, returns: str) -> None:

@@ -16,7 +16,7 @@ from lab.storage import checkpoints
 from lab.storage import store as lab_store
 from lab.training.progress import beat_text, format_duration, phase_text, save_text
 from lab.training.runs import run_dir_for
-from lab.ui.common import Context, clicked, friendly, whole
+from lab.ui.common import Context, clicked, friendly, only_changed, whole
 from lab.ui.fields import Dropdown
 from lab.worker import jobs
 
@@ -186,9 +186,10 @@ def view(job_id, store=None):
     return progress_html(job), curves(job, store), log_tail(job, store), written(job, store)
 
 
-def poll(job_id, shown_choices, store=None):
-    """The timer's view: the job's progress, and the job list's labels when a status changed. With
-    no job chosen, a job started elsewhere (the getting-started panel, a script) is chosen once it
+def poll(job_id, shown_choices, sent=None, store=None):
+    """The timer's view: the job's progress (each part only when it changed since the last tick
+    sent it: `sent`, their digests), and the job list's labels when a status changed. With no
+    job chosen, a job started elsewhere (the getting-started panel, a script) is chosen once it
     runs or waits, so the page never says 'no job' while one is under way."""
     choices = [list(c) for c in job_choices(store)]
     labels = gr.update(choices=choices) if choices != shown_choices else gr.skip()
@@ -198,10 +199,10 @@ def poll(job_id, shown_choices, store=None):
             job_id = str(active[-1]["id"])           # the oldest under way: the one running first
             labels = gr.update(choices=choices, value=job_id)
     try:
-        shown = view(job_id, store)
+        shown, sent = only_changed(view(job_id, store), sent)
     except LabError:      # a job that is not there: said once, where its progress goes (job_status)
         shown = (gr.skip(),) * 4
-    return (*shown, labels, choices)
+    return (*shown, labels, choices, sent)
 
 
 def stop(job_id, mode, store=None):
@@ -236,8 +237,9 @@ def jobs_section(ctx: Context, message) -> Dropdown:
         return view(job, ctx.store)
     clicked(job, job_status, [job], outputs, "job_status", note=0, event="change")
     shown = gr.State([])
-    gr.Timer(2.0).tick(friendly(lambda j, c: poll(j, c, ctx.store)), [job, shown],
-                       outputs + [job, shown], api_visibility="private", show_progress="hidden")
+    sent = gr.State([])
+    gr.Timer(2.0).tick(friendly(lambda j, c, s: poll(j, c, s, ctx.store)), [job, shown, sent],
+                       outputs + [job, shown, sent], api_visibility="private", show_progress="hidden")
 
     def stop_job(job: str):
         """Stop a job now: a running one saves where it stands; a queued one never starts."""

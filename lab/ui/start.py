@@ -67,13 +67,14 @@ def statuses(store=None, compared: bool = False) -> list:
 
 
 def panel_open(store=None, built_open: bool | None = None):
-    """On page load: the panel is open on an empty store and while one of its jobs is under way.
+    """On page load: the panel is open on an empty store and while one of its jobs is under way,
+    and its lines follow the store only while it is open (the panel's accordion and timer).
     built_open: how the page was built; when that is already right, the panel is left alone (a
     person may have opened or closed it while the page loaded)."""
     busy = any(j["name"] in (SCRATCH, FINETUNE) and j["status"] in ("queued", "running")
                for j in jobs.list_jobs(store))
     want = busy or not checkpoints.names(store)
-    return gr.skip() if want == built_open else gr.update(open=want)
+    return (gr.skip(),) * 2 if want == built_open else (gr.update(open=want), gr.Timer(active=want))
 
 
 def compare_status(store=None, compared: bool = False) -> str:
@@ -203,6 +204,7 @@ class Panel:
     compared: gr.State
     shown: list
     accordion: gr.Accordion
+    timer: gr.Timer         # refreshes the lines while the panel is open
     built_open: bool
     texts: list             # the intro and each step's words: texts() as each page loads
 
@@ -236,5 +238,11 @@ def build(ctx: Context) -> Panel:
         api_description="Getting started, steps 1-3: queue the scratch model, import SmolLM2, queue "
                         "its fine-tune. Returns the message.").then(
         refresh, compared, shown, api_visibility="private")
-    gr.Timer(2.0).tick(refresh, compared, shown, api_visibility="private", show_progress="hidden")
-    return Panel(buttons[3], compared, shown, panel, built_open, said_texts)
+    # its lines follow the store only while it is open: each tick is an event, and each event
+    # costs the browser a walk over the whole page (an idle tab's ticks were most of its CPU)
+    timer = gr.Timer(2.0, active=built_open)
+    timer.tick(refresh, compared, shown, api_visibility="private", show_progress="hidden")
+    panel.expand(lambda c: [gr.Timer(active=True), *statuses(ctx.store, c)], compared, [timer, *shown],
+                 api_visibility="private")
+    panel.collapse(lambda: gr.Timer(active=False), None, timer, api_visibility="private")
+    return Panel(buttons[3], compared, shown, panel, timer, built_open, said_texts)
