@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 
 from lab.config import ConfigError, ModelConfig, TrainConfig, owner, split_overrides
+from lab.registry import load_plugins
 from lab.settings import default_of
 
 PRESETS = {}
@@ -23,6 +24,8 @@ FINE_TUNES = set()      # the presets made for a stored checkpoint (a parent); t
 
 
 def preset(name: str, description: str, fine_tunes: bool = False):
+    """Registers a builder of (ModelConfig, TrainConfig) by name; a task package registers its
+    own (lab.task re-exports this). fine_tunes: made for a stored checkpoint (a parent)."""
     def deco(fn):
         PRESETS[name] = (fn, description)
         if fine_tunes:
@@ -71,47 +74,6 @@ def smollm2_quick():
             TrainConfig(epochs=1, lr=2e-4, max_train_captions=800, max_dev_captions=200, log_every=5))
 
 
-# the birth-place pretraining budget: the assignment's 650 epochs, batch 128, lr 6e-3
-_PRETRAIN = dict(epochs=650, batch_size=128, lr=6e-3, warmup_steps=10, log_every=10)
-
-
-@preset("birthplace-vanilla", "The birth-place task's vanilla GPT (4 layers, 8 heads, width 256, "
-                              "block 128) pretrained with span corruption: the assignment's 650 "
-                              "epochs, batch 128, lr 6e-3 with warm-up and cosine decay to 10%, "
-                              "minGPT's AdamW (betas 0.9/0.95, biases not decayed) and its plain "
-                              "initialisation")
-def birthplace_vanilla():
-    m, t = _birthplace("span", **_PRETRAIN)
-    return m.replace(init="plain"), t.replace(adam_beta2=0.95, decay_biases=False)
-
-
-def _birthplace(objective: str, **train):
-    """The assignment's GPT (minGPT: dropout 0.1, AdamW 0.1, clipping 1.0, warm-up then cosine)."""
-    return (ModelConfig(model="gpt2", n_layer=4, n_head=8, n_embd=256, n_positions=128, dropout=0.1),
-            TrainConfig(task="birthplace", objective=objective, lr_schedule="warmup_cosine",
-                        weight_decay=0.1, grad_clip=1.0, early_stop="none", **train))
-
-
-HW5_PERCEIVER = {"bottleneck_dim": 32, "cross_norm": "bottleneck"}   # run.py's default, its hints
-
-
-@preset("birthplace-perceiver", "The birth-place task's Perceiver variant as HW5 builds it (a "
-                                "basis of 32 rows; cross-attention normalising only the "
-                                "bottleneck's side), otherwise as birthplace-vanilla but with "
-                                "GPT-2's scaled initialisation and torch's AdamW betas (0.9/0.999, "
-                                "biases decayed), which answered more questions for it than minGPT's")
-def birthplace_perceiver():
-    m, t = _birthplace("span", **_PRETRAIN)
-    return m.replace(model="perceiver", settings={"model": dict(HW5_PERCEIVER)}), t
-
-
-@preset("birthplace-finetune", "Birth-place questions: batch 256, lr 6e-4 with warm-up and cosine "
-                               "decay; 10 epochs from a pretrained model (the assignment's; 75 "
-                               "without pretraining)", fine_tunes=True)
-def birthplace_finetune():
-    return _birthplace("qa", epochs=10, batch_size=256, lr=6e-4, warmup_steps=2, log_every=4)
-
-
 def configs(preset: str | None = None, overrides: list[str] | None = None, doc: dict | None = None,
             named: dict | None = None):
     """Layered configs: the preset (defaults without one), then a config file's {"model": ...,
@@ -145,7 +107,19 @@ def split_named(named: dict) -> tuple[dict, dict]:
     return model, train
 
 
+def names() -> list[str]:
+    """Every preset's name: the lab's and those the task packages register (the plugins load)."""
+    load_plugins()
+    return sorted(PRESETS)
+
+
+def description(name: str) -> str:
+    load_plugins()
+    return PRESETS[name][1] if name in PRESETS else ""
+
+
 def get(name: str) -> tuple[ModelConfig, TrainConfig]:
+    load_plugins()
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; choose one of: {', '.join(sorted(PRESETS))}")
     return PRESETS[name][0]()

@@ -25,6 +25,10 @@ built-in tasks do: `tokenizers` (the scratch tokenizers the Train form offers), 
 views its checkpoints go to: "generate" for text), `scheduled_sampling`, `commands` and
 `train_view` (its own CLI commands and Train-tab section).
 
+Its presets, if it has any, are builders of (ModelConfig, TrainConfig) registered with
+`@preset(name, description)` (`fine_tunes=True` for one made for a stored checkpoint); the Train
+form, `train --preset` and sweeps offer them beside the lab's.
+
 The object the factory returns is a `Task`; what it lacks of `REQUIRED` is refused by name, with
 its package, when the plugins load.
 """
@@ -36,7 +40,7 @@ from typing import Callable, Iterator, Protocol, runtime_checkable
 
 import torch
 
-from lab.config import ConfigError, DecodeConfig
+from lab.config import ConfigError, DecodeConfig, ModelConfig, TrainConfig
 from lab.errors import Aborted
 from lab.evaluation.metrics import wilson
 from lab.inputs import tasks
@@ -44,11 +48,11 @@ from lab.inputs.data import Batch
 from lab.inputs.tasks import Prepared
 from lab.inputs.tokenizers import CharTokenizer
 from lab.modeling.generate import generate
-from lab.presets import DECODE_TO_ANSWER
+from lab.presets import DECODE_TO_ANSWER, preset
 from lab.registry import TASKS
 
 __all__ = ["TASKS", "Task", "REQUIRED", "Prepared", "Batch", "CharTokenizer", "ConfigError",
-           "Aborted", "settings_of", "checkpoint_settings", "answer_batch", "epoch_batches", "masked_loss", "dev_loss",
+           "ModelConfig", "TrainConfig", "preset", "Aborted", "settings_of", "checkpoint_settings", "answer_batch", "epoch_batches", "masked_loss", "dev_loss",
            "greedy_answers", "exact_match"]
 
 REQUIRED = TASKS.required

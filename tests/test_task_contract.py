@@ -64,9 +64,8 @@ def test_a_task_from_the_docs_trains_and_speaks_its_own_score(lab):
     listed = {e["name"]: e for e in json.loads(lab("plugins", "--json").stdout)["task"]}
     assert [p["name"] for p in listed["reverse"]["params"]] == ["min_len", "max_len", "train_words",
                                                                 "dev_words"]
-    out = lab("train", "--preset", "tiny", "--name", "rev", "--set", "task=reverse",
-              "--set", "task.train_words=256", "--set", "task.dev_words=24", "--set", "epochs=1",
-              "--set", "batch_size=32", "--set", "lr=3e-3").stdout
+    out = lab("train", "--preset", "reverse-small", "--name", "rev",    # the package's own preset
+              "--set", "task.train_words=256", "--set", "task.dev_words=24", "--set", "epochs=1").stdout
     line = [s for s in out.splitlines() if s.startswith("epoch 1: dev perplexity")][0]
     assert "dev exact match" in line and " right)" in line and "best, saved" in line, line
     assert "evaluating 24 dev words" in out

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from lab.cli.output import print_json
 from lab.config import describe_settings
-from lab.presets import PRESETS
+from lab.presets import description, names as preset_names
 from lab.registry import describe_all
 from lab.settings import reference_markdown
 
@@ -11,7 +11,7 @@ from lab.settings import reference_markdown
 def cmd_plugins(args):
     info = describe_all()
     if args.json:
-        print_json({**info, "presets": {k: d for k, (_, d) in PRESETS.items()}})
+        print_json({**info, "presets": {k: description(k) for k in preset_names()}})
         return
     for kind, entries in info.items():
         print(f"{kind}:")
@@ -21,8 +21,8 @@ def cmd_plugins(args):
                 bounds = f", {p.get('min', '')}..{p.get('max', '')}" if "min" in p or "max" in p else ""
                 print(f"  {'':<12}   {kind}.{p['name']} = {p['default']} ({p['type']}{bounds}): {p['help']}")
     print("presets:")
-    for k, (_, d) in PRESETS.items():
-        print(f"  {k:<12} {d}")
+    for k in preset_names():
+        print(f"  {k:<12} {description(k)}")
 
 
 def cmd_settings(args):

@@ -8,7 +8,7 @@ import time
 from lab.cli.output import print_events, print_json
 from lab.config import ConfigError, ModelConfig, TrainConfig, split_overrides
 from lab.errors import read_json
-from lab.presets import PRESETS, configs
+from lab.presets import configs, description, names as preset_names
 from lab.storage import checkpoints
 from lab.storage.checkpoints import store_dir
 from lab.training import runs
@@ -99,7 +99,7 @@ def cmd_jobs(args):
 
 
 def _presets_epilog() -> str:
-    return "presets:\n" + "\n".join(f"  {k:<22} {d}" for k, (_, d) in PRESETS.items()) + \
+    return "presets:\n" + "\n".join(f"  {k:<22} {description(k)}" for k in preset_names()) + \
         "\n\nevery setting: python -m lab settings (or docs/configuration.md)"
 
 

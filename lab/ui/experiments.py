@@ -11,7 +11,7 @@ import gradio as gr
 from lab import sweeps
 from lab.config import ConfigError, DecodeConfig
 from lab.errors import LabError
-from lab.presets import PRESETS
+from lab.presets import names as preset_names
 from lab.ui.common import Context, api, friendly, whole
 from lab.ui.common import text as bounded_text
 from lab.ui.fields import Dropdown, Number, Radio, Textbox
@@ -240,7 +240,7 @@ def _form(ctx: Context):
         name = Textbox("", label="sweep name", placeholder="heads-cpu", elem_id="sweep-name")
     note = gr.Markdown(OWN_NOTE, elem_id="sweep-note")
     with gr.Row():
-        preset = Dropdown([""] + sorted(PRESETS), value=DEFAULTS["preset"], label="preset",
+        preset = Dropdown([""] + preset_names(), value=DEFAULTS["preset"], label="preset",
                           elem_id="sweep-preset")
         parent = Dropdown([""] + ctx.checkpoint_names(), value="", label="fine-tune from (optional)",
                           elem_id="sweep-parent", allow_custom_value=True)

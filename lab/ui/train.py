@@ -13,7 +13,7 @@ import gradio as gr
 from lab.config import FAMILY_KEYS, ConfigError, ModelConfig, TrainConfig, describe_settings
 from lab.errors import LabError
 from lab.inputs import tokenizers
-from lab.presets import FINE_TUNES, PRESETS, configs, get as get_preset
+from lab.presets import FINE_TUNES, configs, description, get as get_preset, names as preset_names
 from lab.registry import REGISTRIES, TASKS, load_plugins
 from lab.settings import base_type, choices_of
 from lab.storage import checkpoints
@@ -149,8 +149,8 @@ def start_job(name, preset, parent, settings: dict, store=None):
         raise ConfigError("give the new checkpoint a name (letters, digits, '.', '_', '-')")
     preset = bounded_text(preset, "preset", 200)
     parent = bounded_text(parent, "parent", 200)
-    if preset and preset not in PRESETS:
-        raise ConfigError(f"unknown preset {preset!r}; choose one of: {', '.join(sorted(PRESETS))}"[:300])
+    if preset and preset not in preset_names():
+        raise ConfigError(f"unknown preset {preset!r}; choose one of: {', '.join(preset_names())}"[:300])
     model_cfg, train_cfg, changed = configs(preset or None, named=settings)
     if parent and changed:
         raise ConfigError(f"a fine-tune keeps {parent}'s architecture; these settings cannot "
@@ -199,7 +199,7 @@ def parent_view(parent, preset, store=None) -> list:
     tokenizer field's and the note."""
     parent = bounded_text(parent, "parent", 200).strip()
     if not parent:
-        m, t = get_preset(preset) if preset in PRESETS else (ModelConfig(), TrainConfig())
+        m, t = get_preset(preset) if preset in preset_names() else (ModelConfig(), TrainConfig())
         return (_model_updates(m.to_dict(), interactive=True)
                 + [gr.update(info="'all' or 1-based blocks, e.g. 1,3"),
                    gr.update(value=t.tokenizer, interactive=True, info=info(_DESCRIBED["tokenizer"])), ""])
@@ -287,7 +287,7 @@ def job_form(job: dict, store=None) -> list:
         i = TRAIN_FIELDS.index("train_layers")
         train_values[i] = {**hint, "value": train_values[i]}
     preset = spec.get("preset") or ""
-    preset_shown = gr.update(value=preset, info=PRESETS[preset][1] if preset in PRESETS else "")
+    preset_shown = gr.update(value=preset, info=description(preset))
     model_values, setting_updates = model_values[:len(MODEL_FIELDS)], model_values[len(MODEL_FIELDS):]
     train_cfg = TrainConfig.from_dict(spec["train"]).to_dict()
     setting_updates = [v if k in ModelConfig.PLUGIN_KINDS else own
@@ -317,8 +317,8 @@ class Form:
 
 def _form(ctx: Context) -> Form:
     with gr.Row():
-        preset = Dropdown([""] + sorted(PRESETS), value="tiny", label="preset",
-                          info=PRESETS["tiny"][1], elem_id="train-preset")
+        preset = Dropdown([""] + preset_names(), value="tiny", label="preset",
+                          info=description("tiny"), elem_id="train-preset")
         name = Textbox("", label="checkpoint name", elem_id="train-name", placeholder="my-model")
         parent = Dropdown([""] + ctx.checkpoint_names(), value="", label="fine-tune from (optional)",
                           info="a stored checkpoint; its architecture and tokenizer are kept",
@@ -357,11 +357,11 @@ def fill(p, chosen_parent):
     preset (FINE_TUNES) keeps a chosen parent, whose model section stays; any other preset makes
     a new model, so it clears the parent and gives the model section back, the preset's."""
     n_model = len(MODEL_FIELDS) + len(setting_fields())
-    if p not in PRESETS:
+    if p not in preset_names():
         return [gr.skip()] * (n_model + len(TRAIN_FIELDS)) + [gr.update(info=""), gr.skip(), gr.skip()]
     m, t = get_preset(p)
     values = form_values(m, t)
-    said = [gr.update(info=PRESETS[p][1])]
+    said = [gr.update(info=description(p))]
     if chosen_parent and p in FINE_TUNES:
         values = [gr.skip() if f not in TRAIN_FIELDS and f.split(".")[0] not in TrainConfig.PLUGIN_KINDS
                   or f == "tokenizer" else v for f, v in zip(form_fields(), values)]

@@ -14,7 +14,7 @@ from lab.registry import TASKS
 from lab.inputs.tasks import Prepared
 from lab.task import epoch_batches
 from lab.modeling.generate import kv_bytes_per_token
-from plugins.tasks.birthplace import answers, core as bp
+from plugins.tasks.birthplace import answers, core as bp, presets  # noqa: F401  (registers them)
 
 ANSWER_CHUNK = 100            # questions answered between two looks at a stop request
 

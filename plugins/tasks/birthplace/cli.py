@@ -9,9 +9,10 @@ from pathlib import Path
 
 from lab.cli.output import print_events
 from lab.config import ConfigError
-from lab.presets import HW5_PERCEIVER, configs
+from lab.presets import configs
 from lab.training import runs
 from plugins.tasks.birthplace import core as bp
+from plugins.tasks.birthplace.presets import HW5_PERCEIVER
 
 
 def cmd_birthplace(args):

@@ -3,8 +3,9 @@ The model learns to write the reversal; a run is scored by exact match on words 
 import random
 from dataclasses import dataclass, field
 
-from lab.task import (TASKS, CharTokenizer, ConfigError, Prepared, answer_batch, checkpoint_settings,
-                      dev_loss, epoch_batches, exact_match, greedy_answers, masked_loss, settings_of)
+from lab.task import (TASKS, CharTokenizer, ConfigError, ModelConfig, Prepared, TrainConfig, answer_batch,
+                      checkpoint_settings, dev_loss, epoch_batches, exact_match, greedy_answers,
+                      masked_loss, preset, settings_of)
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 SEP = "="
@@ -97,3 +98,9 @@ class ReverseTask:
                                           "label": "dev perplexity"}})
 def reverse(settings: ReverseSettings):     # a run reads its own: settings_of(cfg)
     return ReverseTask()
+
+
+@preset("reverse-small", "String reversal: 2 layers, width 64, three epochs at lr 3e-3")
+def reverse_small():
+    return (ModelConfig(n_layer=2, n_head=4, n_embd=64, n_positions=64),
+            TrainConfig(task="reverse", epochs=3, lr=3e-3, batch_size=32))
