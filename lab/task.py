@@ -21,9 +21,10 @@ keep_best lists its dev scores by name, in order: `score` is the key of the dict
 `evaluate` returns, `higher` whether bigger is better, `label` the words a progress line and
 `evaluate` print, `percent` for a proportion, `count` the key of how many were right. A run keeps
 its checkpoint by the first unless early_stop names another. Optional declarations, for what the
-built-in tasks do: `tokenizers` (the scratch tokenizers the Train form offers), `tabs` (the
-views its checkpoints go to: "generate" for text), `scheduled_sampling`, `commands` and
-`train_view` (its own CLI commands and Train-tab section).
+built-in tasks do: `unit` (the plural word for its texts, "texts" if none: what Compare,
+Evaluate and sweeps call them), `tokenizers` (the scratch tokenizers the Train form offers),
+`tabs` (the views its checkpoints go to: "generate" for text), `scheduled_sampling`, `commands`
+and `train_view` (its own CLI commands and Train-tab section).
 
 Its presets, if it has any, are builders of (ModelConfig, TrainConfig) registered with
 `@preset(name, description)` (`fine_tunes=True` for one made for a stored checkpoint); the Train

@@ -151,7 +151,7 @@ def test_the_cycle_finder_names_a_circle():
 
 
 def _names_used(path: Path, names: set, key: str) -> list[str]:
-    """Plugin names (`names`, of the kind `key`: task, decoder) compared (==, !=, in), passed as
+    """Plugin names (`names`, of the kind `key`: task, decoder) compared (any comparison), passed as
     key= or as a call's argument, or given as a dict's "key" value, with their line numbers. A
     setting's declared default (`setting("random", ...)`) is where a default is named, so it is not
     counted."""
@@ -162,8 +162,7 @@ def _names_used(path: Path, names: set, key: str) -> list[str]:
 
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Compare) and any(
-                isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops) and (
+        if isinstance(node, ast.Compare) and (                   # any comparison: ==, in, <=, is
                 named(node.left) or any(named(c) for c in node.comparators)):
             found.append(node.lineno)
         elif isinstance(node, ast.keyword) and node.arg == key and named(node.value):
@@ -209,12 +208,13 @@ def test_the_name_finder_sees_comparisons_keywords_arguments_and_dicts(tmp_path)
     src = tmp_path / "x.py"
     src.write_text('if cfg.task == "captions": pass\nf(task="birthplace")\n'
                    'ok = task in ("captions", "x")\nlabel = "captions"\n'
-                   'd = {"task": "captions"}\ng("captions")\nt = setting("captions", "the task")\n')
+                   'd = {"task": "captions"}\ng("captions")\nt = setting("captions", "the task")\n'
+                   'u = named <= {"captions"}\nv = x.startswith("birthplace")\n')
     global ROOT
     saved, ROOT = ROOT, tmp_path
     try:
         assert _names_used(src, {"captions", "birthplace"}, "task") == [
-            "x.py:1", "x.py:2", "x.py:3", "x.py:5", "x.py:6"]
+            "x.py:1", "x.py:2", "x.py:3", "x.py:5", "x.py:6", "x.py:8", "x.py:9"]
     finally:
         ROOT = saved
 

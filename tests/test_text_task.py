@@ -329,7 +329,7 @@ def test_models_of_a_dataset_are_scored_on_its_texts_with_bits_per_byte(sources)
     own, imported = checkpoints.load("own"), checkpoints.load("imported")
     texts, source = tasks.texts([own], "test")
     assert texts == body[300:]                      # the dataset has no test split: its dev
-    assert source == {"split": "dev", "source": "dataset dict",
+    assert source == {"split": "dev", "source": "dataset dict", "named": "dataset dict", "unit": "texts",
                       "note": "dataset dict has no test split: scored on dev"}
     assert tasks.texts([own, imported], "test")[0] == texts          # an import follows the others
     with pytest.raises(ConfigError, match=r"trained on different corpora.*own: dataset dict; "
@@ -337,6 +337,12 @@ def test_models_of_a_dataset_are_scored_on_its_texts_with_bits_per_byte(sources)
         tasks.texts([own, checkpoints.load("captions-model")], "test")
     alone = evaluate("own", n=5, skip_bleu=True)
     assert alone["provenance"]["data_dir"] == "dataset dict" and alone["split"] == "dev"
+    assert (alone["provenance"]["unit"], alone["provenance"]["named"]) == ("texts", "dataset dict")
+    # the rows of a comparison are called by their task's word (its unit), texts when they differ
+    from lab.ui.common import unit_of
+    assert [unit_of(names) for names in (["own", "imported"], ["captions-model", "imported"],
+                                         ["imported"], ["own", "captions-model"])] == \
+        ["texts", "captions", "captions", "texts"]
     *_, last = evaluate_live({"imported": imported, "own": own}, 100, DecodeConfig(decoder="greedy"),
                              chunk=50, n_boot=50)
     assert last["done"] == 100 and last["provenance"]["texts"] == "dataset dict"

@@ -56,8 +56,8 @@ def cmd_evaluate(args):
         print(_task_line(result))
         return
     p = result["perplexity"]
-    where = result["provenance"]["data_dir"]
-    texts = f"{p['sentences']} texts of {where}" if where.startswith("dataset ") else f"{p['sentences']} captions"
+    prov = result["provenance"]
+    texts = f"{p['sentences']} {prov['unit']}" + (f" of {prov['named']}" if prov.get("named") else "")
     print(f"{result['checkpoint']} on {result['split']} ({texts}): perplexity "
           f"{p['perplexity']:.3f}, token-weighted {p['token_perplexity']:.3f}, "
           f"per word {p['word_perplexity']:.3f}, {p['bits_per_byte']:.4f} bits per byte"

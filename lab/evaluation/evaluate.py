@@ -49,7 +49,8 @@ def evaluate(checkpoint: str, split: str = "test", n: int = 5000, decode: Decode
     skipped = "" if skip_bleu else tasks.bleu_skipped([ck], caps)
     result = {"checkpoint": ck.name, "split": source["split"]}
     provenance = {"checkpoint": ck.name, "split": source["split"], "tokenizer": tok.kind,
-                  "data_dir": source["source"], "device": str(next(model.parameters()).device),
+                  "data_dir": source["source"], "unit": source["unit"], **_named(source),
+                  "device": str(next(model.parameters()).device),
                   **({"note": source["note"]} if "note" in source else {}),
                   **({"bleu_skipped": skipped} if skipped else {})}
     if not skip_perplexity:
@@ -175,11 +176,16 @@ def _check_request(models: dict, n: int, chunk: int, first: int | None) -> None:
         check_captions_model(ck)
 
 
+def _named(source: dict) -> dict:
+    """How prose names the texts' origin, where the task gives a name ("dataset harbour")."""
+    return {"named": source["named"]} if source.get("named") else {}
+
+
 def _live_provenance(source: dict, subset: list[str], decode: DecodeConfig, tokens: str, per_word: bool,
                      streams: dict, decoders: dict, bleu_skipped: str = "") -> dict:
     """What a live evaluation scored, and how: the texts and the subset, the decoding (shared,
     and each model's), the figures shown."""
-    return {"split": source["split"], "texts": source["source"],
+    return {"split": source["split"], "texts": source["source"], "unit": source["unit"], **_named(source),
             **({"note": source["note"]} if "note" in source else {}), "n": len(subset), "seed": decode.seed,
             "subset_hash": data.subset_hash(subset), "bleu_tokens": tokens,
             "decode": decode.to_dict(), "checkpoints": list(decoders),

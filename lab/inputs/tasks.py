@@ -12,6 +12,8 @@ A task's registration declares, beside `objectives`:
                        its best checkpoint by unless early_stop names another; keep_bleu_best
                        keeps a second, by "bleu"
   scheduled_sampling   whether its language model takes scheduled sampling
+  unit                 the plural word for the texts its checkpoints are scored on ("texts"
+                       unless it says; the captions task's "captions")
   tabs                 the UI's views that offer its checkpoints (lab/ui: "generate", "answers");
                        a task offering "answers" gives its object an `answers_view` (ABOUT,
                        LABEL, SPLITS, SPLITS_INFO, COLUMNS, NONE_YET, answer(names, split,
@@ -164,7 +166,13 @@ def _task_texts(ck, split: str, data_dir=None) -> tuple[list[str], dict]:
     if own is None:
         raise ConfigError(f"{ck.name} is a {task} model, and its task gives no texts to score or "
                           f"read it on (a task's texts(): docs/plugins.md)"[:300])
-    return own(ck, split, data_dir)
+    texts, source = own(ck, split, data_dir)
+    return texts, {**source, "unit": unit(task)}
+
+
+def unit(task: str) -> str:
+    """The plural word for the texts a task's checkpoints are scored on (its `unit`)."""
+    return meta(task).get("unit", "texts")
 
 
 @dataclass(frozen=True)

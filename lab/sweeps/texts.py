@@ -29,7 +29,7 @@ def score_texts(ck, sc, *, data_dir=None, abort=None, t0: float = 0.0):
              "dev_harmonic_bleu": ck.metrics.get("dev_harmonic_bleu"), "splits": {}}
     for split in [sc.split] + (["test"] if sc.pick_on_test else []):
         caps, source = tasks.texts([ck], split, data_dir)
-        unit = "texts" if source["source"].startswith("dataset ") else "captions"
+        unit = source["unit"]
         subset = [caps[i] for i in data.subset_indices(len(caps), sc.n, sc.seed)]
         yield _scoring(f"{ck.name}: perplexity of {len(subset):,} {split} {unit}", t0)
         nll, cnt = sentence_nlls(model, data.encode_captions(subset, tok, ck.config.n_positions),

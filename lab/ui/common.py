@@ -465,8 +465,8 @@ def asset_url() -> str:
 
 
 def unit_of(names, store=None) -> str:
-    """What a comparison's rows are called: captions while every checkpoint is a captioner (or an
-    import, which follows the others), else texts."""
+    """What a comparison's rows are called: their task's word (its `unit`: captions, texts, ...)
+    while the checkpoints share a task (an import follows the others), else texts."""
     metas = [checkpoints.info(name, store) for name in names]
-    named = {tasks.task_of(m) for m in metas if m.get("task")}
-    return "captions" if named <= {"captions"} else "texts"
+    named = {tasks.task_of(m) for m in metas if m.get("task")} or {tasks.task_of(None)}
+    return tasks.unit(named.pop()) if len(named) == 1 else "texts"

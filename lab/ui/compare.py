@@ -71,7 +71,7 @@ class Comparison:
     held_out: int = 0                   # words of each held-out text its row starts with; 0: none
     prompts: list[str] | None = None    # a prompt a row (held-out starts), or the prefix for all
     texts: list[str] | None = None      # the held-out texts those prompts start
-    unit: str = "captions"              # what the rows are: texts where a model is not a captioner
+    unit: str = "texts"                 # what the rows are: their task's word (unit_of)
 
 
 def plan(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
@@ -98,11 +98,11 @@ def plan(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
 
 
 def rows_label(names, store=None):
-    """The rows field's label for the chosen checkpoints (captions, or texts)."""
+    """The rows field's label for the chosen checkpoints (their task's word for its texts)."""
     try:
         unit = unit_of(names if isinstance(names, list) else [], store)
     except LabError:
-        unit = "captions"               # a damaged choice: Generate will say what is wrong
+        unit = "texts"                  # a damaged choice: Generate will say what is wrong
     return gr.update(label=unit)
 
 
@@ -363,7 +363,7 @@ def _prompt_fields(ctx: Context, chosen):
     with gr.Row():
         seed = Number(0, label="seed", step=1)
         prefix = Textbox("", label="prefix (optional)", placeholder="A man")
-        n = Number(8, label="captions", step=1, elem_id="compare-n")
+        n = Number(8, label=tasks.unit(tasks.task_of(None)), step=1, elem_id="compare-n")
         held_out = Number(0, label="held-out prompts: first N words (0: none)", step=1, minimum=0,
                           maximum=tasks.MAX_PROMPT_WORDS, elem_id="compare-held-out",
                           info="each row continues the start of a different held-out text")

@@ -65,10 +65,9 @@ def decoders_md(p: dict) -> str:
 
 def provenance_md(snap: dict) -> str:
     p = snap["provenance"]
-    texts = p.get("texts", "")
-    of = f" of {texts}" if texts.startswith("dataset ") else ""
+    of = f" of {p['named']}" if p.get("named") else ""
     note = f" ({p['note']})" if p.get("note") else ""
-    unit = "texts" if of else "captions"
+    unit = p.get("unit", "texts")
     bleu = (f"BLEU not scored: {p['bleu_skipped']}" if p.get("bleu_skipped") else
             f"{decoders_md(p)}; BLEU on **{p['bleu_tokens']}** tokens")
     lines = [f"**{snap['done']} / {snap['total']}** {unit} scored. Every "
@@ -124,7 +123,7 @@ def scores(names, decode: dict, n=500, seed=0, bleu_tokens="auto", store=None, d
 UNDER_WAY = "*Scoring "        # how the summary's line of the rows under way begins
 
 
-def under_way(snap: dict | None, n: int, chunk: int, first: int, unit: str = "captions") -> str:
+def under_way(snap: dict | None, n: int, chunk: int, first: int, unit: str = "texts") -> str:
     """The line saying which rows (captions, or texts) are being scored now."""
     done = snap["done"] if snap else 0
     end = next((e for s, e in chunk_bounds(n, chunk, first) if s == done), n)

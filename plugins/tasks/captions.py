@@ -104,7 +104,7 @@ def _final_dev(name: str, trainer, store=None, *, tok, root):
                                           "label": "dev perplexity"},
                            "bleu": {"score": "dev_harmonic_bleu", "higher": True,
                                     "label": "dev harmonic BLEU"}},
-                scheduled_sampling=True, tabs=("generate",), sweep_figures="text",
+                scheduled_sampling=True, tabs=("generate",), sweep_figures="text", unit="captions",
                 score_split="test", tokenizers=tokenizers.SCRATCH_KINDS)
 def captions():
     return CaptionsTask()

@@ -193,7 +193,7 @@ def _dev_loss(model, dev_batches, abort, tok) -> dict:
 
 
 @TASKS.register("birthplace", "Birth places (minGPT): character span-corruption pretraining on "
-                              "wiki.txt, then question answering; accuracy", objectives=("span", "qa"),
+                              "wiki.txt, then question answering; accuracy", objectives=("span", "qa"), unit="questions",
                 keep_best={"perplexity": {"score": "dev_perplexity", "higher": False,
                                           "label": "dev perplexity"},
                            "accuracy": {"score": "dev_accuracy", "higher": True, "label": "dev accuracy",

@@ -76,7 +76,7 @@ class TextTask:
             raise ConfigError(f"dataset {name!r} has no {split} split; its splits are {', '.join(have)}")
         note = {} if which == split else {"note": f"dataset {name} has no test split: scored on dev"}
         return list(corpora.split(name, which, store)[corpora.TEXT]), \
-            {"split": which, "source": f"dataset {name}", **note}
+            {"split": which, "source": f"dataset {name}", "named": f"dataset {name}", **note}
 
     def bleu_skipped(self, ck, texts: list[str]) -> str:
         """Why BLEU is not scored for this checkpoint on `texts` (its task.bleu setting), or ""."""

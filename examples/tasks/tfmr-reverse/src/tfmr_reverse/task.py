@@ -90,7 +90,7 @@ class ReverseTask:
 
 
 @TASKS.register("reverse", "String reversal: a word, '=', the word reversed; exact match",
-                objectives=("lm",), settings=ReverseSettings,
+                objectives=("lm",), settings=ReverseSettings, unit="words",
                 keep_best={"exact_match": {"score": "dev_exact_match", "higher": True,
                                            "label": "dev exact match", "percent": True,
                                            "count": "dev_correct"},
