@@ -1,6 +1,8 @@
 """HF GPT-2 interop with real HF checkpoints that `transformers` itself creates (random weights),
 and uploads of them: bounded by what their config.json says the weights can need."""
 import os
+import subprocess
+import sys
 import zipfile
 
 import pytest
@@ -280,7 +282,42 @@ def test_uploads_in_flight_together_stay_within_the_free_disk(hf_dir, tmp_path, 
             interop.import_hf_upload([archive], "second")
     monkeypatch.setattr(uploads.shutil, "disk_usage", lambda p: real(p)._replace(free=24 * 10 ** 6))
     interop.import_hf_upload([archive], "second")
-    assert "second" in checkpoints.names() and not uploads._IN_FLIGHT
+    assert "second" in checkpoints.names() and not [f for f in uploads.uploads_dir().iterdir() if f.is_dir()]
+
+
+def test_an_upload_in_another_process_is_kept_and_a_killed_one_frees_its_claim(hf_dir, tmp_path, store,
+                                                                              monkeypatch):
+    """Claims are the store's, not a process's: an upload that another process (a second app, a
+    command) has claimed 8 MB for is counted here; killed with -9, its claim counts no more, and
+    the next app start clears its folder but leaves one whose process still runs."""
+    archive = tmp_path / "gpt2.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in hf_dir.iterdir():
+            z.write(f, f"gpt2/{f.name}")
+    real = uploads.shutil.disk_usage
+    monkeypatch.setattr(uploads.shutil, "disk_usage", lambda p: real(p)._replace(free=24 * 10 ** 6))
+    other = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\nfrom lab.storage import uploads\n"
+        "with uploads.scratch(sys.argv[1]) as f:\n"
+        "    uploads._check_room('other.zip', 8 * 10 ** 6, f)\n    print('claimed', flush=True)\n"
+        "    time.sleep(600)\n"), str(store)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "claimed"
+        with pytest.raises(CheckpointError, match=r"16.0 MB of it kept for 1 other upload\(s\) in progress"):
+            interop.import_hf_upload([archive], "second")
+        mine = uploads.uploads_dir()
+        with uploads.scratch() as running:        # this process's own, still running
+            uploads.clear()                       # an app starting now: both folders in use stay
+            assert running.is_dir() and len([f for f in mine.iterdir() if f.is_dir()]) == 2
+            other.kill()
+            other.wait()
+            uploads.clear()                       # the killed one's goes, this one's stays
+            assert [f for f in mine.iterdir() if f.is_dir()] == [running]
+    finally:
+        other.kill()
+        other.wait()
+    interop.import_hf_upload([archive], "second")            # its claim gone: room again
+    assert "second" in checkpoints.names()
 
 
 @pytest.mark.parametrize("value, kind", [(float("nan"), "NaN"), (float("inf"), "inf")])

@@ -5,16 +5,19 @@ name only, and only up to a limit the caller states for it: a .zip member whose 
 larger is refused before a byte is written, and since headers can lie, the bytes are counted as they
 unpack and the file is refused the moment it passes its limit. All of an upload together stays
 within MAX_UPLOAD_BYTES, and within the disk's free space as its headers state it, less what the
-uploads still in flight in this process have said they will write and not written yet, and the
-checkpoint each then saves (about as large again).
+uploads still in flight on the store (in any process: the app's, another app's, a command's) have
+said they will write and not written yet, and the checkpoint each then saves (about as large
+again). Each upload's claim is a file in its scratch folder naming its process; a claim whose
+process is gone (killed) claims nothing, and its folder is cleared when an app next starts.
 
 This module knows no model format (lab/storage/interop.py says what a GPT-2 upload may hold); it
 imports only the store below it.
 """
 from __future__ import annotations
 
+import json
+import os
 import shutil
-import threading
 import uuid
 import zipfile
 import zlib
@@ -33,9 +36,7 @@ CHUNK = MiB                        # how much is unpacked, counted and written a
 Limits = dict[str, tuple[int, str]]
 
 
-# the uploads in flight: {scratch folder: the bytes its files' sizes or headers said it will hold}
-_IN_FLIGHT: dict[Path, int] = {}
-_IN_FLIGHT_LOCK = threading.Lock()
+CLAIM = ".claim"         # in a scratch folder: {"pid", "bytes"}, what its upload said it will hold
 
 
 def uploads_dir(store=None) -> Path:
@@ -43,9 +44,11 @@ def uploads_dir(store=None) -> Path:
 
 
 def clear(store=None) -> None:
-    """Scratch folders an import left when its process died (the app calls this as it starts)."""
+    """Scratch folders an import left when its process died (the app calls this as it starts);
+    one whose process still runs (a command's import beside the app) is left to it."""
     for leftover in uploads_dir(store).iterdir():
-        shutil.rmtree(leftover, ignore_errors=True)
+        if leftover.is_dir() and _claim(leftover) is None:
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 @contextmanager
@@ -53,20 +56,29 @@ def scratch(store=None) -> Iterator[Path]:
     """A fresh scratch folder, removed with all it holds when the block ends, however it ends."""
     folder = uploads_dir(store) / uuid.uuid4().hex
     folder.mkdir()
+    _claim_bytes(folder, 0)          # its process's from the start: an app starting now leaves it
     try:
         yield folder
     finally:
-        with _IN_FLIGHT_LOCK:
-            _IN_FLIGHT.pop(folder, None)
         shutil.rmtree(folder, ignore_errors=True)
 
 
 def _written(folder: Path) -> int:
     """What an upload in flight has written to its scratch folder so far."""
     try:
-        return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+        return sum(f.stat().st_size for f in folder.iterdir() if f.is_file() and f.name != CLAIM)
     except OSError:                     # ended meanwhile
         return 0
+
+
+def _claim(folder: Path) -> int | None:
+    """The bytes a scratch folder's upload claimed, while the process that claimed them runs."""
+    try:
+        said = json.loads((folder / CLAIM).read_text())
+        os.kill(int(said["pid"]), 0)
+        return int(said["bytes"])
+    except (OSError, ValueError, KeyError, TypeError):    # none, ended, or its process gone
+        return None
 
 
 def _mb(n: int) -> str:
@@ -82,8 +94,11 @@ def _check_room(source: str, declared: int, dest: Path) -> None:
     that other uploads in flight have not yet claimed; if so, it claims its own."""
     if declared > MAX_UPLOAD_BYTES:
         raise _too_big(source, f"{_mb(declared)} unpacked", (MAX_UPLOAD_BYTES, "an upload may hold"))
-    with _IN_FLIGHT_LOCK:
-        others = {f: n for f, n in _IN_FLIGHT.items() if f != dest}
+    locks = dest.parent.parent / "locks"            # the store's (STORE/.lab/locks)
+    locks.mkdir(exist_ok=True)
+    with lab_store.hold(locks / "uploads.lock", "the uploads' claims", wait_s=30):
+        others = {f: n for f in dest.parent.iterdir()
+                  if f != dest and f.is_dir() and (n := _claim(f)) is not None}
         # each still owes what it has yet to unpack, and the checkpoint its import then saves
         owed = sum(max(0, n - _written(f)) + n for f, n in others.items())
         free = shutil.disk_usage(dest).free
@@ -93,7 +108,14 @@ def _check_room(source: str, declared: int, dest: Path) -> None:
             raise CheckpointError(f"{source} unpacks to {_mb(declared)} and the store's disk has "
                                   f"{_mb(free)} free{kept}; free some space first"
                                   + ("" if not owed else ", or try again when they are done"))
-        _IN_FLIGHT[dest] = _written(dest) + declared
+        _claim_bytes(dest, _written(dest) + declared)
+
+
+def _claim_bytes(folder: Path, n: int) -> None:
+    """This process claims n bytes for the upload in `folder` (written whole, then renamed)."""
+    part = folder / f"{CLAIM}.{uuid.uuid4().hex}"
+    part.write_text(json.dumps({"pid": os.getpid(), "bytes": n}))
+    os.replace(part, folder / CLAIM)
 
 
 def copy(paths: list[Path], dest: Path, limits: Limits) -> list[str]:
