@@ -31,16 +31,11 @@ from lab.modeling.generate import rows_per_caption
 POLL_S = 0.5        # a streaming request sends an update at least this often while its work runs
 
 # The work one request may ask for, in token-steps: checkpoints x captions x the rows each caption
-# decodes (a beam search's beams, else 1) x max_new_tokens. Measured with the tiny preset's models
-# on the 2-core machine while it was quiet (benchmarks/request_budget.py, docs/benchmarks.md), the
-# most one request may ask takes about 25 s scored by Evaluate's stream, under a minute and a half
-# drawn by Compare's nucleus sampling (its largest comparison, 56,000, is under the limit), under
-# two minutes by a beam search of 16 and about four with 4 beams. SmolLM2-135M costs 3 to 20
-# times as much a token-step: its everyday requests (8 captions side by side; 500 scored, 17,500)
-# take seconds to under a minute, and one at the limit 4 to 8 minutes sampled or scored, far
-# longer with beams (Stop, or leaving, ends it). One checkpoint scored on all 5,000 test captions
-# fits (175,000); 8 checkpoints x 200 captions x 16 beams (896,000) do not. More belongs in the
-# CLI (`python -m lab evaluate`) or a sweep's scoring job.
+# decodes (a beam search's beams, else 1) x max_new_tokens. The limit keeps the largest request the
+# page offers, and one checkpoint scored on all 5,000 test captions (175,000), within a few
+# minutes on a small CPU, and refuses what belongs in the CLI or a sweep's scoring job (8
+# checkpoints x 200 captions x 16 beams is 896,000). What each size takes, measured:
+# docs/benchmarks.md, "A web request's budget" (benchmarks/request_budget.py).
 MAX_TOKEN_STEPS = 200_000
 
 
