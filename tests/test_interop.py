@@ -246,10 +246,7 @@ def test_the_weights_limit_holds_real_gpt2_files_with_little_room(tmp_path):
 
 def test_an_upload_larger_than_the_free_disk_is_refused_before_unpacking(hf_dir, tmp_path, store,
                                                                          monkeypatch):
-    archive = tmp_path / "gpt2.zip"
-    with zipfile.ZipFile(archive, "w") as z:
-        for f in hf_dir.iterdir():
-            z.write(f, f"gpt2/{f.name}")
+    archive = _zipped(hf_dir, tmp_path / "gpt2.zip")
     real = uploads.shutil.disk_usage
     monkeypatch.setattr(uploads.shutil, "disk_usage", lambda p: real(p)._replace(free=10 ** 6))
     with pytest.raises(CheckpointError, match=r"^gpt2.zip unpacks to 10.1 MB and the store's disk has "
@@ -258,14 +255,19 @@ def test_an_upload_larger_than_the_free_disk_is_refused_before_unpacking(hf_dir,
     assert "full" not in checkpoints.names() and not any((store / ".lab" / "uploads").iterdir())
 
 
+def _zipped(folder, archive):
+    """An HF folder as a browser would upload it: a .zip holding it under gpt2/."""
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in folder.iterdir():
+            z.write(f, f"gpt2/{f.name}")
+    return archive
+
+
 def test_uploads_in_flight_together_stay_within_the_free_disk(hf_dir, tmp_path, store, monkeypatch):
     """An upload that has said it will unpack 8 MB and written none yet keeps them, and as much
     again for the checkpoint its import saves: a 10.1 MB one beside it on a disk of 24 MB free is
     refused, saying why; what the first writes is no longer owed; once it ends the second goes in."""
-    archive = tmp_path / "gpt2.zip"
-    with zipfile.ZipFile(archive, "w") as z:
-        for f in hf_dir.iterdir():
-            z.write(f, f"gpt2/{f.name}")
+    archive = _zipped(hf_dir, tmp_path / "gpt2.zip")
     real = uploads.shutil.disk_usage
     monkeypatch.setattr(uploads.shutil, "disk_usage", lambda p: real(p)._replace(free=24 * 10 ** 6))
     with uploads.scratch() as first:
@@ -290,10 +292,7 @@ def test_an_upload_in_another_process_is_kept_and_a_killed_one_frees_its_claim(h
     """Claims are the store's, not a process's: an upload that another process (a second app, a
     command) has claimed 8 MB for is counted here; killed with -9, its claim counts no more, and
     the next app start clears its folder but leaves one whose process still runs."""
-    archive = tmp_path / "gpt2.zip"
-    with zipfile.ZipFile(archive, "w") as z:
-        for f in hf_dir.iterdir():
-            z.write(f, f"gpt2/{f.name}")
+    archive = _zipped(hf_dir, tmp_path / "gpt2.zip")
     real = uploads.shutil.disk_usage
     monkeypatch.setattr(uploads.shutil, "disk_usage", lambda p: real(p)._replace(free=24 * 10 ** 6))
     other = subprocess.Popen([sys.executable, "-c", (

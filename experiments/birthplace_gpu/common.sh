@@ -33,10 +33,12 @@ pretrain_both() {   # vanilla and Perceiver side by side (pre650$TAG, perc650$TA
   for n in pre650$TAG perc650$TAG; do grep '^epoch [0-9]*:' $R/$n.log | tail -n 1 | sed "s/^/$n /" | tee -a $S; done
 }
 
-finetune_both_ways() {   # each pretrained run fine-tuned at minGPT's constant rate and with the
-                         # preset's cosine, side by side; then what each answered, and the metrics
+finetune_both_ways() {   # each pretrained run ($@, else pre650$TAG and perc650$TAG) fine-tuned at
+                         # minGPT's constant rate and with the preset's cosine, side by side; then
+                         # what each answered, and the metrics
+  local names=("$@"); [ ${#names[@]} -gt 0 ] || names=(pre650$TAG perc650$TAG)
   say "fine-tuning each (10 epochs, batch 256, lr 6e-4): constant as minGPT, and the preset's cosine"
-  for n in pre650$TAG perc650$TAG; do
+  for n in "${names[@]}"; do
     finetune $n ft-$n-const --set lr_schedule=constant &
     finetune $n ft-$n-cos &
   done

@@ -27,13 +27,5 @@ wait
 say "pretraining stopped"
 for n in perc650h perc650g; do grep '^epoch [0-9]*:' $R/$n.log | tail -n 1 | sed "s/^/$n /" | tee -a $S; done
 
-for n in perc650h perc650g; do
-  finetune $n ft-$n-const --set lr_schedule=constant &
-  finetune $n ft-$n-cos &
-done
-wait
-say "fine-tuning ended"
-for f in $R/*.dev.json; do echo "$(basename $f .dev.json) $(cat $f)"; done | tee -a $S
-for f in $R/ft-*[st].log; do echo "$(basename $f): $(grep 'dev accuracy' $f | sed 's/.*dev accuracy \([0-9.]*%\).*/\1/' | tr '\n' ' ')| $(tail -n 1 $f)"; done | tee -a $S
-mkdir -p $R/runs; for d in $LAB_STORE/_runs/*/; do cp $d/metrics.jsonl $R/runs/$(basename $d).metrics.jsonl 2>/dev/null; done
+finetune_both_ways perc650h perc650g
 (cd $R && tar czf $OUT/results.tgz .) && say "results.tgz written: $(du -h $OUT/results.tgz | cut -f1)"
