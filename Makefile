@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PIP_FIND := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
 VENDOR := lab/ui/static/vendor
-CHROMIUM := /usr/bin/chromium
+CHROMIUM := /usr/bin/chromium-headless-shell
 
 .PHONY: install run test newcomer bench clean
 
@@ -32,9 +32,11 @@ $(VENDOR)/.stamp:
 	rm -rf $(VENDOR)/tmp
 	touch $@
 
-# the browser tests drive Debian's Chromium (Playwright's own browser download cannot work here)
+# the browser tests drive Debian's build of Chromium's headless shell, the browser Playwright itself
+# runs headless tests in (its own download cannot work here); the `chromium` package is the same
+# browser with a window, for walking the lab by hand
 $(CHROMIUM):
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null
 
 install: $(STAMP) $(VENDOR)/.stamp
 

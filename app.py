@@ -22,7 +22,7 @@ import sys
 from lab.storage import checkpoints, uploads
 from lab.errors import LabError
 from lab.worker.jobs import shutdown_grace_s
-from lab.ui import build_app, launch_kwargs, work
+from lab.ui import build_app, launch_kwargs, queued, work
 
 
 def start_worker():
@@ -76,7 +76,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, _interrupt)
     worker = start_worker()
     try:
-        demo.queue(default_concurrency_limit=4).launch(**kwargs)
+        queued(demo).launch(**kwargs)
     except KeyboardInterrupt:
         pass
     finally:

@@ -19,6 +19,7 @@ from lab.modeling.model import build
 from lab.ui import checkpoints as tab
 from lab.ui import build_app, launch_kwargs
 from lab.ui.access import LoginGate, Throttle, client_address
+from lab.ui.first_script import FirstScript
 from tests.conftest import free_port, start_app, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,7 +103,7 @@ def test_login_and_the_warning_for_an_open_lab(monkeypatch, capsys):
     monkeypatch.setenv("LAB_AUTH", "ada:secret")
     kwargs = launch_kwargs()
     assert kwargs["auth"] == ("ada", "secret") and capsys.readouterr().err == ""
-    assert [m.cls for m in kwargs["app_kwargs"]["middleware"]] == [LoginGate]
+    assert [m.cls for m in kwargs["app_kwargs"]["middleware"]] == [FirstScript, LoginGate]
     for bad in ("nocolon", ":pw", "user:"):
         monkeypatch.setenv("LAB_AUTH", bad)
         with pytest.raises(Exception, match="LAB_AUTH must be user:password"):

@@ -7,6 +7,7 @@ import ipaddress
 import os
 import sys
 
+from lab.ui import stubless  # noqa: F401  (before Gradio: see the module)
 import gradio as gr
 from starlette.middleware import Middleware
 
@@ -18,6 +19,7 @@ from lab.registry import load_plugins
 from lab.evaluation.report import CAPTIONS_CSS
 from lab.ui import attention, checkpoints, compare, evaluate, experiments, inside, start, train
 from lab.ui.access import LoginGate, Throttle
+from lab.ui.first_script import FirstScript
 from lab.ui.common import Context, friendly, read_metas
 from lab.ui.fields import Blocks
 
@@ -78,12 +80,18 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
         tabs.select(None, None, None, js=DISMISS_MESSAGES)
         _carry_to_sweep(tabs, to_sweep, train_form, train_said, sweep_form, sweep_note)
         _follow_the_store(demo, ctx, table)
-        demo.load(friendly(latest), None, attached, api_visibility="private")   # re-attach to the running job
-        demo.load(friendly(lambda: start.texts(ctx.store)), None, panel.texts,
-                  api_visibility="private")          # the times this machine measured, now
-        demo.load(friendly(lambda: start.panel_open(ctx.store, panel.built_open)), None,
-                  [panel.accordion, panel.timer], api_visibility="private")
+        _on_load(demo, ctx, panel, latest, attached)
+        ctx.pulse.start(friendly)          # every tab has said what it refreshes
     return demo
+
+
+def _on_load(demo, ctx: Context, panel, latest, attached) -> None:
+    """What a page asks for as it opens (beside the store's checkpoints)."""
+    demo.load(friendly(latest), None, attached, api_visibility="private")   # re-attach to the running job
+    demo.load(friendly(lambda: start.texts(ctx.store)), None, panel.texts,
+              api_visibility="private")          # the times this machine measured, now
+    demo.load(friendly(lambda: start.panel_open(ctx.store, panel.built_open)), None,
+              [panel.accordion, panel.timer], api_visibility="private")
 
 
 # a new action clears the last one's "Error" marks: pressing any button (but a mark's own Clear)
@@ -133,7 +141,7 @@ def _carry_to_sweep(tabs, to_sweep, train_form, train_said, sweep_form, sweep_no
 
 def _follow_the_store(demo, ctx: Context, table) -> None:
     """Every checkpoint dropdown, empty-store note and the Checkpoints table follow the store: on
-    load and every 3 s."""
+    load and on each tick of the page's pulse."""
     # the names the page last saw and what the lab picked in each checkpoint dropdown
     known = gr.State({"names": ctx.checkpoint_names(),
                       "picks": [dd.value for dd in ctx.checkpoint_dropdowns]})
@@ -155,13 +163,23 @@ def _follow_the_store(demo, ctx: Context, table) -> None:
     fresh = ctx.checkpoint_dropdowns + ctx.empty_notes + [table, known]
     watched = [known] + ctx.checkpoint_dropdowns
     demo.load(friendly(refresh), watched, fresh, api_visibility="private")   # current from the start
-    gr.Timer(3.0).tick(friendly(refresh), watched, fresh, api_visibility="private",
-                       show_progress="hidden")
+    ctx.every(refresh, watched, fresh)
 
 
 LOGIN_NOTE = (f"After {Throttle.free} failed logins from one address, its next try waits "
               f"{Throttle.first_wait_s:g} s, and each further failure doubles the wait (at most "
               f"{Throttle.max_wait_s / 60:g} min).")
+
+
+def queued(demo: gr.Blocks) -> gr.Blocks:
+    """demo behind Gradio's queue (four events of a kind at once). The queue looks for new events
+    every 10 ms and for progress to send every 50 ms: Gradio's own pace on Linux, every millisecond
+    and every 10 ms, costs about 5% of a core in an app nobody is using (on Windows it is 50 and 100
+    ms). An event waits at most 10 ms more to start."""
+    demo.queue(default_concurrency_limit=4)
+    demo._queue.sleep_when_free = 0.01
+    demo._queue.progress_update_sleep_when_free = 0.05
+    return demo
 
 
 def launch_kwargs() -> dict:
@@ -177,7 +195,7 @@ def launch_kwargs() -> dict:
     os.environ["FORWARDED_ALLOW_IPS"] = os.environ.get("LAB_TRUSTED_PROXIES", "")
     kwargs = {"css": CSS, "head": HEAD, "server_name": host, "server_port": int(port),
               "allowed_paths": [str(lab_store.state_dir(None, "exports"))],
-              "max_file_size": "2gb"}
+              "max_file_size": "2gb", "app_kwargs": {"middleware": [Middleware(FirstScript)]}}
     auth = os.environ.get("LAB_AUTH")
     if auth is not None:
         user, sep, password = auth.partition(":")
@@ -185,7 +203,7 @@ def launch_kwargs() -> dict:
             raise LabError("LAB_AUTH must be user:password (both non-empty)")
         kwargs["auth"] = (user, password)
         kwargs["auth_message"] = LOGIN_NOTE
-        kwargs["app_kwargs"] = {"middleware": [Middleware(LoginGate)]}      # see lab/ui/access.py
+        kwargs["app_kwargs"]["middleware"].append(Middleware(LoginGate))    # see lab/ui/access.py
     elif not _loopback(host):
         print(f"warning: the lab listens on {host}, reachable from other machines, with no login: "
               f"anyone who can reach it can train, delete and export. Set LAB_AUTH=user:password.",

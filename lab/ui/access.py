@@ -83,7 +83,8 @@ def client_address(scope) -> str:
     return str(ipaddress.ip_network(f"{ip}/64", strict=False)) if ip.version == 6 else str(ip)
 
 
-def _path(scope) -> str:
+def app_path(scope) -> str:
+    """The request's path within the app (behind a proxy's root path: without it)."""
     root, path = scope.get("root_path") or "", scope["path"]
     return (path[len(root):] or "/") if root and path.startswith(root) else path
 
@@ -122,7 +123,7 @@ class LoginGate:
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
-        path, http = _path(scope), scope["type"] == "http"
+        path, http = app_path(scope), scope["type"] == "http"
         if http and path in LOGIN_PATHS and scope["method"] == "POST":
             return await self._login(scope, receive, send)          # logged in or not
         if _logged_in(scope) or http and _open_before_login(scope, path):

@@ -17,6 +17,7 @@ import gradio as gr
 from gradio.context import get_blocks_context
 
 from lab.ui import work
+from lab.ui.pulse import Pulse
 from lab.ui.fields import Dropdown, refuse
 from lab.storage import checkpoints, exports, health
 from lab.inputs import tasks
@@ -39,6 +40,7 @@ class Context:
     task: dict = field(default_factory=dict)    # a dropdown's task: what it picks first
     only: dict = field(default_factory=dict)    # whether it offers only its task's checkpoints
     empty_notes: list = field(default_factory=list)     # shown while the store is empty
+    pulse: Pulse = field(default_factory=Pulse)         # what the page's one timer refreshes
     _inside: object = None
 
     @property
@@ -48,6 +50,11 @@ class Context:
         if self._inside is None:
             self._inside = gr.State({})
         return self._inside
+
+    def every(self, fn, inputs: list, outputs: list) -> None:
+        """Refresh `outputs` with fn(*inputs) every couple of seconds, on the page's one timer
+        (lab/ui/pulse.py): fn returns gr.skip() for what has not changed."""
+        self.pulse.every(fn, inputs, outputs)
 
     def empty_note(self, what_to_do: str) -> gr.Markdown:
         """A line at the top of a tab saying what to do first, shown only on an empty store."""

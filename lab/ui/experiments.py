@@ -305,8 +305,7 @@ def _watch(ctx: Context):
         if sig == last:                         # a run moves on: its line, not the whole table
             return runs_html(s, ctx.store), gr.skip(), gr.skip(), gr.skip(), sig
         return show(s)
-    gr.Timer(3.0).tick(friendly(poll), [chosen, seen], outputs + [seen],
-                       api_visibility="private", show_progress="hidden")
+    ctx.every(poll, [chosen, seen], outputs + [seen])
     _wire_actions(ctx, chosen, (stop_btn, resume_btn, export_btn), said, files)
     return chosen
 

@@ -16,7 +16,7 @@ from lab.storage import checkpoints
 from lab.storage import store as lab_store
 from lab.training.progress import beat_text, format_duration, phase_text, save_text
 from lab.training.runs import run_dir_for
-from lab.ui.common import Context, clicked, friendly, only_changed, whole
+from lab.ui.common import Context, clicked, only_changed, whole
 from lab.ui.fields import Dropdown
 from lab.worker import jobs
 
@@ -238,8 +238,7 @@ def jobs_section(ctx: Context, message) -> Dropdown:
     clicked(job, job_status, [job], outputs, "job_status", note=0, event="change")
     shown = gr.State([])
     sent = gr.State([])
-    gr.Timer(2.0).tick(friendly(lambda j, c, s: poll(j, c, s, ctx.store)), [job, shown, sent],
-                       outputs + [job, shown, sent], api_visibility="private", show_progress="hidden")
+    ctx.every(lambda j, c, s: poll(j, c, s, ctx.store), [job, shown, sent], outputs + [job, shown, sent])
 
     def stop_job(job: str):
         """Stop a job now: a running one saves where it stands; a queued one never starts."""

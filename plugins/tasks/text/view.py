@@ -17,7 +17,6 @@ MAX_UPLOAD_BYTES = 2 * 10 ** 9        # a corpus upload (the web app takes files
 COLUMNS = ["name", "texts (train / dev / test)", "characters", "tokens", "text column", "source",
            "first text"]
 WIDTHS = ["12%", "13%", "11%", "14%", "9%", "13%", "28%"]     # every header whole at 1400 px
-FOLLOW_S = 5.0          # how often the table looks at the store again
 
 
 def rows(store=None) -> list[list]:
@@ -142,9 +141,8 @@ def build(ctx: Context) -> None:
 
 
 def _follow(ctx: Context, table, chosen) -> None:
-    """The table and the delete dropdown follow the store every FOLLOW_S seconds (from the first
-    tick on a page's load): a run that tokenizes a dataset, or an import from the CLI, shows
-    without a reload."""
+    """The table and the delete dropdown follow the store on each tick of the page's pulse: a run
+    that tokenizes a dataset, or an import from the CLI, shows without a reload."""
     seen = gr.State(None)
 
     def refresh(last):
@@ -152,5 +150,4 @@ def _follow(ctx: Context, table, chosen) -> None:
         if now == last:
             return gr.skip(), gr.skip(), last
         return now, gr.update(choices=corpora.names(ctx.store)), now
-    gr.Timer(FOLLOW_S).tick(friendly(refresh), seen, [table, chosen, seen], api_visibility="private",
-                            show_progress="hidden")
+    ctx.every(refresh, [seen], [table, chosen, seen])
