@@ -216,10 +216,11 @@ def main() -> None:
 
 
 def render_png(html: Path, png: Path) -> None:
-    """The figure as a picture, drawn by Debian's Chromium (plotly.js is inline: nothing is fetched)."""
+    """The figure as a picture, drawn by Debian's Chromium headless shell (`make test` installs it;
+    plotly.js is inline: nothing is fetched)."""
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium-headless-shell", headless=True,
                                     args=["--no-sandbox", "--disable-gpu"])
         page = browser.new_page(viewport={"width": 1120, "height": 440})
         page.goto(html.resolve().as_uri())
