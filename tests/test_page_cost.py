@@ -34,6 +34,24 @@ def test_the_page_ticks_on_one_timer(store):
     assert len(outputs) == len(pulse[0].outputs)
 
 
+def test_a_failing_part_of_the_pulse_stops_no_other(caplog):
+    from lab.errors import LabError
+    from lab.ui.pulse import Pulse
+    pulse = Pulse()
+
+    def broken(x):
+        raise RuntimeError("a bug")
+
+    def unreadable(x):
+        raise LabError("the ledger is busy")
+    pulse.every(broken, ["a"], ["out1", "out2"])
+    pulse.every(unreadable, ["b"], ["out3"])
+    pulse.every(lambda x: x * 2, ["c"], ["out4"])
+    out = pulse._tick(1, 2, 3)
+    assert out[:3] == [gr.skip()] * 3 and out[3] == 6
+    assert "a bug" in caplog.text
+
+
 def _serve(html: bytes, path: str):
     """What FirstScript sends for a GET of `path` from an app answering `html` as text/html."""
     async def app(scope, receive, send):

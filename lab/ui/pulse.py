@@ -2,8 +2,9 @@
 chosen job's progress, the chosen sweep's runs, a task's own tables) is refreshed by one tick every
 two seconds, not by a timer each: every event a page receives costs its browser a walk over the
 whole layout and the app a round through Gradio's queue, whatever the event brings. Each part
-returns gr.skip() for what has not changed; a part that cannot be read this time (LabError) leaves
-its outputs as they are until the next tick."""
+returns gr.skip() for what has not changed; a part that cannot be read this time (LabError), or
+fails (a bug: logged with its traceback), leaves its outputs as they are, and the other parts go
+on."""
 from __future__ import annotations
 
 import logging
@@ -45,9 +46,13 @@ class Pulse:
         for fn, ins, outs in self.parts:
             try:
                 result = fn(*values[at:at + len(ins)])
+                result = [result] if len(outs) == 1 else list(result)
             except LabError as e:
                 log.info("not refreshed this time: %s", e)
                 result = [gr.skip()] * len(outs)
+            except Exception:       # a bug in one part (a task's view, say) stops no other part
+                log.exception("a part of the page's pulse failed (a bug): %s", getattr(fn, "__name__", fn))
+                result = [gr.skip()] * len(outs)
             at += len(ins)
-            out.extend([result] if len(outs) == 1 else result)
+            out.extend(result)
         return out
