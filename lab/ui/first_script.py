@@ -3,9 +3,10 @@ the page itself; Gradio's `head` is added by its scripts, too late for this).
 
 Gradio's status tracker counts a pending event's seconds on every animation frame, and on every
 page (an empty gr.Blocks too, Gradio 6.31) one tracker goes on asking for frames after the page has
-loaded, with nothing pending: an idle tab drew 60 frames a second, a steady share of a core
-(benchmarks/idle_tab.py). Its clock shows tenths of a second, so the tracker's frames come ten a
-second instead; every other animation keeps its frames."""
+loaded, with nothing pending: an idle tab drew 60 frames a second (the idle-page test in
+tests/test_browser.py counts them; benchmarks/idle_tab.py measures what an idle tab costs). Its
+clock shows tenths of a second, so the tracker's frames come ten a second instead; every other
+animation keeps its frames."""
 from __future__ import annotations
 
 from lab.ui.access import app_path
