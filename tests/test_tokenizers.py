@@ -123,3 +123,34 @@ def test_a_fine_tune_of_some_packaged_smollm2_blocks_needs_no_import(corpus_dir,
     ck = checkpoints.load("ft2")
     assert ck.config.n_layer == 2 and ck.tokenizer.kind == "smollm2"
     assert "smollm2" not in checkpoints.names()
+
+
+def test_a_tokenizer_read_from_checkpoint_files_is_read_once_a_process_by_its_contents(tmp_path,
+                                                                                       monkeypatch):
+    """Checkpoints carrying the same tokenizer files share one tokenizer, parsed once; files that
+    differ (another kind, or an edited tokenizer.json) are read for themselves, and damaged ones
+    are still refused in one line."""
+    import shutil
+    from tests.conftest import tiny_config
+    from lab.modeling.model import build
+    (AutoTokenizer,) = tokenizers._transformers("AutoTokenizer")
+    read, real = [], AutoTokenizer.from_pretrained.__func__
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained",
+                        classmethod(lambda cls, path, **kw: read.append(path) or real(cls, path, **kw)))
+    monkeypatch.setattr(tokenizers, "_LOADED", {})
+    for name in ("a", "b"):
+        checkpoints.save(build(tiny_config(vocab_size=50257)), tokenizers.gpt2(), name, tmp_path)
+    a, b = tokenizers.load(tmp_path / "a"), tokenizers.load(tmp_path / "b")
+    assert a is b and len(read) == 1 and a.encode("A dog .") == tokenizers.gpt2().encode("A dog .")
+    other = tmp_path / "other"
+    shutil.copytree(tmp_path / "a", other)
+    spec = json.loads((other / "tokenizer.json").read_text())
+    spec["added_tokens"][0]["content"] = "<|end|>"                       # another end-of-text
+    spec["model"]["vocab"]["<|end|>"] = spec["model"]["vocab"].pop("<|endoftext|>")
+    (other / "tokenizer.json").write_text(json.dumps(spec))
+    changed = tokenizers.load(other)
+    assert changed is not a and len(read) == 2 and changed.decode([50256]) == "<|end|>"
+    assert a.decode([50256]) == "<|endoftext|>"
+    (other / "tokenizer.json").write_text("{not json")
+    with pytest.raises(tokenizers.TokenizerError, match="its tokenizer files cannot be read"):
+        tokenizers.load(other)

@@ -272,10 +272,54 @@ def load(directory: Path) -> Tokenizer:
         return CharTokenizer(meta["chars"], meta.get("unk"), meta.get("pad"))
     if kind == "words":
         return WordTokenizer(meta["words"])
+    key = _files_digest(directory, kind)
+    with _LOADED_LOCK:
+        known = _LOADED.get(key)
+    if known is not None:
+        return known
     (AutoTokenizer,) = _transformers("AutoTokenizer")
     try:     # local files only: nothing is ever downloaded
         hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
     except Exception as e:     # transformers raises many kinds of error on damaged files
         raise TokenizerError(f"{where}: its tokenizer files cannot be read "
                              f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
-    return HFTokenizer(hf, kind)
+    with _LOADED_LOCK:
+        return _LOADED.setdefault(key, HFTokenizer(hf, kind))
+
+
+# A transformers tokenizer read from a checkpoint's files, kept for this process by the files'
+# contents: reading one parses its JSON twice in Python (about 0.3 s for GPT-2's 50,257 tokens),
+# and every checkpoint of one tokenizer carries the same files. The lab never changes a loaded
+# tokenizer (gpt2() is shared the same way).
+_LOADED: dict[str, HFTokenizer] = {}
+_LOADED_LOCK = threading.Lock()
+# the files AutoTokenizer may read besides tokenizer_config.json (config.json only where the
+# tokenizer's class is not named: then the model's type decides it)
+_READ_FILES = ("tokenizer.json", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
+               "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model")
+
+
+def _files_digest(directory: Path, kind: str) -> str:
+    digest = hashlib.sha256(kind.encode())
+    config = directory / "tokenizer_config.json"
+    names = list(_READ_FILES)
+    try:
+        said = config.read_bytes()
+        if b'"tokenizer_class"' not in said:
+            names.append("config.json")
+    except OSError:
+        said = b""
+        names.append("config.json")
+    for name, content in (("tokenizer_config.json", said),
+                          *((n, _read_or_none(directory / n)) for n in names)):
+        if content is not None:
+            digest.update(f"\0{name}\0{len(content)}\0".encode())
+            digest.update(content)
+    return digest.hexdigest()
+
+
+def _read_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
