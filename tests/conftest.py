@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+@pytest.hookimpl(optionalhook=True)          # a run with `-p no:xdist` has no such hook
 def pytest_xdist_auto_num_workers(config):
     """`-n auto` (make test): one worker more than the cores. Many tests wait on a process they
     started (an app, a job, Chromium) as much as they compute, so a third worker on two cores
