@@ -16,6 +16,9 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import cpu_seconds as cpu  # noqa: E402  (this tree's, whatever REPO is)
+
 ARGS = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ARGS.add_argument("repo", nargs="?", default=str(Path(__file__).resolve().parents[1]))
 ARGS.add_argument("--skip", default="", help="job-view parts left as they are")
@@ -25,16 +28,6 @@ sys.path.insert(0, str(ROOT))
 WINDOWS, SECONDS = 3, 15
 PARTS = ("progress", "plot", "tail", "written")
 
-
-def cpu(procs) -> float:
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
 
 
 def skipping(skip: set[str]) -> None:

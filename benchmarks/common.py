@@ -21,6 +21,19 @@ def timed(fn, repeat: int = 1):
     return best, result
 
 
+def cpu_seconds(processes) -> float:
+    """The CPU (user + system) these psutil processes have used, those that ended counting 0."""
+    import psutil
+    total = 0.0
+    for p in processes:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
 def report(**figures) -> None:
     print(json.dumps(figures, indent=2))
 

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import cpu_seconds as cpu  # noqa: E402  (this tree's, whatever REPO is)
+
 ARGS = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ARGS.add_argument("repo", nargs="?", default=str(Path(__file__).resolve().parents[1]))
 ARGS.add_argument("--browser", default=None)
@@ -24,16 +27,6 @@ ROOT = Path(OPTS.repo).resolve()
 sys.path.insert(0, str(ROOT))
 LOADS, WINDOWS, SECONDS = 3, 3, 15
 
-
-def cpu(procs) -> float:
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
 
 
 def machine_cpu() -> float:
