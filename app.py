@@ -21,6 +21,7 @@ import sys
 
 from lab.storage import checkpoints, uploads
 from lab.errors import LabError
+from lab.worker.executors import job_environment
 from lab.worker.jobs import shutdown_grace_s
 from lab.ui import build_app, launch_kwargs, queued, work
 
@@ -28,9 +29,11 @@ from lab.ui import build_app, launch_kwargs, queued, work
 def start_worker():
     if os.environ.get("LAB_WORKER", "1") == "0":
         return None
+    # with the allocator settings of a job's process: the worker forks its jobs (they keep them)
     return subprocess.Popen([sys.executable, "-m", "lab", "worker", "--exit-with-parent",
                              "--slots", os.environ.get("LAB_WORKER_SLOTS", "1"),
                              "--nproc", os.environ.get("LAB_WORKER_NPROC", "1")],
+                            env=job_environment(dict(os.environ)),
                             start_new_session=True)    # Ctrl-C reaches it through the app, once
 
 

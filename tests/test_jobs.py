@@ -100,3 +100,39 @@ def test_train_tab_reads_only_new_metric_lines(tmp_path):
     path.unlink()
     path.write_text(json.dumps({"event": "step", "step": 1, "train_loss": 9.0}) + "\n")
     assert curve.update(path).steps == [1] and curve.dev == []
+
+
+def test_the_worker_forks_each_job_which_holds_its_lock_and_nothing_of_the_worker(store):
+    """`lab worker` forks a job's process from itself (torch and the lab imported once, not in
+    every job): the job is the worker's child, reads `lab run-job N` in ps, writes to the job's
+    log, holds the job's lock and not the worker's, and stops and saves as any job does."""
+    import subprocess
+    import sys
+    from tests.conftest import ROOT
+    job_id = jobs.submit("forked", _tiny_model(), {**TINY_TRAIN, "epochs": 50, "max_train_captions": 15000})
+    with open(store.parent / "worker.log", "wb") as log:
+        worker = subprocess.Popen([sys.executable, "-m", "lab", "worker"], stdout=log,
+                                  stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        _wait(job_id, ("running",))
+        t0 = time.time()
+        while not jobs.get(job_id)["pid"]:             # the job's process has said it is there
+            assert time.time() - t0 < 120 and jobs.get(job_id)["status"] == "running", jobs.get(job_id)
+            time.sleep(0.2)
+        pid = jobs.get(job_id)["pid"]
+        proc = f"/proc/{pid}"
+        assert int(open(f"{proc}/stat").read().rsplit(")", 1)[1].split()[1]) == worker.pid
+        assert open(f"{proc}/cmdline").read().rstrip("\0").split("\0")[-4:] == ["-m", "lab", "run-job",
+                                                                             str(job_id)]
+        held = {os.readlink(f"{proc}/fd/{fd}") for fd in os.listdir(f"{proc}/fd")}
+        assert str(lab_store.log_path(job_id)) in held
+        assert str(lab_store.job_lock(job_id)) in held
+        assert str(lab_store.lock_path("worker")) not in held
+        jobs.request_stop(job_id, "now")
+        assert _wait(job_id, jobs.FINAL)["status"] == "stopped"
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    said = lab_store.log_path(job_id).read_text()
+    assert f"job {job_id} runs in a process forked from the worker (pid {worker.pid})" in said
+    assert f"job {job_id}: stopped" in said

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from pathlib import Path
 
 from lab.cli import evaluate, inside, reference, store, sweep, train
+from lab.cli.output import run_command
 from lab.errors import LabError
 from lab.registry import TASKS, load_plugins
 
@@ -61,21 +61,4 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
-    try:
-        args.fn(args)
-    except LabError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:         # the reader left (`... --json | head`): nothing more to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except Exception as e:     # a bug, not the person's input: one line here, the traceback on demand
-        if os.environ.get("LAB_DEBUG"):
-            raise
-        print(f"error: internal error ({type(e).__name__}: {e}); this is a bug in the lab: run again "
-              f"with LAB_DEBUG=1 for the traceback", file=sys.stderr)
-        return 1
-    return 0
+    return run_command(args.fn, args)

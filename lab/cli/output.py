@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 
+from lab.errors import LabError
 from lab.training.progress import format_event
 
 
@@ -13,3 +16,26 @@ def print_json(obj) -> None:
 def print_events(events, name: str, as_json: bool) -> None:
     for ev in events:
         print(json.dumps(ev) if as_json else format_event(ev, name), flush=True)
+
+
+def run_command(fn, args) -> int:
+    """Run one command, its errors said as every command says them: a person's mistake in one
+    line (status 2), a bug in one line with the traceback on demand (LAB_DEBUG=1; status 1)."""
+    try:
+        fn(args)
+    except LabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:         # the reader left (`... --json | head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception as e:     # a bug, not the person's input: one line here, the traceback on demand
+        if os.environ.get("LAB_DEBUG"):
+            raise
+        print(f"error: internal error ({type(e).__name__}: {e}); this is a bug in the lab: run again "
+              f"with LAB_DEBUG=1 for the traceback", file=sys.stderr)
+        return 1
+    return 0

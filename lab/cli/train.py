@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from lab.cli.output import print_events, print_json
+from lab.cli.output import print_events, print_json, run_command
 from lab.config import ConfigError, ModelConfig, TrainConfig, split_overrides
 from lab.errors import read_json
 from lab.presets import configs, description, names as preset_names
@@ -63,7 +63,8 @@ def _resume_training(args):
 
 def cmd_worker(args):
     worker = Worker(args.store, slots=args.slots, data_dir=args.data_dir, nproc=args.nproc,
-                    exit_with_parent=args.exit_with_parent, executor=args.executor)
+                    exit_with_parent=args.exit_with_parent, executor=args.executor,
+                    entry=run_job_here)
     print(f"worker: serving jobs from {store_dir(args.store)} ({args.slots} at a time"
           + (f", each under torchrun with {args.nproc} processes" if args.nproc > 1 else "")
           + (", each a Ray task" if worker.executor == "ray" else "") + ")", flush=True)
@@ -73,6 +74,13 @@ def cmd_worker(args):
 def cmd_run_job(args):
     status = run_job(args.job_id, args.store)
     print(f"job {args.job_id}: {status}")
+
+
+def run_job_here(job_id: int) -> int:
+    """`run-job ID` in a process the worker forked (lab/worker/forked.py): the same command and
+    the same words on error as `python -m lab run-job ID`; the store is the one its environment
+    names, as for that command."""
+    return run_command(cmd_run_job, argparse.Namespace(job_id=job_id, store=None))
 
 
 def cmd_jobs(args):

@@ -2,8 +2,9 @@
 
 The UI and CLI *queue* jobs; a worker process (`python -m lab worker`, started by `make run`
 beside the web server, or alone on a GPU machine sharing the store) claims them and runs each in
-a child process (`python -m lab run-job ID`) that writes its progress back to the ledger and to
-its run directory. Closing the browser never touches a job.
+a child process (`lab run-job ID`: forked from the worker, which has imported torch and the lab
+already, lab/worker/forked.py; else a new `python -m lab run-job ID`) that writes its progress
+back to the ledger and to its run directory. Closing the browser never touches a job.
 
 Liveness is a fact, not a guess: the worker takes the job's OS lock before it marks the job
 running and hands it to the job's process, which holds it until it exits. A running job whose
@@ -33,7 +34,8 @@ from lab.worker import steps
 from lab.storage import store as lab_store
 from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.errors import LabError
-from lab.worker.executors import RayTasks, executor_name, job_environment
+from lab.worker import forked
+from lab.worker.executors import ALLOCATOR, ROOT, RayTasks, executor_name, job_environment
 # the ledger's names that modules above and the tests read as jobs.X
 from lab.worker.ledger import FINAL, SCHEMA, add_tables, connect, read_row  # noqa: F401
 from lab.training import heartbeat
@@ -334,10 +336,11 @@ class Worker:
     """Claims queued jobs and runs each in a child process; `slots` jobs at once (default 1),
     counting every live job of the store. nproc > 1 runs each job under torchrun with that many
     processes (one per GPU; gloo on CPUs). exit_with_parent: stop when the process that started
-    this worker (the web app) is gone."""
+    this worker (the web app) is gone. entry: what a job's process forked from this one runs
+    (the `run-job` command, given by `lab worker`); without it each job is a new interpreter."""
 
     def __init__(self, store=None, slots: int = 1, poll_s: float = 1.0, data_dir=None, nproc: int = 1,
-                 exit_with_parent: bool = False, executor: str | None = None):
+                 exit_with_parent: bool = False, executor: str | None = None, entry=None):
         if nproc < 1 or slots < 1:
             raise ConfigError(f"slots and nproc must be at least 1, got slots={slots} nproc={nproc}")
         self.store, self.slots, self.poll_s, self.data_dir = store, slots, poll_s, data_dir
@@ -347,7 +350,8 @@ class Worker:
             raise ConfigError("--nproc runs a job under torchrun on this machine; with the ray "
                               "executor each job is one Ray task (leave nproc at 1)")
         self.ray = RayTasks() if self.executor == "ray" else None
-        self.children: dict[int, subprocess.Popen] = {}
+        self.children: dict[int, subprocess.Popen | forked.ForkedJob] = {}
+        self.entry = entry        # run-job for a forked job's process (lab/worker/forked.py)
         self.running = True
         self.parent = os.getppid() if exit_with_parent else None
 
@@ -367,10 +371,13 @@ class Worker:
             env["LAB_JOB_LOCKED"] = str(job["id"])
         try:      # its own session: a Ctrl-C meant for the app reaches the job through the worker
             with open(lab_store.log_path(job["id"], self.store), "ab") as log:
-                proc = subprocess.Popen([sys.executable, *launcher, "-m", "lab", "run-job", str(job["id"])],
-                                        stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(fd,),
-                                        cwd=str(Path(__file__).resolve().parents[2]),
-                                        start_new_session=True)
+                if self.entry is not None and not launcher and forked.forkable(env, ALLOCATOR):
+                    proc = forked.fork_job(job["id"], self.entry, env, log.fileno(), fd, str(ROOT))
+                else:
+                    proc = subprocess.Popen([sys.executable, *launcher, "-m", "lab", "run-job",
+                                             str(job["id"])], stdout=log, stderr=subprocess.STDOUT,
+                                            env=env, pass_fds=(fd,), cwd=str(ROOT),
+                                            start_new_session=True)
         finally:
             os.close(fd)           # the child holds the lock now (or, if it failed to start, nobody)
         with connect(self.store) as con:
