@@ -82,7 +82,6 @@ def smollm2_as_read():
     the very objects it read, and fills the lab's cache entry as a first import would; the others
     (xdist workers, or the process started at the run's start) wait for it and load the pickle."""
     import fcntl
-    from functools import partial
     from lab.storage import cache, smollm2
     kept = cache.root() / SMOLLM2_AS_READ
     kept.parent.mkdir(parents=True, exist_ok=True)
@@ -93,8 +92,7 @@ def smollm2_as_read():
         model, tok = smollm2.load_hf(cached=False)
         entry = cache.folder_for("smollm2", smollm2.gguf_path())
         if entry is not None:
-            cache.keep(entry, partial(smollm2._write_kept, model, tok),
-                       sum(t.numel() * t.element_size() for t in model.state_dict().values()))
+            smollm2.keep(model, tok, entry)
         torch.save((model, tok), kept.with_suffix(".part"))
         os.replace(kept.with_suffix(".part"), kept)
         return model, tok

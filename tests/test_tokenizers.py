@@ -137,7 +137,7 @@ def test_a_tokenizer_read_from_checkpoint_files_is_read_once_a_process_by_its_co
     read, real = [], AutoTokenizer.from_pretrained.__func__
     monkeypatch.setattr(AutoTokenizer, "from_pretrained",
                         classmethod(lambda cls, path, **kw: read.append(path) or real(cls, path, **kw)))
-    monkeypatch.setattr(tokenizers, "_LOADED", {})
+    monkeypatch.setattr(tokenizers, "_LOADED", tokenizers.OrderedDict())
     for name in ("a", "b"):
         checkpoints.save(build(tiny_config(vocab_size=50257)), tokenizers.gpt2(), name, tmp_path)
     a, b = tokenizers.load(tmp_path / "a"), tokenizers.load(tmp_path / "b")

@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import json
 import threading
+from collections import OrderedDict
 from pathlib import Path
 
 from lab.errors import LabError
@@ -275,8 +276,9 @@ def load(directory: Path) -> Tokenizer:
     key = _files_digest(directory, kind)
     with _LOADED_LOCK:
         known = _LOADED.get(key)
-    if known is not None:
-        return known
+        if known is not None:
+            _LOADED.move_to_end(key)
+            return known
     (AutoTokenizer,) = _transformers("AutoTokenizer")
     try:     # local files only: nothing is ever downloaded
         hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
@@ -284,14 +286,18 @@ def load(directory: Path) -> Tokenizer:
         raise TokenizerError(f"{where}: its tokenizer files cannot be read "
                              f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
     with _LOADED_LOCK:
-        return _LOADED.setdefault(key, HFTokenizer(hf, kind))
+        tok = _LOADED.setdefault(key, HFTokenizer(hf, kind))
+        while len(_LOADED) > _KEEP:           # a server that sees many tokenizers keeps a few
+            _LOADED.popitem(last=False)
+        return tok
 
 
 # A transformers tokenizer read from a checkpoint's files, kept for this process by the files'
 # contents: reading one parses its JSON twice in Python (about 0.3 s for GPT-2's 50,257 tokens),
 # and every checkpoint of one tokenizer carries the same files. The lab never changes a loaded
-# tokenizer (gpt2() is shared the same way).
-_LOADED: dict[str, HFTokenizer] = {}
+# tokenizer (gpt2() is shared the same way). The last _KEEP used are kept.
+_KEEP = 8
+_LOADED: OrderedDict[str, HFTokenizer] = OrderedDict()
 _LOADED_LOCK = threading.Lock()
 # the files AutoTokenizer may read besides tokenizer_config.json (config.json only where the
 # tokenizer's class is not named: then the model's type decides it)

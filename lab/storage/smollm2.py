@@ -54,9 +54,15 @@ def load_hf(path: Path | None = None, cached: bool = True):
         return got
     model, tok = _read_gguf(path)
     if kept is not None:
-        cache.keep(kept, functools.partial(_write_kept, model, tok),
-                   sum(t.numel() * t.element_size() for t in model.state_dict().values()))
+        keep(model, tok, kept)
     return model, tok
+
+
+def keep(model, tok, entry: Path) -> None:
+    """Keep a reading of the GGUF (model and tokenizer as transformers gave them) in cache entry
+    `entry` (cache.folder_for("smollm2", the GGUF's path))."""
+    cache.keep(entry, functools.partial(_write_kept, model, tok),
+               sum(t.numel() * t.element_size() for t in model.state_dict().values()))
 
 
 def _read_gguf(path: Path):

@@ -1,8 +1,8 @@
 """A job's process forked from the worker of `lab worker` instead of a new interpreter.
 
-`python -m lab run-job ID` spends about two seconds of CPU importing torch, transformers and the
-lab before its first step, on every job; the worker has imported them already (it checks the
-job's plugins and configs with them), so a child forked from it starts training at once. The
+`python -m lab run-job ID` spends about 1.1 s of CPU importing torch and the lab before its first
+step, on every job; the worker has imported them already, so a child forked from it starts at
+once. The
 child becomes what `run-job` would have been: a session of its own, the job's environment and
 working folder, its output in the job's log, the job's lock the only file it holds besides its
 standard streams, the signals' default handlers, and
@@ -24,11 +24,12 @@ import threading
 import time
 from typing import Callable
 
+
 def forkable(env: dict, allocator: dict) -> bool:
     """This process may fork the job whose environment is `env`: no thread of Python but this one
-    (the native threads numpy's BLAS starts when torch loads are made again in a child, as for
-    torch's own data-loader processes), and the allocator settings the job runs with already
-    this process's (glibc reads them when a process starts; a child keeps its parent's)."""
+    (the native thread numpy's BLAS starts as torch loads is fork-safe, as torch's own
+    data-loader processes rely on), and the job's allocator settings already this process's
+    (glibc reads them when a process starts; a child keeps its parent's)."""
     if not os.path.isdir("/proc/self/fd"):          # not Linux: never forked
         return False
     return threading.active_count() == 1 and all(os.environ.get(k) == env.get(k) for k in allocator)
@@ -100,7 +101,7 @@ def _become_job(job_id, entry, env, log_fd, lock_fd, cwd) -> None:
               flush=True)
         code = entry(job_id)
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
+        code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
     except BaseException:            # a bug: its traceback in the job's log, as run-job would print
         import traceback
         traceback.print_exc()
