@@ -115,6 +115,12 @@ def test_heartbeat_lines_read_as_what_the_job_does():
     first = {**during, "doing": "training step 1 of 40", "step": 0, "eta_s": 0.0}
     assert "— epoch 1, elapsed 2m10s, ETA estimating" in progress_html(
         {"status": "running", "progress": first, "error": None})   # no step measured yet
+    # the job's log says the same as the page: no "ETA 0m00s" before a step is timed, 0m00s at the end
+    assert progress.format_event({**first, "event": "progress"}).endswith(", ETA estimating")
+    last = {"event": "step", "epoch": 1, "step": 40, "total_steps": 40, "train_loss": 2.0,
+            "elapsed_s": 440.0, "eta_s": 0.0, "tokens_per_s": 900.0}
+    assert "ETA 0m00s" in progress.format_event(last)
+    assert "ETA estimating" in progress.format_event({**last, "step": 0})
     assert progress.step_text(12, 40, 11.2) == "training step 12 of 40 (steps take about 11 s)"
     assert progress.step_text(1, 40, 0.0) == "training step 1 of 40"
     assert progress.step_text(5, 40, 0.25) == "training step 5 of 40 (4.0 steps a second)"

@@ -56,6 +56,14 @@ def position_text(state: dict) -> str:
     return f"step {state['step']}, {where}" + (f" ({by})" if by else "")
 
 
+def eta_text(ev: dict) -> str:
+    """The time left: "estimating" until a step has been timed (the estimate is 0 then with steps
+    still to go), "0m00s" at the last step."""
+    if not ev.get("eta_s") and ev.get("step", 0) < ev.get("total_steps", 0):
+        return "estimating"
+    return format_duration(ev.get("eta_s") or 0)
+
+
 def save_text(ev: dict) -> str:
     """', saved 4m12s ago' or ', next save in 5m48s' (nothing when periodic saves are off)."""
     if "saved_s_ago" in ev:
@@ -111,11 +119,11 @@ def _training_text(ev: dict) -> str:
         pct = 100 * ev["step"] / ev["total_steps"]
         return (f"epoch {ev['epoch']} step {ev['step']}/{ev['total_steps']} ({pct:.1f}%) "
                 f"loss {ev['train_loss']:.4f} {rate_text(ev)} "
-                f"elapsed {format_duration(ev['elapsed_s'])} ETA {format_duration(ev['eta_s'])}"
+                f"elapsed {format_duration(ev['elapsed_s'])} ETA {eta_text(ev)}"
                 + save_text(ev))
     rate = f", {rate_text(ev)}" if "tokens_per_s" in ev else ""
     return (f"epoch {ev['epoch']} step {ev['step']}/{ev['total_steps']}: {phase_text(ev)}{rate}, "
-            f"ETA {format_duration(ev['eta_s'])}{save_text(ev)}")
+            f"ETA {eta_text(ev)}{save_text(ev)}")
 
 
 def _start_text(ev: dict) -> str:

@@ -14,7 +14,7 @@ from lab.errors import LabError
 from lab.config import ConfigError
 from lab.storage import checkpoints
 from lab.storage import store as lab_store
-from lab.training.progress import beat_text, format_duration, phase_text, save_text
+from lab.training.progress import beat_text, eta_text, format_duration, phase_text, save_text
 from lab.training.runs import run_dir_for
 from lab.ui.common import Context, clicked, only_changed, whole
 from lab.ui.fields import Dropdown
@@ -31,9 +31,8 @@ def _training_text(p: dict) -> str:
     measured), and its saves."""
     doing = phase_text(p) if p.get("event") == "progress" else f"training, loss {p['train_loss']:.3f}"
     where = "" if doing.startswith("training step") else f", step {p['step']}/{p['total_steps']}"
-    eta = format_duration(p["eta_s"]) if p.get("eta_s") else "estimating"
     return (f"{doing} — epoch {p['epoch']}{where}, elapsed {format_duration(p['elapsed_s'])}, "
-            f"ETA {eta}" + save_text(p))
+            f"ETA {eta_text(p)}" + save_text(p))
 
 
 def progress_html(job: dict) -> str:
