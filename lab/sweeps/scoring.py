@@ -117,8 +117,8 @@ def training_figures(path: Path) -> dict:
     total, seg, rate, curve, losses = 0.0, 0.0, None, [], []
     for ev in read_events(path):
         e = ev.get("event")
-        if e == "start":
-            total, seg = total + seg, 0.0
+        if e == "start":    # a run's elapsed counts its earlier segments (older logs: each its own)
+            total, seg = (0.0 if "elapsed_before" in ev else total + seg), 0.0
         if isinstance(ev.get("elapsed_s"), (int, float)) and e in ("step", "progress", "done"):
             seg = max(seg, ev["elapsed_s"])
         if isinstance(ev.get("tokens_per_s"), (int, float)):

@@ -150,6 +150,7 @@ class Trainer:
         self._count_steps()
         self.epoch_done, self.step, self.skip, self.best, self.bad_epochs = 0, 0, 0, None, 0
         self.also_best, self.trained_before, self.budget_spent = None, 0.0, None
+        self.elapsed_before = 0.0       # the job's time before this segment (a resume goes on counting)
         if self.resume:
             self._resume_from(self.resume)
 
@@ -176,6 +177,7 @@ class Trainer:
         self.best, self.bad_epochs = r["best"], r.get("bad_epochs", 0)
         self.also_best = r.get("also_best", r.get("best_bleu"))   # best_bleu: older states
         self.trained_before = r.get("trained_s", 0.0)     # the time budget counts every segment
+        self.elapsed_before = r.get("elapsed_s", self.trained_before)   # older states: time trained
         set_rng_state(r.get("rng") or {}, self.device)
 
     def _packing(self, model) -> tuple[bool, str | None]:
@@ -195,6 +197,7 @@ class Trainer:
         return {"optimizer": self.opt.state_dict(), "epoch": epochs_completed, "step": self.step,
                 "batches_done": batches_done, "best": self.best, "bad_epochs": self.bad_epochs,
                 "also_best": self.also_best, "trained_s": self.trained_before + self.train_s,
+                "elapsed_s": self._elapsed(),
                 "rng": rng_state(self.device), "saved_by": saved_by}
 
     def _save_periodic(self, epoch: int, batches_done: int, writer) -> dict:
@@ -225,6 +228,7 @@ class Trainer:
             if self.resume else {}
         yield self._log({"event": "start", "epochs": self.epochs, "steps_per_epoch": self.steps_per_epoch,
                          "first_epoch": self.epoch_done + 1, "first_step": self.step, **resumed,
+                         "elapsed_before": self.elapsed_before,
                          "trainable_params": sum(p.numel() for p in self.params),
                          "device": str(self.device), "device_name": self.device_name,
                          "precision": self.precision, "compiled": cfg.compile,
@@ -258,6 +262,10 @@ class Trainer:
             self.stepper = self.model
             gc.collect()
         distributed.teardown(together=not failed)
+
+    def _elapsed(self) -> float:
+        """Seconds the job has run, the segments before a resume included."""
+        return self.elapsed_before + time.time() - self.t_start
 
     def _eta(self) -> float:
         """Seconds left, from the recent step time and the evaluations still to come (lab.training.eta)."""
@@ -303,7 +311,7 @@ class Trainer:
 
     def progress(self, epoch: int, phase: str, **more) -> dict:
         return {"event": "progress", "phase": phase, "epoch": epoch, "step": self.step,
-                "total_steps": self.total_steps, "elapsed_s": time.time() - self.t_start,
+                "total_steps": self.total_steps, "elapsed_s": self._elapsed(),
                 "eta_s": self._eta(), **self.clock.said(), **more}
 
     def _epoch(self, epoch: int, writer):
@@ -353,7 +361,7 @@ class Trainer:
         run stands (eta_s: the estimate, unless given)."""
         return {"event": "step", "epoch": epoch, "step": self.step, "total_steps": self.total_steps,
                 "train_loss": train_loss, **rates, **(forcing or {}), **self.clock.said(),
-                "elapsed_s": time.time() - self.t_start, "eta_s": self._eta() if eta_s is None else eta_s}
+                "elapsed_s": self._elapsed(), "eta_s": self._eta() if eta_s is None else eta_s}
 
     def _train_step(self, batch) -> tuple[float, int]:
         """One optimizer step on a batch: (its loss, averaged over processes; its real tokens)."""
@@ -471,7 +479,7 @@ class Trainer:
         budget = {"budget": self.budget_spent} if self.budget_spent else {}
         return {"event": "done", "step": self.step, "best_epoch": self.best and self.best["epoch"],
                 "best_dev_perplexity": self.best and self.best["dev_perplexity"],
-                "elapsed_s": time.time() - self.t_start, **budget, **self._kept_by()}
+                "elapsed_s": self._elapsed(), **budget, **self._kept_by()}
 
     def _kept_by(self) -> dict:
         """The done event's word on the dev score the kept checkpoint was chosen by (where that is
