@@ -53,3 +53,23 @@ def test_the_panel_reads_the_store(store):
     assert "its first run here measures its time" in start.texts(store)[2]
     estimate.record(start.SCRATCH_PRESET, 1.5, 50.0, store)
     assert "here, by its last run" in start.texts(store)[2]
+
+
+def test_the_open_panel_follows_the_load_and_sends_its_words_only_when_they_change(store, monkeypatch):
+    """The load note is not frozen at page load: a tick of the open panel sends the new words when
+    the machine became busy (or idle again), and leaves them as they are otherwise."""
+    import gradio as gr
+    from lab.ui import start
+    load = [0.2]
+    monkeypatch.setattr(estimate, "load", lambda: (load[0], 2))
+    idle = start.texts(store)
+    out = start.follow(store, False, idle)
+    n = len(start.statuses(store))
+    assert len(out) == n + len(idle) + 1 and all(isinstance(v, type(gr.skip())) for v in out[n:])
+    load[0] = 4.1
+    out = start.follow(store, False, idle)
+    busy = out[-1]
+    assert busy[0].endswith("Now the machine is busy (load 4.1 on 2 cores): expect longer.")
+    assert out[n:-1] == busy and busy != idle
+    load[0] = 0.2
+    assert start.follow(store, False, busy)[-1] == idle      # idle again: the note goes

@@ -195,6 +195,16 @@ def texts(store=None) -> list[str]:
                        estimate.busy_text(*estimate.load(), own))
 
 
+def follow(store=None, compared: bool = False, said: list | None = None) -> list:
+    """A tick of the open panel: each step's line and the compare button (statuses), then its
+    words (the measured times, and the load, which changes while the page is open) and what the
+    page now shows, both left as they are when nothing changed (said: what it shows)."""
+    words = texts(store)
+    if words == said:
+        return statuses(store, compared) + [gr.skip()] * (len(words) + 1)
+    return statuses(store, compared) + words + [words]
+
+
 @dataclass
 class Panel:
     """What the app wires: the compare button (it switches to the Compare tab and generates),
@@ -207,6 +217,7 @@ class Panel:
     timer: gr.Timer         # refreshes the lines while the panel is open
     built_open: bool
     texts: list             # the intro and each step's words: texts() as each page loads
+    said: gr.State          # the words the page shows (a tick sends them only when they change)
 
 
 def build(ctx: Context) -> Panel:
@@ -241,8 +252,10 @@ def build(ctx: Context) -> Panel:
     # its lines follow the store only while it is open: each tick is an event, and each event
     # costs the browser a walk over the whole page (an idle tab's ticks were most of its CPU)
     timer = gr.Timer(2.0, active=built_open)
-    timer.tick(refresh, compared, shown, api_visibility="private", show_progress="hidden")
+    said_now = gr.State(words)
+    timer.tick(friendly(lambda c, w: follow(ctx.store, c, w)), [compared, said_now],
+               [*shown, *said_texts, said_now], api_visibility="private", show_progress="hidden")
     panel.expand(lambda c: [gr.Timer(active=True), *statuses(ctx.store, c)], compared, [timer, *shown],
                  api_visibility="private")
     panel.collapse(lambda: gr.Timer(active=False), None, timer, api_visibility="private")
-    return Panel(buttons[3], compared, shown, panel, timer, built_open, said_texts)
+    return Panel(buttons[3], compared, shown, panel, timer, built_open, said_texts, said_now)
