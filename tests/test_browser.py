@@ -422,6 +422,9 @@ def test_compare_downloads_and_a_report_that_opens_offline(page, server, browser
     assert view.locator("table.lens").count() == 2                           # each one's logit lens
     assert view.locator("table.lens tbody tr").count() == 2 * 3              # embeddings, 2 blocks
     assert "rank" in view.locator("table.lens td[title]").first.get_attribute("title")
+    # no "Which is better?" was run: the report says it is left out, and how to get it in
+    assert "press Which is better? in Compare, then save the report again" in \
+        view.locator("h2:has-text('Not in this report') + ul").inner_text()
     if SHOTS:
         view.screenshot(path=str(Path(SHOTS) / "report.png"), full_page=True)
     offline.close()

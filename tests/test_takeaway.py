@@ -156,9 +156,15 @@ def test_score_downloads_hold_a_number_per_cell(store):
     assert headers[:6] == ["checkpoint", "n", "backward_n", "perplexity", "perplexity_low", "perplexity_high"]
     assert rows == [["a", 100, 100, 10.0, 9.0, 11.0, 11.0, 10.0, 12.0, 12.0, 11.0, 13.0, 13.0, 12.0,
                      14.0, 14.0, 13.0, 15.0, 15.0, 14.0, 16.0]]
-    csv_path, _ = score_files({"verdicts": [], "provenance": snap["provenance"], "snapshot": snap}, store)
+    csv_path, _, html_path = score_files({"verdicts": ["a is the only one"], "provenance": snap["provenance"],
+                                          "snapshot": snap}, store)
     back = list(csv.reader(open(csv_path, encoding="utf-8")))
     assert [float(v) for v in back[1][3:]] == rows[0][3:]
+    # and a report to read: the figures with their intervals, the verdicts, no address outside it
+    page = open(html_path, encoding="utf-8").read()
+    assert html_path.endswith(".html") and "tfmr-lab evaluation: a" in page
+    assert "10.00 [9.00, 11.00]" in page and "a is the only one" in page
+    assert "http" not in page.replace("http-equiv", "")
     snap["provenance"]["perplexity_shown"] = "per word"           # tokenizers differ: not shown
     assert numeric_table(snap)[1][0][3:6] == [None, None, None]
 

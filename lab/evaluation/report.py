@@ -68,16 +68,32 @@ def _settings_table(settings: dict) -> str:
     return f"<table>{rows}</table>"
 
 
+def evaluation(headers: list[str], rows: list[list], verdicts: list[str], provenance: dict) -> str:
+    """The Evaluate tab's scores as one self-contained HTML file: the table with its intervals,
+    the verdicts in words and how the figures were made (subset, seeds, decoders)."""
+    names = list((provenance or {}).get("checkpoints") or [r[0] for r in rows])
+    parts = [f"<h1>tfmr-lab evaluation: {html.escape(' vs '.join(map(str, names)))}</h1>",
+             f"<p>Saved {time.strftime('%Y-%m-%d %H:%M:%S')}. This file needs no network. Each "
+             f"figure is given with its 95% interval; every checkpoint was scored on the same "
+             f"seeded subset.</p>", "<h2>Scores</h2>",
+             _scores_table({"headers": headers, "rows": rows, "verdicts": verdicts,
+                            "provenance": provenance})]
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>tfmr-lab evaluation</title>"
+            f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>")
+
+
 def comparison(captions_html: str, settings: dict, checkpoints: dict, scores: dict | None = None,
                attention: list[tuple[str, str, str, int]] | None = None,
-               lenses: list[dict] | None = None, inside: dict | None = None) -> str:
+               lenses: list[dict] | None = None, inside: dict | None = None,
+               left_out: list[str] | None = None) -> str:
     """The report. captions_html: the Compare tab's table; settings: what produced it (decoder,
     seed, prefix, n); checkpoints: {name: its config, provenance and metrics}; scores: the last
     'Which is better?' (a rows/provenance/verdicts dict); attention: (checkpoint, caption, self-
     contained bertviz document, its height in pixels) for each view; lenses: each checkpoint's
     logit lens of the same caption (lab.inside.lens's dicts with "checkpoint"); inside: the last
     results of Inside the model for these checkpoints ({"ablation": ablate()'s dict, "scan": [scan()'s
-    dicts], "patch": patch()'s dict with "checkpoint"}, each optional)."""
+    dicts], "patch": patch()'s dict with "checkpoint"}, each optional); left_out: what the report
+    could have held and does not, each with why and how to get it in."""
     parts = [f"<h1>tfmr-lab comparison: {html.escape(' vs '.join(checkpoints))}</h1>",
              f"<p>Saved {time.strftime('%Y-%m-%d %H:%M:%S')}. This file needs no network.</p>",
              "<h2>Captions side by side</h2>",
@@ -99,6 +115,9 @@ def comparison(captions_html: str, settings: dict, checkpoints: dict, scores: di
         parts += [lens_table(r) for r in lenses]
     if inside:
         parts += inside_parts(inside)
+    if left_out:
+        parts += ["<h2>Not in this report</h2><ul>",
+                  *(f"<li>{html.escape(why)}</li>" for why in left_out), "</ul>"]
     parts.append("<h2>Checkpoints: config, provenance and metrics</h2>")
     for name, info in checkpoints.items():
         parts.append(f"<h3>{html.escape(name)}</h3><pre>{html.escape(json.dumps(info, indent=2, default=str))}</pre>")

@@ -30,34 +30,50 @@ def save(record, scores, row, store=None, inside: dict | None = None) -> str:
         doc = attention_maps.bertviz_html(cap, "head", REPORT_ASSETS, title=name)
         views.append((name, f"row {k + 1}: {caption}", report.self_contained(doc, REPORT_ASSETS),
                       attention_maps.view_height(cap, "head")))
-    same = scores and scores["provenance"]["checkpoints"] == names
+    same = bool(scores) and scores["provenance"]["checkpoints"] == names
     settings = {"seed": record["seed"], "prefix": record["prefix"] or "(none)",
                 **({"prompts": f"the first {record['held_out']} words of held-out texts"}
                    if record.get("held_out") else {}),
                 f"{record.get('unit') or 'rows'} per checkpoint": record["n"],
                 **{f"decoder of {n}": DecodeConfig.from_dict(d).label()
                    for n, d in record["decoders"].items()}}
+    lenses, left_out = _lenses(names, record, k, store)
+    if not same:
+        left_out.insert(0, _no_scores(scores, names))
     document = report.comparison(record["html"], settings, {n: _shareable(checkpoints.info(n, store))
                                                             for n in names},
-                                 scores if same else None, views, _lenses(names, record, k, store),
-                                 _of_these(inside or {}, names))
+                                 scores if same else None, views, lenses,
+                                 _of_these(inside or {}, names), left_out)
     return exports.write_html(document, "comparison-" + "-vs-".join(names), store)
 
 
-def _lenses(names: list[str], record: dict, k: int, store) -> list[dict]:
-    """Each checkpoint's logit lens of its own row k; a family without named points is
-    left out (its reason is in inside.md)."""
-    out = []
+def _no_scores(scores, names: list[str]) -> str:
+    """Why the report has no 'Which is better?' scores, and how to get them in."""
+    if scores:
+        other = " vs ".join(scores["provenance"]["checkpoints"])
+        return (f"Which is better? scores: the last ones are of {other}, not of these checkpoints; "
+                f"press Which is better? in Compare, then save the report again.")
+    return ("Which is better? scores: none were computed for these checkpoints since the captions "
+            "were made; press Which is better? in Compare, then save the report again.")
+
+
+def _lenses(names: list[str], record: dict, k: int, store) -> tuple[list[dict], list[str]]:
+    """Each checkpoint's logit lens of its own row k, and why any is left out (a family without
+    named points: inside.md says why; a row the tokenizer cannot read)."""
+    out, left_out = [], []
     for name in names:
         ck = LOADED.get(name, store)
-        if getattr(ck.model, "points_absent", None):
+        absent = getattr(ck.model, "points_absent", None)
+        if absent:
+            left_out.append(f"the logit lens of {name}: its model family names no points to read "
+                            f"the residual stream at")
             continue
         try:
             out.append({"checkpoint": name,
                         **lens.logit_lens(ck.model, ck.tokenizer, record["captions"][name][k], top=3)})
-        except (ConfigError, GenerationError):
-            continue                  # a row this tokenizer cannot read: its attention said so
-    return out
+        except (ConfigError, GenerationError) as e:
+            left_out.append(f"the logit lens of {name}, row {k + 1}: {e}")
+    return out, left_out
 
 
 def _of_these(inside: dict, names: list[str]) -> dict:

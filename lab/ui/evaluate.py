@@ -6,7 +6,7 @@ import gradio as gr
 
 from lab.inputs import tasks
 from lab.storage import checkpoints
-from lab.evaluation import exposure as eb
+from lab.evaluation import exposure as eb, report
 from lab.storage import exports
 from lab.ui.fields import Number, Radio
 from lab.config import SEED_MAX, ConfigError, DecodeConfig
@@ -165,14 +165,17 @@ def numeric_table(snap: dict) -> tuple[list[str], list[list]]:
 
 def score_files(scores, store=None):
     """The last scores as CSV and JSON, a number per cell (the JSON also holds the verdicts, the
-    raw figures and provenance)."""
+    raw figures and provenance), and as a report to read or share (HTML, no network)."""
     if not scores:
         return None
     about = {"verdicts": scores["verdicts"], "provenance": scores["provenance"],
              "figures": scores["snapshot"]["models"], "differences": scores["snapshot"]["differences"]}
     headers, rows = numeric_table(scores["snapshot"])
-    return exports.write_table(headers, rows, "scores-" + "-vs-".join(scores["provenance"]["checkpoints"]),
-                               store, about)
+    stem = "-vs-".join(scores["provenance"]["checkpoints"])
+    document = report.evaluation(COLUMNS, table(scores["snapshot"]), scores["verdicts"],
+                                 scores["provenance"])
+    return exports.write_table(headers, rows, "scores-" + stem, store, about) + \
+        [exports.write_html(document, "evaluation-" + stem, store)]
 
 
 STOPPED = "**Stopped before the end**: the figures are of what was scored before the stop."
@@ -190,7 +193,7 @@ def wire(button, stop, inputs, shown: list, ctx: Context, api_name: str, form=ru
     stop: the Stop button beside `button`; form: reads `inputs` into scores (the Evaluate tab's
     `run`, or Compare's). Returns the state holding the last scores."""
     last = gr.State(None)
-    files = gr.File(label="download the scores (CSV, JSON)", file_count="multiple", interactive=False,
+    files = gr.File(label="download the scores (CSV, JSON) and the report (HTML)", file_count="multiple", interactive=False,
                     elem_id=f"{api_name}-files", visible=False)     # shown once there are scores
 
     def downloads(scores):
