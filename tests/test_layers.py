@@ -13,8 +13,8 @@ import pytest
 ROOT = Path(os.environ.get("LAB_LAYERS_ROOT") or Path(__file__).resolve().parent.parent)
 LAB = ROOT / "lab"
 
-# the presets are the lab's named choices (configurations of a task, the decoders the views open
-# with), so they name built-in plugins
+# lab/presets.py holds the lab's named choices (the decoders the views open with), so it names
+# built-in decoders; each task's presets are in its own package
 NAMED_CHOICES = {"presets.py"}
 
 

@@ -437,3 +437,25 @@ def test_compare_and_generate_continue_held_out_texts(sources, capsys):
     rows = json.loads(capsys.readouterr().out)["captions"]
     assert len(rows) == 3 and all(r["text"].startswith(" ".join(r["held_out_text"].split()[:2]))
                                   for r in rows)
+
+
+def test_the_train_form_offers_the_stores_datasets_and_follows_them(sources, store):
+    """task.dataset is a list of the store's datasets (store_choices), not a box to type a name
+    into; a dataset imported while the page is open joins the list on the next tick."""
+    import gradio as gr
+    from lab.ui.common import Context
+    from lab.ui.train import _follow_store_choices, _setting_component
+    from plugins.tasks.text import TextSettings
+    folder, _ = sources
+    corpora.import_source(folder / "corpus.txt", "first")
+    field = next(f for f in __import__("dataclasses").fields(TextSettings) if f.name == "dataset")
+    ctx = Context(store=str(store))
+    with gr.Blocks():
+        dd = _setting_component("task", "text", field, True, "", ctx.store)
+        _follow_store_choices(ctx, [dd])
+    assert isinstance(dd, gr.Dropdown) and [c[0] for c in dd.choices] == ["", "first"]
+    (refresh, (seen,), _), = ctx.pulse.parts
+    assert refresh(seen.value) == (gr.skip(), gr.skip())        # nothing new: left as it is
+    corpora.import_source(folder / "corpus.txt", "second")
+    update, now = refresh(seen.value)
+    assert now == ["", "first", "second"] and update["choices"] == now

@@ -98,10 +98,40 @@ def _component(label: str, f: dataclasses.Field, typ, value, **common):
     return Number(value, label=label, info=hint, **({"step": 1} if kind is int else {}), **common)
 
 
-def _setting_component(kind: str, plugin: str, f: dataclasses.Field, visible: bool, value):
+def _setting_component(kind: str, plugin: str, f: dataclasses.Field, visible: bool, value,
+                       store=None):
+    common = dict(visible=visible, elem_id=f"train-{kind}-{f.name}", elem_classes=["lab-plugin-setting"])
+    named = f.metadata.get("store_choices")
+    if named:          # the names the store holds (a dataset, ...): a list that follows the store
+        dd = Dropdown(_store_choices(named, store), value=value, label=f"{kind}.{f.name}",
+                      info=info(f, f"{plugin}: "), allow_custom_value=True, **common)
+        dd.lab_store_choices = named
+        return dd
     typ = typing.get_type_hints(REGISTRIES[kind].get(plugin).settings)[f.name]
-    return _component(f"{kind}.{f.name}", f, typ, value, prefix=f"{plugin}: ", visible=visible,
-                      elem_id=f"train-{kind}-{f.name}", elem_classes=["lab-plugin-setting"])
+    return _component(f"{kind}.{f.name}", f, typ, value, prefix=f"{plugin}: ", **common)
+
+
+def _store_choices(named, store=None) -> list[str]:
+    """Blank (not chosen), then the names a setting's `store_choices` finds in the store."""
+    try:
+        return [""] + list(named(store))
+    except LabError:            # a store it cannot read now: the blank choice alone
+        return [""]
+
+
+def _follow_store_choices(ctx: Context, inputs: list) -> None:
+    """The settings offered from the store (store_choices) take what it holds on each tick of
+    the page's pulse; unchanged lists are left as they are."""
+    for dd in inputs:
+        named = getattr(dd, "lab_store_choices", None)
+        if named is None:
+            continue
+        shown = gr.State(_store_choices(named, ctx.store))
+
+        def refresh(seen, named=named):
+            now = _store_choices(named, ctx.store)
+            return (gr.skip(), gr.skip()) if now == seen else (gr.update(choices=now), now)
+        ctx.every(refresh, [shown], [dd, shown])
 
 
 def _field_component(cls, name, value):
@@ -330,16 +360,17 @@ def _form(ctx: Context) -> Form:
     setting_inputs: list = []
     with section("model"):
         with gr.Row():
-            model_inputs = _fields(ModelConfig, MODEL_FIELDS, m0, values0, setting_inputs)
+            model_inputs = _fields(ModelConfig, MODEL_FIELDS, m0, values0, setting_inputs, ctx.store)
     with gr.Accordion("training", open=True):
         with gr.Row():
-            train_inputs = _fields(TrainConfig, TRAIN_FIELDS, t0, values0, setting_inputs)
+            train_inputs = _fields(TrainConfig, TRAIN_FIELDS, t0, values0, setting_inputs, ctx.store)
     for comp, f in zip(model_inputs + train_inputs, MODEL_FIELDS + TRAIN_FIELDS):
         comp.elem_id = f"train-{f}"
+    _follow_store_choices(ctx, setting_inputs)
     return Form(preset, name, parent, parent_note, model_inputs, setting_inputs, train_inputs)
 
 
-def _fields(cls, names: list[str], cfg, values0: list, setting_inputs: list) -> list:
+def _fields(cls, names: list[str], cfg, values0: list, setting_inputs: list, store=None) -> list:
     """A section's inputs, each plugin's settings right after the field that chooses it (they go
     to setting_inputs, in setting_fields() order: model kinds first, then the task's)."""
     inputs = []
@@ -348,7 +379,7 @@ def _fields(cls, names: list[str], cfg, values0: list, setting_inputs: list) -> 
         for (kind, plugin, sf), value in zip(setting_fields(), values0):
             if kind == f:
                 setting_inputs.append(_setting_component(kind, plugin, sf, getattr(cfg, kind) == plugin,
-                                                         value))
+                                                         value, store))
     return inputs
 
 

@@ -28,7 +28,8 @@ BLEU_MAX_WORDS = 30         # bleu=auto scores BLEU on texts of at most this man
 @dataclass
 class TextSettings:
     dataset: str = field(default="", metadata={
-        "help": "the dataset in the store to train on (python -m lab data list)"})
+        "help": "the dataset in the store to train on (python -m lab data list)",
+        "store_choices": corpora.names})
     examples: str = field(default="lines", metadata={
         "help": "lines: each text one example, framed by end-of-text and cut to the context; "
                 "blocks: the texts joined and cut into blocks of the whole context",
