@@ -30,6 +30,20 @@ def quoted(value, limit: int = 60) -> str:
     return f"{text[:limit]}... ({size})"
 
 
+class OutOfMemory(LabError):
+    """A request the machine had no memory left for: said as a person's mistake (ask for less)."""
+
+
+def out_of_memory(e: BaseException) -> OutOfMemory | None:
+    """An allocation that failed (Python's MemoryError, or torch's RuntimeError saying so) as the
+    one line a person gets; None for any other error."""
+    if not (isinstance(e, MemoryError) or isinstance(e, RuntimeError) and (
+            "can't allocate memory" in str(e) or "not enough memory" in str(e))):
+        return None
+    return OutOfMemory("the machine ran out of memory for this; ask for less (a shorter text, "
+                       "fewer texts or rows) or free some memory")
+
+
 class ConfigError(LabError):
     """A config value a person can fix: the message says which key, what it was, what is right."""
 

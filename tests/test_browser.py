@@ -361,6 +361,9 @@ def test_evaluate_streams_results(page, server):
     files = page.locator("#evaluate-files")          # hidden while scores stream, then the downloads
     expect(files).to_contain_text(".csv", timeout=30_000)
     expect(files).to_contain_text(".json")
+    expect(files).to_contain_text(".html")                      # the report, to read or share
+    report = max((server[1] / ".lab" / "exports").glob("evaluation-*.html"), key=lambda p: p.stat().st_mtime)
+    assert "Verdicts" in report.read_text() and second in report.read_text()
     _shot(page, "evaluate")
     # exposure bias of one checkpoint: five prefix lengths, no gap without a prefix
     expect(page.locator("#eb-checkpoint input")).to_have_value("scratch-a")   # chosen for the person

@@ -3,6 +3,8 @@ test starts an app of its own on a store it fills as the person's first hour wou
 getting-started panel, checkpoints arriving while the page is open, a birth-place model from the
 Train form alone). Apart from tests/test_browser.py, whose tests share one app, so the two run on
 two workers."""
+import os
+
 import pytest
 import torch
 
@@ -10,7 +12,7 @@ from lab import presets
 from lab.inputs import tokenizers
 from lab.modeling.model import build
 from lab.storage import checkpoints
-from tests.conftest import serving, tiny_config
+from tests.conftest import ROOT, serving, tiny_config
 from tests.test_browser import (CHROMIUM, _choose, _shot, _tab, browser,  # noqa: F401  (the fixture)
                                 train_from_the_form)
 
@@ -20,20 +22,37 @@ pytestmark = pytest.mark.skipif(not __import__("pathlib").Path(CHROMIUM).exists(
 
 @pytest.fixture(scope="module")
 def empty_server(tmp_path_factory):
-    store = tmp_path_factory.mktemp("empty-store")
-    with serving(store) as url:
-        yield url, store
+    """The app on an empty store; the machine's load as the app reads it comes from a file the
+    test writes (a module the app imports first replaces the reading), so the panel's load note
+    can be watched following it."""
+    store, site = tmp_path_factory.mktemp("empty-store"), tmp_path_factory.mktemp("load-site")
+    load = site / "load"
+    (site / "sitecustomize.py").write_text(
+        "import os\nfrom lab.training import estimate\n"
+        "def _load():\n"
+        "    try:\n        return float(open(os.environ['LAB_TEST_LOAD']).read()), 2\n"
+        "    except (OSError, ValueError):\n        return 0.0, 2\n"
+        "estimate.load = _load\n")
+    with serving(store, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]), LAB_TEST_LOAD=str(load)) as url:
+        yield url, store, load
 
 
 def test_an_empty_lab_guides_the_first_visit(browser, empty_server):
     """Every tab says what to do on an empty store; the getting-started panel queues the quick
     scratch model once, shows its progress, and a reload shows the job's own settings."""
-    url, store = empty_server
+    url, store, load = empty_server
     from playwright.sync_api import expect
     from lab.worker import jobs
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(url)
     expect(page.locator("#start")).to_contain_text("New here?", timeout=60_000)
+    # the load note follows the machine while the page is open, not only as it loads
+    expect(page.locator("#start")).not_to_contain_text("the machine is busy")
+    load.write_text("9.0")
+    expect(page.locator("#start")).to_contain_text("Now the machine is busy (load 9.0 on 2 cores): "
+                                                   "expect longer.", timeout=30_000)
+    load.write_text("0.1")
+    expect(page.locator("#start")).not_to_contain_text("the machine is busy", timeout=30_000)
     for tab in ("Compare", "Inside the model", "Evaluate", "Train", "Checkpoints"):
         _tab(page, tab)
         expect(page.get_by_text("The store has no checkpoints yet.").locator("visible=true")).to_have_count(1)

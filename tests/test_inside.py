@@ -369,3 +369,65 @@ def test_the_page_bounds_the_lens_and_patching_before_any_work(store):
         tab.patch_of("long", "a" * 70, "b" * 70, "", "", store)
     with pytest.raises(GenerationError, match="^the corrupted prompt: the text is 71 tokens"):
         tab.patch_of("long", "a" * 3, "b" * 70, "", "", store)
+
+
+def test_a_lens_that_would_not_fit_is_refused_before_it_starts(monkeypatch):
+    """The lens's memory is estimated from the model and the text before any work; one that
+    needs more than this process can get is refused saying how long a text would fit."""
+    from lab.config import ModelConfig
+    from lab.inside import memory
+    smol = ModelConfig(model="llama", n_layer=30, n_head=9, n_embd=576, vocab_size=49152,
+                       n_positions=8192, n_inner=1536)
+    monkeypatch.setattr(memory, "free_bytes", lambda: 2 * 10 ** 9)
+    with pytest.raises(memory.MemoryRefused, match=r"^the logit lens of 8,192 tokens needs about "
+                                                   r"[\d.]+ GB of memory and 2.0 GB is free for it "
+                                                   r"here: use a text of at most ([\d,]+) tokens$") as e:
+        memory.check_lens(smol, 8192)
+    fits = int(re.search(r"at most ([\d,]+) tokens", str(e.value)).group(1).replace(",", ""))
+    assert memory.HEADROOM * memory.lens_bytes(smol, fits) <= 2e9 < \
+        memory.HEADROOM * memory.lens_bytes(smol, fits + 1)
+    memory.check_lens(smol, fits)                      # what it says fits, fits
+    model = build(tiny_config(vocab_size=TOK97.vocab_size))
+    monkeypatch.setattr(memory, "free_bytes", lambda: 1000)
+    with pytest.raises(ConfigError, match="the logit lens of 4 tokens needs"):
+        lens.logit_lens(model, TOK97, "abc")
+
+
+def test_the_longest_lens_on_smollm2_under_a_5_gb_limit_is_refused_in_one_line(store):
+    """`lab lens` of the longest text the lab takes (4,000 characters, a token each: digits), on
+    SmolLM2 in a process limited to 5 GB of address space: one line, refused before any work
+    (never `internal error` part way)."""
+    import resource
+    from lab.storage import smollm2
+    smollm2.import_smollm2("smollm2", store=store)
+    text = "1" * 4000
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (5 * 2 ** 30, 5 * 2 ** 30))
+    done = subprocess.run([sys.executable, "-m", "lab", "--store", str(store), "lens", "--checkpoint",
+                           "smollm2", "--text", text], capture_output=True, text=True, cwd=ROOT,
+                          preexec_fn=limited, timeout=300)
+    said = done.stderr.strip()
+    assert done.returncode == 2 and "\n" not in said, said
+    assert re.fullmatch(r"error: the logit lens of 4,001 tokens needs about [\d.]+ GB of memory and "
+                        r"[\d.]+ GB is free for it here: use a text of at most [\d,]+ tokens", said), said
+    assert "Traceback" not in done.stdout + said
+
+
+def test_memory_the_machine_did_not_have_is_one_line_not_a_bug(capsys):
+    """Should an allocation still fail (torch's RuntimeError, or MemoryError), the command and the
+    page say so in one line, as a request to ask for less, never `internal error`."""
+    import gradio as gr
+    from lab.cli.output import run_command
+    from lab.ui.common import friendly
+
+    def alloc(_):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:121] DefaultCPUAllocator: can't allocate "
+                           "memory: you tried to allocate 39600000000 bytes")
+    assert run_command(alloc, None) == 2
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and said.startswith("error: the machine ran out of memory for this; ask for less")
+    with pytest.raises(gr.Error, match="ran out of memory for this; ask for less"):
+        friendly(lambda: (_ for _ in ()).throw(MemoryError()))()
+    assert run_command(lambda _: 1 / 0, None) == 1                # a bug is still a bug
+    assert "internal error (ZeroDivisionError" in capsys.readouterr().err

@@ -27,11 +27,10 @@ def test_the_page_ticks_on_one_timer(store):
     demo = build_app(store=str(store))
     timers = [b for b in _blocks(demo) if isinstance(b, gr.Timer)]
     assert len(timers) == 2, timers
-    pulse = [fn for fn in demo.fns.values() if fn.targets and fn.targets[0][1] == "tick"
-             and len(fn.outputs) > 10]
-    assert len(pulse) == 1, "the checkpoint dropdowns, job view and sweep runs share one tick"
-    outputs = {id(o) for o in pulse[0].outputs}
-    assert len(outputs) == len(pulse[0].outputs)
+    ticks = [fn for fn in demo.fns.values() if fn.targets and fn.targets[0][1] == "tick"]
+    assert len(ticks) == 2, "one tick for the checkpoint dropdowns, job view and sweep runs; the panel's"
+    pulse = max(ticks, key=lambda fn: len(fn.outputs))
+    assert len(pulse.outputs) > 20 and len({id(o) for o in pulse.outputs}) == len(pulse.outputs)
 
 
 def test_a_failing_part_of_the_pulse_stops_no_other(caplog):

@@ -151,7 +151,8 @@ def test_score_downloads_hold_a_number_per_cell(store):
                            "backward_bleu", "harmonic_bleu")):
         figure |= {f: 10.0 + i, f"{f}_ci": [9.0 + i, 11.0 + i]}
     snap = {"models": {"a": figure}, "provenance": {"perplexity_shown": "per sentence (assignment)",
-                                                     "checkpoints": ["a"]}, "differences": {}}
+                                                     "checkpoints": ["a"], "texts": "/srv/data/coco"},
+            "differences": {}}
     headers, rows = numeric_table(snap)
     assert headers[:6] == ["checkpoint", "n", "backward_n", "perplexity", "perplexity_low", "perplexity_high"]
     assert rows == [["a", 100, 100, 10.0, 9.0, 11.0, 11.0, 10.0, 12.0, 12.0, 11.0, 13.0, 13.0, 12.0,
@@ -165,6 +166,7 @@ def test_score_downloads_hold_a_number_per_cell(store):
     assert html_path.endswith(".html") and "tfmr-lab evaluation: a" in page
     assert "10.00 [9.00, 11.00]" in page and "a is the only one" in page
     assert "http" not in page.replace("http-equiv", "")
+    assert "/srv/data" not in page and "&quot;texts&quot;: &quot;coco&quot;" in page   # no server folder in a report to share
     snap["provenance"]["perplexity_shown"] = "per word"           # tokenizers differ: not shown
     assert numeric_table(snap)[1][0][3:6] == [None, None, None]
 

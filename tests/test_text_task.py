@@ -453,9 +453,12 @@ def test_the_train_form_offers_the_stores_datasets_and_follows_them(sources, sto
     with gr.Blocks():
         dd = _setting_component("task", "text", field, True, "", ctx.store)
         _follow_store_choices(ctx, [dd])
-    assert isinstance(dd, gr.Dropdown) and [c[0] for c in dd.choices] == ["", "first"]
+    assert isinstance(dd, gr.Dropdown) and [tuple(c) for c in dd.choices] == [("(none chosen)", ""),
+                                                                              ("first", "first")]
     (refresh, (seen,), _), = ctx.pulse.parts
     assert refresh(seen.value) == (gr.skip(), gr.skip())        # nothing new: left as it is
     corpora.import_source(folder / "corpus.txt", "second")
     update, now = refresh(seen.value)
-    assert now == ["", "first", "second"] and update["choices"] == now
+    assert [value for _, value in now] == ["", "first", "second"] and update["choices"] == now
+    from lab.ui.train import _store_choices
+    assert _store_choices(lambda store: [])[0] == ("(none in the store yet)", "")

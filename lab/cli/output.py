@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-from lab.errors import LabError
+from lab.errors import LabError, out_of_memory
 from lab.training.progress import format_event
 
 
@@ -32,10 +32,20 @@ def run_command(fn, args) -> int:
     except BrokenPipeError:         # the reader left (`... --json | head`): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except (MemoryError, RuntimeError) as e:
+        said = out_of_memory(e)
+        if said is None:
+            return _bug(e)
+        print(f"error: {said}", file=sys.stderr)
+        return 2
     except Exception as e:     # a bug, not the person's input: one line here, the traceback on demand
-        if os.environ.get("LAB_DEBUG"):
-            raise
-        print(f"error: internal error ({type(e).__name__}: {e}); this is a bug in the lab: run again "
-              f"with LAB_DEBUG=1 for the traceback", file=sys.stderr)
-        return 1
+        return _bug(e)
     return 0
+
+
+def _bug(e: Exception) -> int:
+    if os.environ.get("LAB_DEBUG"):
+        raise e
+    print(f"error: internal error ({type(e).__name__}: {e}); this is a bug in the lab: run again "
+          f"with LAB_DEBUG=1 for the traceback", file=sys.stderr)
+    return 1

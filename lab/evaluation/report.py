@@ -78,8 +78,7 @@ def evaluation(headers: list[str], rows: list[list], verdicts: list[str], proven
              f"seeded subset.</p>", "<h2>Scores</h2>",
              _scores_table({"headers": headers, "rows": rows, "verdicts": verdicts,
                             "provenance": provenance})]
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>tfmr-lab evaluation</title>"
-            f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>")
+    return _page("tfmr-lab evaluation", parts)
 
 
 def comparison(captions_html: str, settings: dict, checkpoints: dict, scores: dict | None = None,
@@ -102,6 +101,26 @@ def comparison(captions_html: str, settings: dict, checkpoints: dict, scores: di
              captions_html, "<h2>Settings</h2>", _settings_table(settings)]
     if scores:
         parts += ["<h2>Scores</h2>", _scores_table(scores)]
+    parts += _views(attention or [], lenses or [])
+    if inside:
+        parts += inside_parts(inside)
+    if left_out:
+        parts += ["<h2>Not in this report</h2><ul>",
+                  *(f"<li>{html.escape(why)}</li>" for why in left_out), "</ul>"]
+    parts.append("<h2>Checkpoints: config, provenance and metrics</h2>")
+    for name, info in checkpoints.items():
+        parts.append(f"<h3>{html.escape(name)}</h3><pre>{html.escape(json.dumps(info, indent=2, default=str))}</pre>")
+    return _page("tfmr-lab comparison", parts)
+
+
+def _page(title: str, parts: list[str]) -> str:
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>")
+
+
+def _views(attention: list, lenses: list[dict]) -> list[str]:
+    """Each checkpoint's attention view of one row, then each one's logit lens of it."""
+    parts = []
     if attention:
         parts.append("<h2>Attention</h2><div class='attention'>")
         for name, caption, document, height in attention:
@@ -113,16 +132,7 @@ def comparison(captions_html: str, settings: dict, checkpoints: dict, scores: di
                      "(the residual stream read through the final norm and the output layer); "
                      "hover a cell for the layer's top tokens.</p>")
         parts += [lens_table(r) for r in lenses]
-    if inside:
-        parts += inside_parts(inside)
-    if left_out:
-        parts += ["<h2>Not in this report</h2><ul>",
-                  *(f"<li>{html.escape(why)}</li>" for why in left_out), "</ul>"]
-    parts.append("<h2>Checkpoints: config, provenance and metrics</h2>")
-    for name, info in checkpoints.items():
-        parts.append(f"<h3>{html.escape(name)}</h3><pre>{html.escape(json.dumps(info, indent=2, default=str))}</pre>")
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>tfmr-lab comparison</title>"
-            f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>")
+    return parts
 
 
 def lens_table(r: dict) -> str:

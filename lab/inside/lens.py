@@ -8,6 +8,7 @@ import torch
 
 from lab.errors import Aborted
 from lab.evaluation.attention_maps import sequence
+from lab.inside import memory
 from lab.inside.hooks import hooked, residual_names, unembed
 
 
@@ -22,6 +23,7 @@ def logit_lens(model, tokenizer, text: str, top: int = 5, abort=None,
     the text as one output layer's does, not as every layer's; abort() is asked before each layer
     (True raises Aborted); max_tokens: the most a text may have (default: the context)."""
     ids, shown = sequence(model, tokenizer, text, max_tokens=max_tokens)
+    memory.check_lens(model.config, len(ids))        # refused before it starts, not part way
     states = residual_states(model, ids)
     nxt = ids[1:] + [None]
     layers = []

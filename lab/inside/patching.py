@@ -50,8 +50,8 @@ def patch(model, tokenizer, clean: str, corrupted: str, answer: str | None = Non
     try:
         xa, xb = torch.tensor([a], device=dev), torch.tensor([b], device=dev)
         with hooked(model, read=resid + zs) as clean_seen:
-            la = model(xa).logits[0, -1].float()
-        lb = model(xb).logits[0, -1].float()
+            la = model(xa, logits_to_keep=1).logits[0, -1].float()     # the last position's only
+        lb = model(xb, logits_to_keep=1).logits[0, -1].float()
         right, other = _answers(tokenizer, answer, wrong, la, lb)
         d_clean, d_corrupt = float(la[right] - la[other]), float(lb[right] - lb[other])
         span = d_clean - d_corrupt

@@ -23,7 +23,7 @@ from lab.storage import checkpoints, exports, health
 from lab.inputs import tasks
 from lab.evaluation.attention_maps import VENDOR_DIR
 from lab.config import ConfigError
-from lab.errors import LabError
+from lab.errors import LabError, out_of_memory
 
 log = logging.getLogger("lab.ui")
 
@@ -242,7 +242,9 @@ def refused_note(message: str) -> str:
 
 def _said(e: Exception, note: tuple | None):
     """The outputs that say a person's mistake in an action's note (note = (index, outputs) or
-    (index, outputs, indices to empty)); anything else raised."""
+    (index, outputs, indices to empty)); anything else raised. Memory the machine did not have is
+    said as a mistake (ask for less), not a bug."""
+    e = out_of_memory(e) or e
     if note is None or not isinstance(e, LabError):
         raise _refusal(e) from None
     log.warning("refused: %s", e)

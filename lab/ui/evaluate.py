@@ -2,6 +2,8 @@
 live as samples accumulate, with bootstrap 95% intervals and paired differences between models."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import gradio as gr
 
 from lab.inputs import tasks
@@ -172,8 +174,9 @@ def score_files(scores, store=None):
              "figures": scores["snapshot"]["models"], "differences": scores["snapshot"]["differences"]}
     headers, rows = numeric_table(scores["snapshot"])
     stem = "-vs-".join(scores["provenance"]["checkpoints"])
-    document = report.evaluation(COLUMNS, table(scores["snapshot"]), scores["verdicts"],
-                                 scores["provenance"])
+    shared = {k: Path(v).name if k == "texts" and isinstance(v, str) else v    # no server folders
+              for k, v in scores["provenance"].items()}
+    document = report.evaluation(COLUMNS, table(scores["snapshot"]), scores["verdicts"], shared)
     return exports.write_table(headers, rows, "scores-" + stem, store, about) + \
         [exports.write_html(document, "evaluation-" + stem, store)]
 

@@ -111,12 +111,14 @@ def _setting_component(kind: str, plugin: str, f: dataclasses.Field, visible: bo
     return _component(f"{kind}.{f.name}", f, typ, value, prefix=f"{plugin}: ", **common)
 
 
-def _store_choices(named, store=None) -> list[str]:
-    """Blank (not chosen), then the names a setting's `store_choices` finds in the store."""
+def _store_choices(named, store=None) -> list[tuple[str, str]]:
+    """Blank (nothing chosen, saying when the store holds none yet), then the names a setting's
+    `store_choices` finds in the store, as (label, value) choices."""
     try:
-        return [""] + list(named(store))
+        names = list(named(store))
     except LabError:            # a store it cannot read now: the blank choice alone
-        return [""]
+        names = []
+    return [("(none in the store yet)" if not names else "(none chosen)", "")] + [(n, n) for n in names]
 
 
 def _follow_store_choices(ctx: Context, inputs: list) -> None:
