@@ -1,10 +1,10 @@
 """What a look inside a model costs in memory, per kind of request, at the longest text the page
 allows: attention (64 tokens), the logit lens (256), activation patching (64, clean and
 corrupted), on SmolLM2 cut to its blocks 1, 15 and 30 (its vocabulary and width, three blocks:
-the full model's lens holds 31 layers' states instead of 4, about 0.6 MB more a token). Each kind
+the full model's lens holds 31 layers' states instead of 4, about 0.06 MB more a token). Each kind
 runs in a fresh process that loads the checkpoint, resets its peak resident memory
-(/proc/self/clear_refs) and reads it again after the request (VmHWM); the lens estimate the lab
-checks before it starts (lab/inside/memory.py) is printed beside it.
+(/proc/self/clear_refs) and reads it again after the request (VmHWM); the lens's estimate
+(lab/inside/memory.py's lens_bytes; the check asks for HEADROOM, 1.25 times it) is printed beside it.
 
     python benchmarks/request_memory.py"""
 import json

@@ -3,6 +3,7 @@ checkpoint, a corrupt file, an unknown plugin). The CLI prints it as one line an
 shows it as one message; any other exception is a bug and keeps its traceback for the log.
 Also how a JSON file a person gave is read: a missing, unreadable or broken file is one line."""
 import difflib
+import errno
 import json
 import sys
 from pathlib import Path
@@ -35,10 +36,14 @@ class OutOfMemory(LabError):
 
 
 def out_of_memory(e: BaseException) -> OutOfMemory | None:
-    """An allocation that failed (Python's MemoryError, or torch's RuntimeError saying so) as the
+    """An allocation that failed (Python's MemoryError, the system's ENOMEM, or torch's error saying
+    so, on the CPU or CUDA: torch.OutOfMemoryError is a RuntimeError) as the
     one line a person gets; None for any other error."""
-    if not (isinstance(e, MemoryError) or isinstance(e, RuntimeError) and (
-            "can't allocate memory" in str(e) or "not enough memory" in str(e))):
+    said = str(e).lower()
+    if not (isinstance(e, MemoryError)
+            or isinstance(e, OSError) and e.errno == errno.ENOMEM
+            or isinstance(e, RuntimeError) and ("can't allocate memory" in said or "not enough memory"
+                                                in said or "out of memory" in said)):
         return None
     return OutOfMemory("the machine ran out of memory for this; ask for less (a shorter text, "
                        "fewer texts or rows) or free some memory")

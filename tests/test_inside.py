@@ -378,19 +378,27 @@ def test_a_lens_that_would_not_fit_is_refused_before_it_starts(monkeypatch):
     from lab.inside import memory
     smol = ModelConfig(model="llama", n_layer=30, n_head=9, n_embd=576, vocab_size=49152,
                        n_positions=8192, n_inner=1536)
-    monkeypatch.setattr(memory, "free_bytes", lambda: 2 * 10 ** 9)
+    monkeypatch.setattr(memory, "_bounds", lambda: [(2 * 10 ** 9, "the machine's available memory")])
     with pytest.raises(memory.MemoryRefused, match=r"^the logit lens of 8,192 tokens needs about "
                                                    r"[\d.]+ GB of memory and 2.0 GB is free for it "
-                                                   r"here: use a text of at most ([\d,]+) tokens$") as e:
+                                                   r"here \(the machine's available memory\): use a "
+                                                   r"text of at most ([\d,]+) tokens as the lens") as e:
         memory.check_lens(smol, 8192)
     fits = int(re.search(r"at most ([\d,]+) tokens", str(e.value)).group(1).replace(",", ""))
     assert memory.HEADROOM * memory.lens_bytes(smol, fits) <= 2e9 < \
         memory.HEADROOM * memory.lens_bytes(smol, fits + 1)
     memory.check_lens(smol, fits)                      # what it says fits, fits
     model = build(tiny_config(vocab_size=TOK97.vocab_size))
-    monkeypatch.setattr(memory, "free_bytes", lambda: 1000)
-    with pytest.raises(ConfigError, match="the logit lens of 4 tokens needs"):
+    monkeypatch.setattr(memory, "_bounds", lambda: [(1000, "this process's address-space limit")])
+    with pytest.raises(ConfigError, match=r"the logit lens of 4 tokens needs .* \(this process's "
+                                          r"address-space limit\): there is no room for it now"):
         lens.logit_lens(model, TOK97, "abc")
+    cgroup = __import__("pathlib").Path(__import__("tempfile").mkdtemp())
+    (cgroup / "memory.max").write_text("3000000000\n")
+    (cgroup / "memory.current").write_text("1000000000\n")
+    assert memory._cgroup_room(cgroup) == 2 * 10 ** 9              # a container's limit counts
+    (cgroup / "memory.max").write_text("max\n")
+    assert memory._cgroup_room(cgroup) is None
 
 
 def test_the_longest_lens_on_smollm2_under_a_5_gb_limit_is_refused_in_one_line(store):
@@ -409,8 +417,10 @@ def test_the_longest_lens_on_smollm2_under_a_5_gb_limit_is_refused_in_one_line(s
                           preexec_fn=limited, timeout=300)
     said = done.stderr.strip()
     assert done.returncode == 2 and "\n" not in said, said
+    # the room left depends on what the process maps: either way, one line before any work
     assert re.fullmatch(r"error: the logit lens of 4,001 tokens needs about [\d.]+ GB of memory and "
-                        r"[\d.]+ GB is free for it here: use a text of at most [\d,]+ tokens", said), said
+                        r"[\d.]+ GB is free for it here \([^)]*\): (use a text of at most [\d,]+ "
+                        r"tokens as the lens reads it .*|there is no room for it now)", said), said
     assert "Traceback" not in done.stdout + said
 
 
@@ -429,5 +439,8 @@ def test_memory_the_machine_did_not_have_is_one_line_not_a_bug(capsys):
     assert said.count("\n") == 1 and said.startswith("error: the machine ran out of memory for this; ask for less")
     with pytest.raises(gr.Error, match="ran out of memory for this; ask for less"):
         friendly(lambda: (_ for _ in ()).throw(MemoryError()))()
+    for e in (OSError(12, "Cannot allocate memory"), RuntimeError("CUDA out of memory. Tried to allocate")):
+        assert run_command(lambda _, e=e: (_ for _ in ()).throw(e), None) == 2
+    capsys.readouterr()
     assert run_command(lambda _: 1 / 0, None) == 1                # a bug is still a bug
     assert "internal error (ZeroDivisionError" in capsys.readouterr().err

@@ -335,3 +335,20 @@ def test_a_ledger_row_written_before_steps_were_named_still_reads_and_resumes(st
     assert "queued job" in line, line
     _, (run,) = sweeps.get("old", store)
     assert run["job"]["status"] == "queued" and run["job"]["spec"]["after"] == [step]
+
+
+def test_a_runs_training_time_adds_its_segments_once(tmp_path):
+    """A run stopped and resumed: each segment's own time counts once, whether its elapsed goes on
+    from the time before (elapsed_before, as runs write now) or starts at 0 (older logs)."""
+    from lab.sweeps.scoring import training_figures
+
+    def log(*events):
+        path = tmp_path / f"m{len(list(tmp_path.iterdir()))}.jsonl"
+        path.write_text("".join(json.dumps(e) + "\n" for e in events))
+        return training_figures(path)["train_s"]
+    now = log({"event": "start", "elapsed_before": 0.0}, {"event": "step", "elapsed_s": 30.0},
+              {"event": "start", "elapsed_before": 35.0}, {"event": "step", "elapsed_s": 50.0},
+              {"event": "done", "elapsed_s": 60.0})
+    older = log({"event": "start"}, {"event": "step", "elapsed_s": 30.0},
+                {"event": "start"}, {"event": "done", "elapsed_s": 25.0})
+    assert now == pytest.approx(30.0 + 25.0) and older == pytest.approx(55.0)

@@ -462,3 +462,7 @@ def test_the_train_form_offers_the_stores_datasets_and_follows_them(sources, sto
     assert [value for _, value in now] == ["", "first", "second"] and update["choices"] == now
     from lab.ui.train import _store_choices
     assert _store_choices(lambda store: [])[0] == ("(none in the store yet)", "")
+
+    def broken(store):
+        raise PermissionError("a store it cannot read")
+    assert _store_choices(broken) == [("(none in the store yet)", "")]   # the form still builds

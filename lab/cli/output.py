@@ -32,7 +32,7 @@ def run_command(fn, args) -> int:
     except BrokenPipeError:         # the reader left (`... --json | head`): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (MemoryError, RuntimeError) as e:
+    except (MemoryError, RuntimeError, OSError) as e:
         said = out_of_memory(e)
         if said is None:
             return _bug(e)

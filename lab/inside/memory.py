@@ -1,8 +1,10 @@
-"""What a look inside a model may allocate, checked before it starts: the memory a request needs,
-from the model's sizes and the text's length, against what this process can still get (the
-machine's available memory, or less under an address-space limit such as `ulimit -v`). A request
-that would not fit is refused in one line that says how long a text would fit, instead of ending
-in "can't allocate memory" part way through."""
+"""What the logit lens may allocate, checked before it starts: the memory it needs, from the
+model's sizes and the text's length, against what this process can still get (the machine's
+available memory, a container's memory limit, or an address-space limit such as `ulimit -v`). A
+lens that would not fit is refused in one line that says how long a text would fit, instead of
+ending in "can't allocate memory" part way through. (Attention and patching are bounded by the
+lengths the page allows and by patching's rows of ROW_TOKENS tokens: benchmarks/request_memory.py
+measures each; the lens alone reads every layer through the whole vocabulary.)"""
 from __future__ import annotations
 
 import resource
@@ -21,18 +23,37 @@ class MemoryRefused(ConfigError):
 
 
 def free_bytes() -> int | None:
-    """What this process can still allocate: the machine's available memory (MemAvailable), less
-    under an address-space limit (the limit less what the process maps now); None where the
-    system does not say (not Linux)."""
+    """What this process can still allocate: the least of the machine's available memory
+    (MemAvailable), its container's (cgroup v2: memory.max less memory.current) and, under an
+    address-space limit, the limit less what the process maps now; None where the system says
+    none of them (not Linux). Requests running at once are each checked against the same."""
+    return min((n for n, _ in _bounds()), default=None)
+
+
+def _bounds() -> list[tuple[int, str]]:
+    """(bytes, what bounds them) for each bound the system states."""
     said = []
     meminfo = _kib(Path("/proc/meminfo"), "MemAvailable:")
     if meminfo is not None:
-        said.append(meminfo)
+        said.append((meminfo, "the machine's available memory"))
+    group = _cgroup_room(Path("/sys/fs/cgroup"))
+    if group is not None:
+        said.append((group, "this container's memory limit"))
     limit = resource.getrlimit(resource.RLIMIT_AS)[0]
     mapped = _kib(Path("/proc/self/status"), "VmSize:")
     if limit != resource.RLIM_INFINITY and mapped is not None:
-        said.append(max(limit - mapped, 0))
-    return min(said) if said else None
+        said.append((max(limit - mapped, 0), "this process's address-space limit"))
+    return said
+
+
+def _cgroup_room(root: Path) -> int | None:
+    try:
+        limit = (root / "memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return max(int(limit) - int((root / "memory.current").read_text()), 0)
+    except (OSError, ValueError):
+        return None
 
 
 def _kib(path: Path, key: str) -> int | None:
@@ -60,15 +81,17 @@ def lens_bytes(config, tokens: int) -> int:
 
 def check_lens(config, tokens: int) -> None:
     """Refuse a lens that would not fit in what this process can still allocate."""
-    free = free_bytes()
+    bounds = _bounds()
     need = HEADROOM * lens_bytes(config, tokens)
-    if free is None or need <= free:
+    if not bounds or need <= min(n for n, _ in bounds):
         return
+    free, bound = min(bounds)
     fits = _longest(lambda t: HEADROOM * lens_bytes(config, t) <= free, tokens)
     raise MemoryRefused(
-        f"the logit lens of {tokens:,} tokens needs about {_gb(need)} of memory and "
-        f"{_gb(free)} is free for it here: "
-        + (f"use a text of at most {fits:,} tokens" if fits else "free some memory first"))
+        f"the logit lens of {tokens:,} tokens needs about {_gb(need)} of memory and {_gb(free)} "
+        f"is free for it here ({bound}): "
+        + (f"use a text of at most {fits:,} tokens as the lens reads it (the start token "
+           f"counted, where the model reads one)" if fits > 1 else "there is no room for it now"))
 
 
 def _longest(fits, upto: int) -> int:

@@ -114,11 +114,11 @@ def summary_line(res: dict) -> str:
 def training_figures(path: Path) -> dict:
     """From a run's metrics log: training time (all its segments, resumes included), real tokens
     per second (the last measured), and the dev curve."""
-    total, seg, rate, curve, losses = 0.0, 0.0, None, [], []
+    total, seg, base, rate, curve, losses = 0.0, 0.0, 0.0, None, [], []
     for ev in read_events(path):
         e = ev.get("event")
-        if e == "start":    # a run's elapsed counts its earlier segments (older logs: each its own)
-            total, seg = (0.0 if "elapsed_before" in ev else total + seg), 0.0
+        if e == "start":    # a segment's own time: its elapsed goes on from elapsed_before (older logs: 0)
+            total, seg, base = total + max(seg - base, 0.0), 0.0, ev.get("elapsed_before") or 0.0
         if isinstance(ev.get("elapsed_s"), (int, float)) and e in ("step", "progress", "done"):
             seg = max(seg, ev["elapsed_s"])
         if isinstance(ev.get("tokens_per_s"), (int, float)):
@@ -127,7 +127,8 @@ def training_figures(path: Path) -> dict:
             curve.append([ev.get("step"), ev["dev_perplexity"]])
         if e == "step" and "train_loss" in ev:
             losses.append([ev.get("step"), ev["train_loss"]])
-    return {"train_s": total + seg, "tokens_per_s": rate, "dev_curve": curve, "loss_curve": losses}
+    return {"train_s": total + max(seg - base, 0.0), "tokens_per_s": rate, "dev_curve": curve,
+            "loss_curve": losses}
 
 
 def read_results(sweep: str, run: str, store=None) -> dict | None:

@@ -88,8 +88,8 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
 def _on_load(demo, ctx: Context, panel, latest, attached) -> None:
     """What a page asks for as it opens (beside the store's checkpoints)."""
     demo.load(friendly(latest), None, attached, api_visibility="private")   # re-attach to the running job
-    demo.load(friendly(lambda: [*(words := start.texts(ctx.store)), words]), None,
-              [*panel.texts, panel.said], api_visibility="private")   # the times measured here, now
+    demo.load(friendly(lambda: start.words_now(ctx.store)), None, [*panel.texts, panel.words_shown],
+              api_visibility="private")          # the times measured here, and the load, now
     demo.load(friendly(lambda: start.panel_open(ctx.store, panel.built_open)), None,
               [panel.accordion, panel.timer], api_visibility="private")
 

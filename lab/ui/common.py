@@ -244,7 +244,9 @@ def _said(e: Exception, note: tuple | None):
     """The outputs that say a person's mistake in an action's note (note = (index, outputs) or
     (index, outputs, indices to empty)); anything else raised. Memory the machine did not have is
     said as a mistake (ask for less), not a bug."""
-    e = out_of_memory(e) or e
+    if out_of_memory(e):
+        log.warning("out of memory: %s: %s", type(e).__name__, e)
+        e = out_of_memory(e)
     if note is None or not isinstance(e, LabError):
         raise _refusal(e) from None
     log.warning("refused: %s", e)

@@ -202,7 +202,13 @@ def follow(store=None, compared: bool = False, said: list | None = None) -> list
     words = texts(store)
     if words == said:
         return statuses(store, compared) + [gr.skip()] * (len(words) + 1)
-    return statuses(store, compared) + words + [words]
+    return statuses(store, compared) + words_now(store, words)
+
+
+def words_now(store=None, words: list | None = None) -> list:
+    """The panel's words (texts(), unless given), then the same list for what the page shows."""
+    words = texts(store) if words is None else words
+    return [*words, words]
 
 
 @dataclass
@@ -217,7 +223,7 @@ class Panel:
     timer: gr.Timer         # refreshes the lines while the panel is open
     built_open: bool
     texts: list             # the intro and each step's words: texts() as each page loads
-    said: gr.State          # the words the page shows (a tick sends them only when they change)
+    words_shown: gr.State   # the words the page shows (a tick sends them only when they change)
 
 
 def build(ctx: Context) -> Panel:
@@ -252,10 +258,10 @@ def build(ctx: Context) -> Panel:
     # its lines follow the store only while it is open: each tick is an event, and each event
     # costs the browser a walk over the whole page (an idle tab's ticks were most of its CPU)
     timer = gr.Timer(2.0, active=built_open)
-    said_now = gr.State(words)
-    timer.tick(friendly(lambda c, w: follow(ctx.store, c, w)), [compared, said_now],
-               [*shown, *said_texts, said_now], api_visibility="private", show_progress="hidden")
+    words_shown = gr.State(words)
+    timer.tick(friendly(lambda c, w: follow(ctx.store, c, w)), [compared, words_shown],
+               [*shown, *said_texts, words_shown], api_visibility="private", show_progress="hidden")
     panel.expand(lambda c: [gr.Timer(active=True), *statuses(ctx.store, c)], compared, [timer, *shown],
                  api_visibility="private")
     panel.collapse(lambda: gr.Timer(active=False), None, timer, api_visibility="private")
-    return Panel(buttons[3], compared, shown, panel, timer, built_open, said_texts, said_now)
+    return Panel(buttons[3], compared, shown, panel, timer, built_open, said_texts, words_shown)

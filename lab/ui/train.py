@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import logging
 import typing
 from dataclasses import dataclass
 
@@ -22,6 +23,8 @@ from lab.ui.common import text as bounded_text
 from lab.ui.fields import Checkbox, Dropdown, Number, Radio, Textbox
 from lab.ui.jobs_view import job_choices, jobs_section
 from lab.worker import jobs
+
+log = logging.getLogger("lab.ui")
 
 # the form's sections: every described setting but the vocabulary (a new model's is its
 # tokenizer's) and the plugin settings, which follow their plugin's dropdown
@@ -116,7 +119,8 @@ def _store_choices(named, store=None) -> list[tuple[str, str]]:
     `store_choices` finds in the store, as (label, value) choices."""
     try:
         names = list(named(store))
-    except LabError:            # a store it cannot read now: the blank choice alone
+    except Exception:           # a store it cannot read now, or a plugin's bug: the blank choice alone
+        log.warning("a setting's store_choices failed; offering none", exc_info=True)
         names = []
     return [("(none in the store yet)" if not names else "(none chosen)", "")] + [(n, n) for n in names]
 
