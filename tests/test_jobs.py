@@ -2,6 +2,7 @@
 import json
 import os
 import signal
+import sys
 import time
 
 import pytest
@@ -136,3 +137,22 @@ def test_the_worker_forks_each_job_which_holds_its_lock_and_nothing_of_the_worke
     said = lab_store.log_path(job_id).read_text()
     assert f"job {job_id} runs in a process forked from the worker (pid {worker.pid})" in said
     assert f"job {job_id}: stopped" in said
+
+
+def test_a_worker_loads_what_jobs_need_once_before_its_first_fork(store, capsys):
+    """`lab worker` loads torch's compiler stack and GPT-2's tokenizer once, before it forks its
+    first job (each forked job then starts with them); it starts no thread doing so (a worker with
+    another thread never forks), and a failure to load is one line, the jobs loading it themselves."""
+    import threading
+    from lab.cli.train import warm_for_jobs
+    from lab.worker.jobs import Worker
+    calls = []
+    w = Worker(store, entry=lambda job_id: 0, warm=lambda: calls.append(1))
+    w._warm()
+    w._warm()
+    assert calls == [1]
+    Worker(store, entry=lambda job_id: 0, warm=lambda: 1 / 0)._warm()
+    assert "worker: not preloaded for the jobs (ZeroDivisionError" in capsys.readouterr().out
+    before = threading.active_count()
+    warm_for_jobs()
+    assert threading.active_count() == before and "torch._dynamo" in sys.modules

@@ -337,10 +337,12 @@ class Worker:
     counting every live job of the store. nproc > 1 runs each job under torchrun with that many
     processes (one per GPU; gloo on CPUs). exit_with_parent: stop when the process that started
     this worker (the web app) is gone. entry: what a job's process forked from this one runs
-    (the `run-job` command, given by `lab worker`); without it each job is a new interpreter."""
+    (the `run-job` command, given by `lab worker`); without it each job is a new interpreter.
+    warm: what every job would load before its first step, loaded once here before the first
+    fork, so the jobs forked after it start with it."""
 
     def __init__(self, store=None, slots: int = 1, poll_s: float = 1.0, data_dir=None, nproc: int = 1,
-                 exit_with_parent: bool = False, executor: str | None = None, entry=None):
+                 exit_with_parent: bool = False, executor: str | None = None, entry=None, warm=None):
         if nproc < 1 or slots < 1:
             raise ConfigError(f"slots and nproc must be at least 1, got slots={slots} nproc={nproc}")
         self.store, self.slots, self.poll_s, self.data_dir = store, slots, poll_s, data_dir
@@ -352,8 +354,20 @@ class Worker:
         self.ray = RayTasks() if self.executor == "ray" else None
         self.children: dict[int, subprocess.Popen | forked.ForkedJob] = {}
         self.entry = entry        # run-job for a forked job's process (lab/worker/forked.py)
+        self.warm = warm          # loaded once, before the first fork
         self.running = True
         self.parent = os.getppid() if exit_with_parent else None
+
+    def _warm(self) -> None:
+        """Load what every job would (self.warm) once, before the first fork; should it fail,
+        each job loads it itself, as without it."""
+        warm, self.warm = self.warm, None
+        if warm is None:
+            return
+        try:
+            warm()
+        except Exception as e:      # noqa: BLE001 (a job meets the same and says it in its log)
+            print(f"worker: not preloaded for the jobs ({type(e).__name__}: {e})", flush=True)
 
     def _spawn(self, job: dict, fd: int) -> None:
         env = job_environment({**os.environ, "LAB_STORE": str(checkpoints.store_dir(self.store)),
@@ -371,6 +385,8 @@ class Worker:
             env["LAB_JOB_LOCKED"] = str(job["id"])
         try:      # its own session: a Ctrl-C meant for the app reaches the job through the worker
             with open(lab_store.log_path(job["id"], self.store), "ab") as log:
+                if self.entry is not None and not launcher:
+                    self._warm()
                 if self.entry is not None and not launcher and forked.forkable(env, ALLOCATOR):
                     proc = forked.fork_job(job["id"], self.entry, env, log.fileno(), fd, str(ROOT))
                 else:
