@@ -22,16 +22,12 @@ class MemoryRefused(ConfigError):
     say it as they say any refused setting)."""
 
 
-def free_bytes() -> int | None:
-    """What this process can still allocate: the least of the machine's available memory
-    (MemAvailable), its container's (cgroup v2: memory.max less memory.current) and, under an
-    address-space limit, the limit less what the process maps now; None where the system says
-    none of them (not Linux). Requests running at once are each checked against the same."""
-    return min((n for n, _ in _bounds()), default=None)
-
-
 def _bounds() -> list[tuple[int, str]]:
-    """(bytes, what bounds them) for each bound the system states."""
+    """What this process can still allocate, as (bytes, what bounds them) for each bound the
+    system states: the machine's available memory (MemAvailable), its container's (cgroup v2:
+    memory.max less memory.current) and, under an address-space limit, the limit less what the
+    process maps now; none where the system says none of them (not Linux). Requests running at
+    once are each checked against the same."""
     said = []
     meminfo = _kib(Path("/proc/meminfo"), "MemAvailable:")
     if meminfo is not None:

@@ -244,9 +244,10 @@ def _said(e: Exception, note: tuple | None):
     """The outputs that say a person's mistake in an action's note (note = (index, outputs) or
     (index, outputs, indices to empty)); anything else raised. Memory the machine did not have is
     said as a mistake (ask for less), not a bug."""
-    if out_of_memory(e):
+    ran_out = out_of_memory(e)
+    if ran_out is not None:
         log.warning("out of memory: %s: %s", type(e).__name__, e)
-        e = out_of_memory(e)
+        e = ran_out
     if note is None or not isinstance(e, LabError):
         raise _refusal(e) from None
     log.warning("refused: %s", e)

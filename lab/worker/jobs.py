@@ -385,9 +385,10 @@ class Worker:
             env["LAB_JOB_LOCKED"] = str(job["id"])
         try:      # its own session: a Ctrl-C meant for the app reaches the job through the worker
             with open(lab_store.log_path(job["id"], self.store), "ab") as log:
-                if self.entry is not None and not launcher:
+                forking = self.entry is not None and not launcher
+                if forking:
                     self._warm()
-                if self.entry is not None and not launcher and forked.forkable(env, ALLOCATOR):
+                if forking and forked.forkable(env, ALLOCATOR):
                     proc = forked.fork_job(job["id"], self.entry, env, log.fileno(), fd, str(ROOT))
                 else:
                     proc = subprocess.Popen([sys.executable, *launcher, "-m", "lab", "run-job",
