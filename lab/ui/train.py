@@ -444,8 +444,9 @@ def _wire_api(ctx: Context) -> None:
 
 
 def build(ctx: Context):
-    ctx.empty_note("Train one from scratch with a preset below (`quick` writes readable captions in "
-                   "about 5 minutes), or import SmolLM2 in the Checkpoints tab to fine-tune it here.")
+    ctx.empty_note("Train one from scratch with a preset below (`quick` writes readable captions; "
+                   "*Getting started* above says how long it takes on this machine), or import "
+                   "SmolLM2 in the Checkpoints tab to fine-tune it here.")
     gr.Markdown("Start a training job. It runs in the background worker (on a GPU when there is one); "
                 "closing the browser never stops it, and reopening the page re-attaches.")
     for task in TASKS.names():          # a task's own section (its data): `train_view`

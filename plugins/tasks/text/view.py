@@ -103,7 +103,7 @@ def build(ctx: Context) -> None:
         gr.Markdown("Import a corpus to train on: one text a line in a .txt, or a column of a .jsonl, "
                     ".json, .csv, .tsv or .parquet file (the column `text` unless you name another). "
                     "A dev split is cut from it by a seeded fraction unless it has one. Then choose "
-                    "task **text** in the training section and write the dataset's name in task.dataset.")
+                    "task **text** in the training section and the dataset in the task.dataset list.")
         with gr.Row():
             name = Textbox(label="dataset name", elem_id="data-name", placeholder="my-corpus")
             column = Textbox(label="text column (blank: text, else the first text column)",
