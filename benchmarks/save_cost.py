@@ -30,8 +30,8 @@ def one_run(preset: str, steps: int, every: float, name: str, store: str) -> tup
     """(wall seconds from the start of training to its last step, each save's seconds). The last
     step's line comes before its own save would, so `steps` steps carry steps - 1 saves."""
     model_cfg, train_cfg = get(preset)
-    cfg = train_cfg.replace(max_steps=steps, max_train_captions=steps * train_cfg.batch_size,
-                            max_dev_captions=32, log_every=10 ** 6, save_every_minutes=every)
+    cfg = train_cfg.replace(max_steps=steps, max_train=steps * train_cfg.batch_size,
+                            max_dev=32, log_every=10 ** 6, save_every_minutes=every)
     events = list(runs.train(name, model_cfg, cfg, store=store))
     last = [e for e in events if e["event"] == "step"][-1]
     assert last["step"] == steps, last

@@ -86,7 +86,7 @@ def tokenizing(store: str, corpus: Path) -> dict:
 
 def tokens_per_s(store: str, name: str, task: list[str], steps: int) -> float:
     model_cfg, train_cfg = get("tiny")
-    cfg = train_cfg.replace(max_steps=steps, max_dev_captions=64, log_every=10,
+    cfg = train_cfg.replace(max_steps=steps, max_dev=64, log_every=10,
                             save_every_minutes=0, **dict(s.split("=", 1) for s in task))
     events = [e for e in runs.train(name, model_cfg, cfg, store=store) if e["event"] == "step"]
     return events[-1]["tokens_per_s"]

@@ -25,7 +25,7 @@ def main() -> None:
     lab = [sys.executable, "-m", "lab"]
     for i in range(JOBS):
         subprocess.run(lab + ["jobs", "submit", "--preset", "tiny", "--name", f"j{i}", "--set", "max_steps=2",
-                              "--set", "max_dev_captions=20", "--set", "max_train_captions=200"],
+                              "--set", "max_dev=20", "--set", "max_train=200"],
                        env=env, cwd=REPO, check=True, capture_output=True)
     out = subprocess.run(["/usr/bin/time", "-f", "%U %S", "timeout", "-s", "TERM", str(SECONDS)] + lab
                          + ["worker"], env=env, cwd=REPO, capture_output=True, text=True)

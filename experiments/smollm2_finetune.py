@@ -65,9 +65,9 @@ def run_one(run: str, args) -> None:
         log.write(line + "\n"); log.flush()
 
     overrides = [f"epochs={args.epochs}", f"eval_every={args.eval_every}",
-                 f"max_dev_captions={args.dev}", "early_stop=none"]
+                 f"max_dev={args.dev}", "early_stop=none"]
     if args.train:
-        overrides.append(f"max_train_captions={args.train}")
+        overrides.append(f"max_train={args.train}")
     entry = {"layers": layers, "overrides": overrides}
     if layers is not None:
         parent = f"smol-{run}"

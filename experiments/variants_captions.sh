@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export LAB_STORE="${LAB_STORE:-$(mktemp -d)}"
 mkdir -p "$LAB_STORE"
-budget=(--preset quick --set max_train_captions=4000 --set max_dev_captions=500)
+budget=(--preset quick --set max_train=4000 --set max_dev=500)
 runs=(
   "plain-gpt2|"
   "sliding-w8|--set attention=sliding --set attention.window=8"

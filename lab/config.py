@@ -157,40 +157,16 @@ class ModelConfig(_Config, PluginSettings):
         self._fill_plugin_settings()
 
     @classmethod
-    def moved_keys(cls) -> dict[str, str]:
-        """Top-level keys of older configs that are a plugin's setting now, and where they went."""
-        out = {}
-        for kind, plugin, old, new in legacy_keys(cls.PLUGIN_KINDS):
-            new = new if isinstance(new, str) else new[0]
-            out[old] = (f"is the {plugin} {kind} plugin's own setting now: "
-                        f"--set {kind}={plugin} --set {kind}.{new}=VALUE")
-        return out
-
-    @classmethod
     def from_dict(cls, d: dict):
         """Also takes `KIND.SETTING` keys, and the keys of older configs that are a plugin's
         setting now, which go to the plugins they belonged to."""
-        if not isinstance(d, dict):
-            raise ConfigError(f"{cls.__name__}: expected a JSON object, got {type(d).__name__}")
-        d, settings = cls._gather_settings(d)
-        if isinstance(settings, dict):
-            cls._carry_moved_keys(d, settings)
-        return super().from_dict({**d, "settings": settings})
+        return super().from_dict(cls._plugin_dict(d))
 
-    @staticmethod
-    def _carry_moved_keys(d: dict, settings: dict) -> None:
-        """An older config's top-level key goes to the plugin that declares it (`legacy_keys` in
-        its registration) when that plugin is the chosen one; otherwise it meant nothing."""
-        model = d.get("model", ModelConfig.default("model"))
+    @classmethod
+    def _chosen_plugins(cls, d: dict) -> dict:
+        model = d.get("model", cls.default("model"))
         family = family_defaults(model) if isinstance(model, str) else {}
-        for kind, plugin, old, new in legacy_keys(ModelConfig.PLUGIN_KINDS):
-            if old not in d:
-                continue
-            value = d.pop(old)
-            chosen = d.get(kind) or family.get(kind)
-            if chosen == plugin and isinstance(settings.setdefault(kind, {}), dict):
-                name, convert = (new, None) if isinstance(new, str) else new
-                settings[kind].setdefault(name, convert(value, d) if convert else value)
+        return {kind: d.get(kind) or family.get(kind) for kind in cls.PLUGIN_KINDS}
 
     def replace(self, **overrides):
         """A plugin changed here drops the old plugin's settings, and a family changed here takes
@@ -254,20 +230,19 @@ class TrainConfig(_Config, PluginSettings):
                               choices=keep_best_choices)
     patience: int = setting(1, "evaluations without improvement before stopping", min=1,
                             max=10_000)
-    bleu_samples: int = setting(500, "dev examples sampled at each evaluation for dev BLEU "
-                                "(early_stop=bleu or keep_bleu_best)", min=1, max=5000)
-    keep_bleu_best: bool = setting(False, "also keep the evaluation with the best dev BLEU, as "
-                                   "the checkpoint NAME-bleu")
+    keep_also: str = setting("none", "also keep the evaluation with the best dev score by this "
+                             "metric (another of the task's), as the checkpoint NAME-METRIC",
+                             choices=keep_best_choices)
     keep_epochs: str = setting("", "also keep the weights at the end of these epochs, e.g. "
                                "50,100, as the checkpoints NAME-e50, NAME-e100: a budget curve "
                                "from one run", blank="none")
     eval_batch_size: int = setting(128, "examples per forward pass in evaluation", min=1,
                                    max=65536)
-    max_train_captions: int | None = setting(None, "train on the first N training examples only",
-                                             min=1, max=10 ** 8, blank="all of them")
-    max_dev_captions: int | None = setting(None, "score the first N dev examples at each "
-                                           "evaluation (the same for every run)", min=1,
-                                           max=10 ** 8, blank="all of them")
+    max_train: int | None = setting(None, "train on the first N training examples only", min=1,
+                                    max=10 ** 8, blank="all of them")
+    max_dev: int | None = setting(None, "score the first N dev examples at each evaluation (the "
+                                  "same for every run)", min=1, max=10 ** 8,
+                                  blank="all of them (or as many as the task scores)")
     max_steps: int | None = setting(None, "budget: stop after N optimizer steps in all (the "
                                     "epoch under way is evaluated)", min=1, max=10 ** 9,
                                     unit="steps", blank="the epochs decide")
@@ -278,8 +253,6 @@ class TrainConfig(_Config, PluginSettings):
                                         "place in the epoch) after this many minutes since its "
                                         "last save, so a crash loses at most that; 0: never",
                                         min=0.0, max=10 ** 6, unit="minutes")
-    final_dev: bool = setting(False, "at the end, score the kept checkpoint on every dev example "
-                              "(when max_dev_captions scored only some)")
     train_layers: str = setting("all", "'all', or the 1-based blocks that train, e.g. 1,3")
     task: str = setting("captions", "the task plugin: the data, objectives and scores of the run",
                         choices=plugin_choices("task"))
@@ -295,14 +268,6 @@ class TrainConfig(_Config, PluginSettings):
     decay_epochs: float = setting(0.0, "mingpt: the epochs its cosine takes to fall to 10% (the "
                                   "assignment: 200 of its 650)", min=0.0, max=10 ** 6,
                                   unit="epochs", blank="0: the whole run")
-    scheduled_sampling: str = setting("none", "feed the model its own sampled tokens more often "
-                                      "as training goes (Bengio et al. 2015), where the task "
-                                      "allows it", choices=("none", "linear", "exponential",
-                                                            "inverse_sigmoid"))
-    ss_k: float = setting(0.0, "the decay's constant", min=0.0, max=1e9,
-                          blank="0: reach ss_floor (or 1%) at the last step")
-    ss_floor: float = setting(0.0, "the lowest teacher-forcing probability", min=0.0, max=1.0,
-                              blank="0: 1% at the end")
     tokenizer: str = setting("gpt2", "a new model's vocabulary: GPT-2 BPE, the training texts' "
                              "words, or characters (a fine-tune keeps its parent's)",
                              choices=scratch_tokenizer_choices)
@@ -326,13 +291,33 @@ class TrainConfig(_Config, PluginSettings):
     def __post_init__(self):
         self._fill_plugin_settings()
 
+    # the top-level keys of older configs that are a top-level key of another name now:
+    # old -> (new, convert(old value) or None)
+    RENAMED: ClassVar[dict] = {"max_train_captions": ("max_train", None),
+                               "max_dev_captions": ("max_dev", None),
+                               "keep_bleu_best": ("keep_also", lambda kept: "bleu" if kept else "none")}
+
     @classmethod
     def from_dict(cls, d: dict):
-        """Also takes the task's settings as `task.SETTING` keys."""
-        if not isinstance(d, dict):
-            raise ConfigError(f"{cls.__name__}: expected a JSON object, got {type(d).__name__}")
-        d, settings = cls._gather_settings(d)
-        return super().from_dict({**d, "settings": settings})
+        """Also takes the task's settings as `task.SETTING` keys, and the keys of older configs:
+        renamed ones (RENAMED) and those that are the task's setting now."""
+        if isinstance(d, dict) and any(old in d for old in cls.RENAMED):
+            d = dict(d)
+            for old, (new, convert) in cls.RENAMED.items():
+                if old in d:
+                    value = d.pop(old)
+                    d[new] = convert(value) if convert else value   # over a newer default's
+        return super().from_dict(cls._plugin_dict(d))
+
+    @classmethod
+    def moved_keys(cls) -> dict[str, str]:
+        return {**super().moved_keys(),
+                **{old: f"is {new} now: --set {new}={convert(True) if convert else 'VALUE'}"
+                   for old, (new, convert) in cls.RENAMED.items()}}
+
+    @classmethod
+    def _chosen_plugins(cls, d: dict) -> dict:
+        return {"task": d.get("task") or cls.default("task")}
 
     def replace(self, **overrides):
         """A task changed here drops the old task's settings."""
@@ -346,18 +331,16 @@ class TrainConfig(_Config, PluginSettings):
             raise ConfigError(f"the {self.task} task's objectives are {', '.join(objectives)}; "
                               f"got objective={self.objective!r}"[:300])
         keep = task.get("keep_best", {})
+        kept = self.early_stop if self.early_stop != "none" else next(iter(keep), None)
         if self.early_stop != "none" and self.early_stop not in keep:
             raise ConfigError(f"early_stop={self.early_stop} is not a metric of the {self.task} "
                               f"task; choose {' or '.join([*keep, 'none'])}")
-        if self.keep_bleu_best and "bleu" not in keep:
-            raise ConfigError(f"keep_bleu_best keeps the best-BLEU evaluation, and the "
-                              f"{self.task} task has no BLEU")
-        if self.keep_bleu_best and self.early_stop == "bleu":
-            raise ConfigError("keep_bleu_best keeps the best-BLEU epoch beside the best-perplexity "
-                              "one; with early_stop=bleu the checkpoint is already the best-BLEU "
-                              "one: use early_stop=perplexity (or none) with keep_bleu_best")
+        if self.keep_also != "none" and (self.keep_also not in keep or self.keep_also == kept):
+            others = [m for m in keep if m != kept]
+            raise ConfigError(f"keep_also={self.keep_also}: keep_also names another metric of the "
+                              f"{self.task} task than {kept}, which the checkpoint is kept by; "
+                              f"choose {' or '.join([*others, 'none'])}")
         self.kept_epochs()
-        self._check_scheduled_sampling(task)
         self._check_settings()
 
     def kept_epochs(self) -> list[int]:
@@ -372,17 +355,6 @@ class TrainConfig(_Config, PluginSettings):
         if bad:
             raise ConfigError(f"keep_epochs {bad} out of range: this run has epochs 1 to {self.epochs}")
         return kept
-
-    def _check_scheduled_sampling(self, task: dict) -> None:
-        if self.scheduled_sampling != "none" and not task.get("scheduled_sampling"):
-            raise ConfigError(f"scheduled_sampling is for a language model of texts; the "
-                              f"{self.task} task trains with teacher forcing")
-        if self.scheduled_sampling == "exponential" and self.ss_k >= 1:
-            raise ConfigError(f"ss_k of the exponential decay is a rate below 1 (e.g. 0.999), "
-                              f"got {self.ss_k}")
-        if self.scheduled_sampling == "inverse_sigmoid" and 0 < self.ss_k < 1:
-            raise ConfigError(f"ss_k of the inverse-sigmoid decay is at least 1 (e.g. 100), "
-                              f"got {self.ss_k}")
 
 
 @dataclass

@@ -136,6 +136,46 @@ class PluginSettings:
         self.settings = resolved
 
     @classmethod
+    def _chosen_plugins(cls, d: dict) -> dict:
+        """{kind: the plugin config dict `d` chooses for it}."""
+        raise NotImplementedError
+
+    @classmethod
+    def moved_keys(cls) -> dict[str, str]:
+        """Top-level keys of older configs that are a plugin's setting now, and where they went."""
+        out = {}
+        for kind, plugin, old, new in legacy_keys(cls.PLUGIN_KINDS):
+            new = new if isinstance(new, str) else new[0]
+            out[old] = (f"is the {plugin} {kind} plugin's own setting now: "
+                        f"--set {kind}={plugin} --set {kind}.{new}=VALUE")
+        return out
+
+    @classmethod
+    def _plugin_dict(cls, d: dict) -> dict:
+        """A config dict with its plugin settings gathered into `settings` (`KIND.SETTING` keys,
+        and older configs' top-level keys that are a plugin's setting now)."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"{cls.__name__}: expected a JSON object, got {type(d).__name__}")
+        d, settings = cls._gather_settings(d)
+        if isinstance(settings, dict):
+            cls._carry_moved_keys(d, settings)
+        return {**d, "settings": settings}
+
+    @classmethod
+    def _carry_moved_keys(cls, d: dict, settings: dict) -> None:
+        """An older config's top-level key goes to the plugin that declares it (`legacy_keys` in
+        its registration) when that plugin is the chosen one; otherwise it meant nothing. The key
+        is the more specific where both are given (an older config laid over a newer default's)."""
+        chosen = cls._chosen_plugins(d)
+        for kind, plugin, old, new in legacy_keys(cls.PLUGIN_KINDS):
+            if old not in d:
+                continue
+            value = d.pop(old)
+            name, convert = (new, None) if isinstance(new, str) else new
+            if chosen.get(kind) == plugin and isinstance(settings.setdefault(kind, {}), dict):
+                settings[kind][name] = convert(value, d) if convert else value
+
+    @classmethod
     def _gather_settings(cls, d: dict) -> tuple[dict, object]:
         """(the dict without its plugin settings, the settings): `settings` and every dotted
         `KIND.SETTING` key, gathered as {kind: {setting: value}}."""

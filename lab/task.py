@@ -23,7 +23,7 @@ keep_best lists its dev scores by name, in order: `score` is the key of the dict
 its checkpoint by the first unless early_stop names another. Optional declarations, for what the
 built-in tasks do: `unit` (the plural word for its texts, "texts" if none: what Compare,
 Evaluate and sweeps call them), `tokenizers` (the scratch tokenizers the Train form offers),
-`tabs` (the views its checkpoints go to: "generate" for text), `scheduled_sampling`, `commands`
+`tabs` (the views its checkpoints go to: "generate" for text), `legacy_keys`, `commands`
 and `train_view` (its own CLI commands and Train-tab section).
 
 Its presets, if it has any, are builders of (ModelConfig, TrainConfig) registered with

@@ -21,7 +21,7 @@ def live(tmp_path_factory):
 def _start(name, parent=""):
     """/start_job's named arguments: a one-epoch tiny run (a fine-tune names training settings only)."""
     return dict(name=name, preset="tiny", parent=parent,
-                settings={"epochs": 1, "max_train_captions": 200, "max_dev_captions": 50})
+                settings={"epochs": 1, "max_train": 200, "max_dev": 50})
 
 
 def _docs_session() -> str:

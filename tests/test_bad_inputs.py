@@ -182,7 +182,7 @@ def _cli_cases():
         (T + ["--set", "n_head=0"], "n_head must be between 1 and"),
         (T + ["--set", "n_head=5"], "not divisible by n_head=5"),
         (T + ["--set", "patience=0"], "patience must be between 1 and"),
-        (T + ["--set", "max_train_captions=-5"], "max_train_captions must be between 1 and"),
+        (T + ["--set", "max_train=-5"], "max_train must be between 1 and"),
         (T + ["--set", "eval_every=-1"], "eval_every must be between 0 and"),
         (T + ["--set", "epochs=2.5"], "epochs: expected a whole number"),
         (T + ["--set", "epochs=" + "9" * 40], "epochs: expected a whole number"),
@@ -653,8 +653,8 @@ def _start_job_cases():
                            ({"train_layers": "5"}, "out of range: this model has blocks 1 to 2"),
                            ({"device": "cuda"}, "no cuda gpu"), ({"patience": 0}, "patience must be between 1 and"),
                            ({"eval_every": -1}, "eval_every must be between 0 and"),
-                           ({"max_train_captions": -5}, "max_train_captions must be between 1 and"),
-                           ({"max_dev_captions": 10 ** 9}, "max_dev_captions must be between"),
+                           ({"max_train": -5}, "max_train must be between 1 and"),
+                           ({"max_dev": 10 ** 9}, "max_dev must be between"),
                            ({"log_every": 0}, "log_every must be between 1 and"),
                            ({"attention": "gqa", "attention.kv_groups": 3},
                             "attention.kv_groups=3 must divide n_head=4"),
@@ -736,7 +736,7 @@ def test_api_lists_every_checkpoint_and_sees_new_ones(api):
 def test_eight_concurrent_clients_during_a_job_all_succeed(api):
     from gradio_client import Client
     _, url, store = api
-    job_id = jobs.submit("busy", get_tiny()[0], {**get_tiny()[1], "epochs": 3, "max_train_captions": 2000},
+    job_id = jobs.submit("busy", get_tiny()[0], {**get_tiny()[1], "epochs": 3, "max_train": 2000},
                          store=store)
     results, errors = [], []
 

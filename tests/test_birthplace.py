@@ -17,7 +17,7 @@ from lab.training.progress import format_event
 from lab.training.train import scheduled_lr
 from lab.ui import attention
 
-TINY = ["n_layer=2", "n_head=2", "n_embd=32", "max_train_captions=64", "max_dev_captions=24",
+TINY = ["n_layer=2", "n_head=2", "n_embd=32", "max_train=64", "max_dev=24",
         "batch_size=16", "eval_batch_size=32", "epochs=2"]
 
 
@@ -154,7 +154,7 @@ def test_pretrain_finetune_evaluate_from_the_command_line(tmp_path, capsys, stor
     assert pre["model"]["model"] == "gpt2" and pre["task"] == "birthplace"
     assert pre["objective"] == "span" and pre["train"]["lr_schedule"] == "warmup_cosine"
     assert cli.main(["birthplace", "finetune", "--name", "ft", "--parent", "pre", "--set", "epochs=1",
-                     "--set", "max_train_captions=32", "--set", "max_dev_captions=16"]) == 0
+                     "--set", "max_train=32", "--set", "max_dev=16"]) == 0
     out = capsys.readouterr().out
     assert "dev accuracy" in out and checkpoints.info("ft")["objective"] == "qa"
     capsys.readouterr()
@@ -194,7 +194,7 @@ def test_a_captions_model_is_refused_by_the_birthplace_task(store):
                                        vocab_size=50257)), tokenizers.gpt2(), "captions")
     with pytest.raises(ConfigError, match="not a birth-place model"):
         bp.evaluate("captions")
-    _, t, _ = configs("birthplace-finetune", ["epochs=1", "max_train_captions=8"])
+    _, t, _ = configs("birthplace-finetune", ["epochs=1", "max_train=8"])
     with pytest.raises(ConfigError, match="needs a character model with the task's mask"):
         list(runs.train("ft", None, t, parent="captions"))
 

@@ -255,8 +255,8 @@ def test_finetune_job_from_the_form_survives_a_reload_and_stops(page, server):
     _tokenizer_kept(page, "scratch-a")
     # a run that cannot end by itself before the Stop below (no early stop either), however slow
     # the machine: only the Stop ends it
-    for field, value in (("epochs", "5000"), ("patience", "5000"), ("max_train_captions", "200"),
-                         ("max_dev_captions", "50")):
+    for field, value in (("epochs", "5000"), ("patience", "5000"), ("max_train", "200"),
+                         ("max_dev", "50")):
         box = page.locator(f"#train-{field} input")
         box.fill(value)
         box.press("Tab")
@@ -277,7 +277,7 @@ def test_finetune_job_from_the_form_survives_a_reload_and_stops(page, server):
     expect(page.locator("#train-parent-note")).to_contain_text("settings of job", timeout=30_000)
     expect(page.locator("#train-name textarea, #train-name input").first).to_have_value("ui-job")
     expect(page.locator("#train-parent input")).to_have_value("scratch-a")
-    expect(page.locator("#train-max_train_captions input")).to_have_value("200")
+    expect(page.locator("#train-max_train input")).to_have_value("200")
     expect(page.locator("#train-epochs input")).to_have_value("5000")
     _tokenizer_kept(page, "scratch-a")
     page.locator("#train-stop-now").click()
@@ -502,11 +502,11 @@ def test_a_sweep_from_the_experiments_tab_runs_and_reads_as_a_table(page, server
     # the Train form's settings start a sweep: what differs from the preset is carried over
     _tab(page, "Train")
     page.locator("#train-epochs input").fill("1")
-    page.locator("#train-max_train_captions input").fill("60")
-    page.locator("#train-max_dev_captions input").fill("20")
+    page.locator("#train-max_train input").fill("60")
+    page.locator("#train-max_dev input").fill("20")
     page.locator("#train-to-sweep").click()
     expect(page.locator("#sweep-set textarea")).to_have_value(
-        "epochs=1\nmax_train_captions=60\nmax_dev_captions=20", timeout=30_000)
+        "epochs=1\nmax_train=60\nmax_dev=20", timeout=30_000)
     expect(page.locator("#sweep-note")).to_contain_text("From the Train form")
     expect(page.locator("#sweep-grid textarea")).to_have_value("")
     page.locator("#sweep-name textarea, #sweep-name input").first.fill("ui-sweep")

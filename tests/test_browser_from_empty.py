@@ -161,7 +161,7 @@ def test_a_birth_place_model_from_the_browser_alone(browser, tmp_path):
         # the preset's own values first (they arrive after the choice shows), then the test's
         epochs = presets.get(preset)[1].epochs
         expect(page.locator("#train-epochs input")).to_have_value(str(epochs), timeout=30_000)
-        for field, value in (("epochs", "1"), ("max_train_captions", str(items)), ("max_dev_captions", "20"),
+        for field, value in (("epochs", "1"), ("max_train", str(items)), ("max_dev", "20"),
                              *model):
             box = page.locator(f"#train-{field} input")
             box.fill(value)
@@ -176,7 +176,7 @@ def test_a_birth_place_model_from_the_browser_alone(browser, tmp_path):
         train("bp-tuned", "birthplace-finetune", "bp-pre", 256)
         assert checkpoints.info("bp-tuned", store)["parent"] == "bp-pre"
         pre = checkpoints.info("bp-pre", store)          # what the form said, not the preset's
-        assert (pre["train"]["epochs"], pre["train"]["max_train_captions"]) == (1, 128)
+        assert (pre["train"]["epochs"], pre["train"]["max_train"]) == (1, 128)
         assert (pre["model"]["n_layer"], pre["model"]["n_embd"]) == (1, 32)
         _tab(page, "Evaluate")
         chosen = page.locator("#birthplace-checkpoints")

@@ -33,7 +33,7 @@ def server(tmp_path_factory, corpus_dir):
     old = os.environ.get("LAB_STORE")
     os.environ["LAB_STORE"] = str(store)
     try:
-        cfg = TrainConfig(epochs=1, lr=2e-3, max_train_captions=1500, max_dev_captions=60)
+        cfg = TrainConfig(epochs=1, lr=2e-3, max_train=1500, max_dev=60)
         list(runs.train("words", tiny_config(n_positions=48), cfg.replace(tokenizer="words")))
         list(runs.train("bpe", tiny_config(n_positions=48, model="llama", vocab_size=50257), cfg))
         tok = checkpoints.load("words", store).tokenizer

@@ -41,7 +41,7 @@ def test_own_corpus_from_upload_to_compare_and_evaluate(browser, tmp_path):
         # the dataset imported a moment ago is offered in the list (it follows the store)
         expect(page.locator("#train-task-dataset input")).to_be_visible()
         _choose(page, "#train-task-dataset", "harbour")
-        for field, value in (("epochs", "1"), ("max_dev_captions", "20")):
+        for field, value in (("epochs", "1"), ("max_dev", "20")):
             f = page.locator(f"#train-{field} input")
             f.fill(value)
             f.press("Tab")

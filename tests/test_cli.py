@@ -18,7 +18,7 @@ def lab(*args, check=True):
 def trained(tmp_path_factory):
     store = tmp_path_factory.mktemp("store")
     events = lab("--store", str(store), "train", "--preset", "tiny", "--name", "tiny",
-                 "--set", "max_train_captions=300", "--set", "max_dev_captions=100",
+                 "--set", "max_train=300", "--set", "max_dev=100",
                  "--set", "epochs=2", "--set", "patience=5",
                  # a word vocabulary: GPT-2's 50,257-way output layer would be ~97% of this
                  # model's work (GPT-2 tokens are covered by the other modules)
@@ -34,7 +34,7 @@ def test_train_writes_checkpoint_and_run_files(trained):
     assert evals[1]["dev_perplexity"] < evals[0]["dev_perplexity"]
     info = json.loads(lab("--store", str(store), "checkpoints", "--json").stdout)
     assert [c["name"] for c in info] == ["tiny"]
-    assert info[0]["source"] == "scratch" and info[0]["train"]["max_train_captions"] == 300
+    assert info[0]["source"] == "scratch" and info[0]["train"]["max_train"] == 300
     assert info[0]["metrics"]["epoch"] == 2
     run = store / "_runs" / "tiny"
     lines = (run / "metrics.jsonl").read_text().splitlines()
@@ -112,9 +112,9 @@ def test_config_json_and_bleu_early_stop(tmp_path):
     cfg = tmp_path / "cfg.json"
     cfg.write_text(json.dumps({"model": {"n_layer": 1, "n_embd": 32, "n_head": 2, "n_positions": 48,
                                          "norm": "rmsnorm", "positional": "rotary"},
-                               "train": {"epochs": 2, "lr": 1e-3, "max_train_captions": 100,
-                                         "max_dev_captions": 40, "early_stop": "bleu", "tokenizer": "words",
-                                         "patience": 2, "bleu_samples": 20}}))
+                               "train": {"epochs": 2, "lr": 1e-3, "max_train": 100,
+                                         "max_dev": 40, "early_stop": "bleu", "tokenizer": "words",
+                                         "patience": 2, "task.bleu_samples": 20}}))
     events = [json.loads(e) for e in lab("--store", str(tmp_path / "s"), "train", "--config", str(cfg),
                                          "--name", "c", "--json").stdout.splitlines()]
     evals = [e for e in events if e["event"] == "eval"]
@@ -134,7 +134,7 @@ def test_resume_from_the_command_line(trained, tmp_path):
                                          "epochs=3", "--json").stdout.splitlines()]
     assert [e["epoch"] for e in events if e["event"] == "eval"] == [3]
     info = json.loads(lab("--store", str(store), "checkpoints", "--json").stdout)[0]
-    assert info["metrics"]["epoch"] == 3 and info["train"]["max_train_captions"] == 300
+    assert info["metrics"]["epoch"] == 3 and info["train"]["max_train"] == 300
     again = lab("--store", str(store), "train", "--resume", "tiny", check=False)
     assert again.returncode == 2 and "already trained 3 of 3 epochs" in again.stderr
 

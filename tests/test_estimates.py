@@ -8,7 +8,7 @@ from lab.training import estimate
 
 
 def test_a_run_time_is_the_measured_steps_and_evaluations():
-    cfg = TrainConfig(epochs=2, batch_size=32, max_train_captions=640, max_dev_captions=256,
+    cfg = TrainConfig(epochs=2, batch_size=32, max_train=640, max_dev=256,
                       eval_batch_size=128)
     speed = {"step_s": 1.5, "eval_s": 20.0}
     assert estimate.run_seconds(speed, cfg) == pytest.approx(40 * 1.5 + 2 * 20.0)

@@ -23,7 +23,7 @@ from lab.presets import get
 from tests.conftest import start_app, wait_job
 
 ROOT = Path(__file__).resolve().parent.parent
-TRAIN = dict(get("tiny")[1].to_dict(), max_train_captions=200, max_dev_captions=50, epochs=3, patience=5,
+TRAIN = dict(get("tiny")[1].to_dict(), max_train=200, max_dev=50, epochs=3, patience=5,
              tokenizer="words")                       # a small output layer: cheap tiny runs
 MODEL = get("tiny")[0].to_dict()
 
@@ -124,7 +124,7 @@ PERIODIC_KILLS = {
     "kill@eval.batch#1": None,                        # inside epoch 1's dev evaluation
     "kill@save.written#2": "removed 1 leftover",      # inside the second save: the first one stays
 }
-PERIODIC_TRAIN = dict(epochs=2, lr=1e-3, max_train_captions=320, max_dev_captions=60, patience=5,
+PERIODIC_TRAIN = dict(epochs=2, lr=1e-3, max_train=320, max_dev=60, patience=5,
                       tokenizer="words", save_every_minutes=0.002)       # 10 steps an epoch
 PERIODIC_MODEL = dict(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48, dropout=0.1)
 KILLED_RUN = """
@@ -204,7 +204,7 @@ def test_a_stopped_process_stays_running_and_no_second_writer_starts(store, monk
     """SIGSTOP for as long as you like (its last word set ten minutes back, beyond any heartbeat
     timeout): the job stays running, nothing else may write its checkpoint, and once continued
     it stops on request, saving where it stood."""
-    job_id = jobs.submit("paused", MODEL, {**TRAIN, "epochs": 50, "max_train_captions": 2000})
+    job_id = jobs.submit("paused", MODEL, {**TRAIN, "epochs": 50, "max_train": 2000})
     worker = jobs.Worker(poll_s=0.2)
     _wait(job_id, ("running",), worker)
     _wait_event(job_id, "step", worker)                # training has begun
@@ -323,7 +323,7 @@ def test_app_sigterm_then_sigkill_then_restart(store):
     """SIGTERM: the app stops its worker, the worker stops the job, which saves where it stands
     and is left interrupted. SIGKILL: the orphaned worker notices its app is gone and does the
     same; the next app never runs a second worker or job beside it."""
-    long = {**TRAIN, "epochs": 50, "max_train_captions": 2000}
+    long = {**TRAIN, "epochs": 50, "max_train": 2000}
     job_id = jobs.submit("served", MODEL, long)
     app = _start_app(store, "app1.log")
     _wait_for(lambda: jobs.get(job_id)["progress"].get("event") == "step", 120, "the job to train")
@@ -411,7 +411,7 @@ def test_a_stopped_runs_state_is_neither_wiped_nor_resurrected(store):
     that name is refused; deleting the name deletes that state too."""
     # an epoch over all 15,000 training captions: the stop (read within a second) comes long
     # before its first dev score
-    job_id = jobs.submit("kept", MODEL, {**TRAIN, "epochs": 20, "max_train_captions": 15000})
+    job_id = jobs.submit("kept", MODEL, {**TRAIN, "epochs": 20, "max_train": 15000})
     worker = jobs.Worker(poll_s=0.2)
     _wait(job_id, ("running",), worker)
     _wait_event(job_id, "start", worker)

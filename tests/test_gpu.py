@@ -18,7 +18,7 @@ MODEL = ModelConfig(model="gpt2", n_layer=2, n_head=4, n_embd=64, n_positions=48
 
 
 def _run(name, **train):
-    cfg = TrainConfig(epochs=1, lr=1e-3, max_train_captions=320, max_dev_captions=60, device="cuda",
+    cfg = TrainConfig(epochs=1, lr=1e-3, max_train=320, max_dev=60, device="cuda",
                       **train)
     return list(runs.train(name, MODEL, cfg))
 

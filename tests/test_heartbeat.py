@@ -63,7 +63,7 @@ def test_every_phase_of_a_job_keeps_its_line_fresh(corpus_dir, monkeypatch, writ
     monkeypatch.setattr(runs, "_model_to_train", _slow(runs._model_to_train))
     monkeypatch.setattr(train.Trainer, "_train_step", _slow(train.Trainer._train_step))
     monkeypatch.setattr(checkpoints, "save", _slow(checkpoints.save))
-    cfg = TrainConfig(epochs=1, lr=1e-3, max_train_captions=64, max_dev_captions=40, final_dev=True)
+    cfg = TrainConfig(epochs=1, lr=1e-3, max_train=64, max_dev=40, settings={"task": {"final_dev": True}})
     model_cfg = ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48)
     status, error = jobs._follow(0, "beating", runs.train("beating", model_cfg, cfg))
     assert status == "done", error

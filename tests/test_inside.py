@@ -141,7 +141,7 @@ def test_patching_and_the_lens_in_pieces_give_what_they_give_whole(monkeypatch):
 @pytest.fixture
 def captioner(corpus_dir):
     list(runs.train("cap", tiny_config(n_positions=48), TrainConfig(
-        epochs=1, lr=1e-3, max_train_captions=640, max_dev_captions=60, tokenizer="words")))
+        epochs=1, lr=1e-3, max_train=640, max_dev=60, tokenizer="words")))
     return checkpoints.load("cap")
 
 

@@ -14,7 +14,7 @@ from lab.config import ConfigError
 from lab.presets import get
 from tests.conftest import wait_job
 
-TINY_TRAIN = dict(get("tiny")[1].to_dict(), max_train_captions=200, max_dev_captions=50, epochs=2,
+TINY_TRAIN = dict(get("tiny")[1].to_dict(), max_train=200, max_dev=50, epochs=2,
                   patience=5, tokenizer="words")     # a small output layer: cheap tiny runs
 
 
@@ -58,7 +58,7 @@ def test_worker_runs_a_job_under_torchrun(monkeypatch):
 
 
 def test_stop_now_and_resume_after_a_crash():
-    train = {**TINY_TRAIN, "epochs": 20, "max_train_captions": 400}
+    train = {**TINY_TRAIN, "epochs": 20, "max_train": 400}
     job_id = jobs.submit("crashy", _tiny_model(), train)
     worker = jobs.Worker(poll_s=0.2)
     # let it write one checkpoint, then kill its process as a crash would
@@ -110,7 +110,7 @@ def test_the_worker_forks_each_job_which_holds_its_lock_and_nothing_of_the_worke
     import subprocess
     import sys
     from tests.conftest import ROOT
-    job_id = jobs.submit("forked", _tiny_model(), {**TINY_TRAIN, "epochs": 50, "max_train_captions": 15000})
+    job_id = jobs.submit("forked", _tiny_model(), {**TINY_TRAIN, "epochs": 50, "max_train": 15000})
     with open(store.parent / "worker.log", "wb") as log:
         worker = subprocess.Popen([sys.executable, "-m", "lab", "worker"], stdout=log,
                                   stderr=subprocess.STDOUT, cwd=ROOT)

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from lab.config import DecodeConfig, ModelConfig
+from lab.config import DecodeConfig, ModelConfig, TrainConfig
 from lab.modeling.generate import sample_captions
 from lab.presets import configs
 from lab.storage import checkpoints
@@ -104,4 +104,57 @@ def test_an_older_config_file_gives_the_same_configs():
     assert {k: v for k, v in model.to_dict().items() if k in doc["model"]} == doc["model"]
     newer = set(model.to_dict()) - set(doc["model"])          # settings added since: their defaults
     assert {k: getattr(model, k) for k in newer} == {k: ModelConfig.default(k) for k in newer}
-    assert {k: v for k, v in train.to_dict().items() if k in doc["train"]} == doc["train"]
+    now = {**train.to_dict(), **train.settings["task"]}     # the captions task's settings were keys
+    for key, value in doc["train"].items():         # renamed keys hold their value under the new name
+        new, convert = TrainConfig.RENAMED.get(key, (key, None))
+        assert now[new] == (convert(value) if convert else value), key
+
+
+@pytest.fixture
+def older_task_keys(store):
+    shutil.copytree(FIXTURES / "older_task_keys", store, dirs_exist_ok=True)
+    return store
+
+
+def _events(store, run: str) -> list[dict]:
+    path = store / "_runs" / run / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_older_queued_work_with_the_captions_settings_at_the_top_runs_as_it_asked(older_task_keys):
+    """Queued when the captions task's settings were top-level keys: the job keeps its second
+    best-BLEU checkpoint, scores every dev caption at the end and samples its own tokens down to
+    its floor; the sweep's grid over the schedule runs each schedule with its constant."""
+    queued = {j["name"]: j for j in jobs.list_jobs() if j["status"] == "queued"}
+    assert set(queued) == {"acc-queued", "acc-sweep-none", "acc-sweep-exponential"}
+    worker = jobs.Worker(poll_s=0.2)
+    for job in queued.values():
+        done = wait_job(job["id"], jobs.FINAL, worker)
+        assert done["status"] == "done", done["error"]
+    train = checkpoints.info("acc-queued")["train"]
+    assert (train["max_train"], train["max_dev"], train["keep_also"]) == (64, 16, "bleu")
+    assert train["settings"]["task"] == {"bleu_samples": 8, "final_dev": True,
+                                         "scheduled_sampling": "linear", "ss_k": 0.0, "ss_floor": 0.5}
+    assert checkpoints.info("acc-queued-bleu")["kept_by"] == "dev harmonic BLEU"
+    events = _events(older_task_keys, "acc-queued")
+    assert checkpoints.info("acc-queued")["metrics"]["final_dev_captions"] == 5000
+    forcing = [e["teacher_forcing"] for e in events if e["event"] == "step"]
+    assert forcing == sorted(forcing, reverse=True) and forcing[0] > forcing[-1] >= 0.5
+    assert not any("teacher_forcing" in e for e in _events(older_task_keys, "acc-sweep-none"))
+    exponential = [e["teacher_forcing"] for e in _events(older_task_keys, "acc-sweep-exponential")
+                   if e["event"] == "step"]
+    assert exponential[:3] == pytest.approx([0.9, 0.81, 0.729])         # logged after each step
+    rows = sweeps.table("acc-sweep", n_boot=50)["rows"]
+    assert [r["status"] for r in rows] == ["done", "done"], rows
+
+
+def test_older_training_configs_carry_their_keys_to_where_they_live_now():
+    doc = json.loads((FIXTURES / "older_train_configs.json").read_text())
+    captions = TrainConfig.from_dict(doc["captions"])
+    captions.validate()
+    assert (captions.max_train, captions.max_dev, captions.keep_also) == (64, 16, "bleu")
+    assert captions.settings["task"] == {"bleu_samples": 8, "final_dev": True,
+                                         "scheduled_sampling": "linear", "ss_k": 0.0, "ss_floor": 0.5}
+    birthplace = TrainConfig.from_dict(doc["birthplace"])   # the captions keys at their defaults
+    birthplace.validate()
+    assert (birthplace.max_train, birthplace.keep_also, birthplace.settings) == (32, "none", {})

@@ -12,8 +12,8 @@ from tests.conftest import ROOT
 
 def test_a_sweep_runs_as_ray_tasks_on_a_local_instance(store):
     out = subprocess.run([sys.executable, "-m", "lab", "--store", str(store), "sweep", "start", "r",
-                          "--preset", "tiny", "--grid", "n_layer=1,2", "--set", "max_train_captions=100",
-                          "--set", "max_dev_captions=30", "--set", "epochs=1", "--n", "12",
+                          "--preset", "tiny", "--grid", "n_layer=1,2", "--set", "max_train=100",
+                          "--set", "max_dev=30", "--set", "epochs=1", "--n", "12",
                           "--set", "tokenizer=words",         # a small output layer: cheap runs
                           "--executor", "ray", "--wait", "--json"],
                          capture_output=True, text=True, timeout=600, cwd=ROOT,

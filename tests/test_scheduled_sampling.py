@@ -10,24 +10,26 @@ from lab.training import runs
 from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.inputs.data import assignment_loss
 from lab.modeling.model import build
-from lab.training.train import scheduled_inputs, teacher_forcing
+from lab.training.train import scheduled_inputs
+from plugins.tasks.captions import CaptionsSettings
+from plugins.tasks.captions.sampling import teacher_forcing
 
 
 @pytest.mark.parametrize("kind", ["linear", "exponential", "inverse_sigmoid"])
 def test_each_decay_falls_to_its_floor_at_the_last_step(kind):
-    cfg = TrainConfig(scheduled_sampling=kind, ss_floor=0.25)
+    cfg = CaptionsSettings(scheduled_sampling=kind, ss_floor=0.25)
     ps = [teacher_forcing(cfg, s, 200) for s in range(0, 201, 10)]
     assert ps[0] > 0.9 and all(a >= b for a, b in zip(ps, ps[1:]))
     assert ps[-1] == pytest.approx(0.25, abs=1e-6)
     assert teacher_forcing(cfg, 10_000, 200) == 0.25                  # never below the floor
-    assert teacher_forcing(TrainConfig(), 100, 200) == 1.0             # off: always gold
+    assert teacher_forcing(CaptionsSettings(), 100, 200) == 1.0             # off: always gold
 
 
 def test_an_explicit_constant_follows_the_papers_formulas():
-    assert teacher_forcing(TrainConfig(scheduled_sampling="linear", ss_k=100), 40, 1) == pytest.approx(0.6)
-    assert teacher_forcing(TrainConfig(scheduled_sampling="exponential", ss_k=0.99), 50, 1) == \
+    assert teacher_forcing(CaptionsSettings(scheduled_sampling="linear", ss_k=100), 40, 1) == pytest.approx(0.6)
+    assert teacher_forcing(CaptionsSettings(scheduled_sampling="exponential", ss_k=0.99), 50, 1) == \
         pytest.approx(0.99 ** 50)
-    assert teacher_forcing(TrainConfig(scheduled_sampling="inverse_sigmoid", ss_k=10), 20, 1) == \
+    assert teacher_forcing(CaptionsSettings(scheduled_sampling="inverse_sigmoid", ss_k=10), 20, 1) == \
         pytest.approx(10 / (10 + math.exp(2)))
 
 
@@ -57,10 +59,10 @@ def test_all_gold_is_plain_teacher_forcing_and_none_gold_swaps_every_caption_tok
 
 def test_a_run_with_scheduled_sampling_logs_its_probability_and_learns_otherwise(corpus_dir, store):
     from lab.storage import checkpoints
-    base = dict(epochs=1, lr=1e-3, max_train_captions=96, max_dev_captions=20, log_every=1,
+    base = dict(epochs=1, lr=1e-3, max_train=96, max_dev=20, log_every=1,
                 batch_size=16)
     model_cfg = ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48)
-    events = list(runs.train("ss", model_cfg, TrainConfig(**base, scheduled_sampling="linear")))
+    events = list(runs.train("ss", model_cfg, TrainConfig(**base, settings={"task": {"scheduled_sampling": "linear"}})))
     forcing = [e["teacher_forcing"] for e in events if e["event"] == "step"]
     assert len(forcing) == 6 and forcing[0] > forcing[-1] and forcing[-1] < 0.2
     list(runs.train("tf", model_cfg, TrainConfig(**base)))
@@ -69,13 +71,14 @@ def test_a_run_with_scheduled_sampling_logs_its_probability_and_learns_otherwise
 
 
 def test_scheduled_sampling_settings_are_checked():
-    for bad, said in (({"scheduled_sampling": "cosine"}, "scheduled_sampling must be"),
-                      ({"scheduled_sampling": "linear", "task": "birthplace"}, "trains with teacher forcing"),
-                      ({"scheduled_sampling": "exponential", "ss_k": 2}, "a rate below 1"),
-                      ({"scheduled_sampling": "inverse_sigmoid", "ss_k": 0.5}, "at least 1"),
-                      ({"ss_floor": 1.5}, "ss_floor must be between")):
+    for bad, said in (({"task.scheduled_sampling": "cosine"}, "task.scheduled_sampling must be"),
+                      ({"task.scheduled_sampling": "linear", "task": "birthplace"},
+                       "task plugin 'birthplace' has no setting 'scheduled_sampling'"),
+                      ({"task.scheduled_sampling": "exponential", "task.ss_k": 2}, "a rate below 1"),
+                      ({"task.scheduled_sampling": "inverse_sigmoid", "task.ss_k": 0.5}, "at least 1"),
+                      ({"task.ss_floor": 1.5}, "task.ss_floor must be between")):
         with pytest.raises(ConfigError, match=said):
-            TrainConfig(**bad).validate()
+            TrainConfig.from_dict(bad).validate()
 
 
 def test_exposure_bias_is_the_loss_gap_after_the_models_own_prefix(corpus_dir, store, capsys):

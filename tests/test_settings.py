@@ -204,7 +204,7 @@ def test_the_form_restored_from_a_job_starts_the_same_job(store):
                                  "positional": "rotary", "positional.theta": 5000.0,
                                  "max_steps": 3, "lr_schedule": "warmup_cosine", "warmup_steps": 1}),
         ("a-fine-tune", "smollm2-quick", "parent-a", {"epochs": 2, "train_layers": "2",
-                                                       "max_dev_captions": 40}),
+                                                       "max_dev": 40}),
         ("birth", "birthplace-finetune", "", {"epochs": 3})]
     for name, preset, parent, named in submitted:
         m, t, _ = configs(preset, named=named)

@@ -17,7 +17,7 @@ from lab.worker.jobs import Worker
 from tests.conftest import ROOT
 
 # a word vocabulary keeps the tiny runs cheap (GPT-2's output layer would be most of their work)
-TINY = ["max_train_captions=120", "max_dev_captions=40", "epochs=1", "log_every=1", "tokenizer=words"]
+TINY = ["max_train=120", "max_dev=40", "epochs=1", "log_every=1", "tokenizer=words"]
 
 
 def _lab(store, *args, timeout=600):
@@ -81,7 +81,7 @@ def test_a_run_stopped_while_scoring_resumes_by_scoring_only(store):
     (no training), and a run stopped before it started starts. The runs keep two bests (the best
     dev perplexity and the best dev BLEU), and both are scored."""
     sweeps.start({"name": "s", "preset": "tiny", "grid": {"n_layer": [1, 2]}, "score": {"n": 12},
-                  "set": TINY + ["epochs=3", "early_stop=none", "keep_bleu_best=true", "bleu_samples=8"]},
+                  "set": TINY + ["epochs=3", "early_stop=none", "keep_also=bleu", "task.bleu_samples=8"]},
                  store)
     _, runs = sweeps.get("s", store)
     jobs.request_stop(runs[1]["job"]["id"], store=store)           # queued: stopped before it started
@@ -149,8 +149,8 @@ def test_a_birthplace_sweep_scores_accuracy_paired_by_question(store):
     answers the same dev questions greedily; the table shows accuracy with its Wilson interval
     and the difference against row 1 paired by question."""
     sweeps.start({"name": "bp", "preset": "birthplace-finetune", "grid": {"lr": [6e-4, 3e-3]},
-                  "set": ["n_layer=2", "n_head=2", "n_embd=32", "max_train_captions=32",
-                          "max_dev_captions=16", "batch_size=16", "epochs=1"],
+                  "set": ["n_layer=2", "n_head=2", "n_embd=32", "max_train=32",
+                          "max_dev=16", "batch_size=16", "epochs=1"],
                   "score": {"split": "dev", "n": 40}}, store)
     _serve(store, "bp")
     t = sweeps.table("bp", store)
@@ -212,7 +212,7 @@ def test_a_sweep_name_and_its_run_names_are_never_taken_twice(store):
     with pytest.raises(ConfigError, match="sweep 'once' already exists"):
         sweeps.start({"name": "once", "preset": "tiny", "set": TINY}, store)
     # a run whose checkpoint a queued job will write: the sweep is refused before anything queues
-    other = jobs.submit("c-n_layer2", {"n_layer": 1}, {"max_train_captions": 5}, store=store)
+    other = jobs.submit("c-n_layer2", {"n_layer": 1}, {"max_train": 5}, store=store)
     with pytest.raises(ConfigError, match=f"run 2 .*job {other} is already writing checkpoint 'c-n_layer2'"):
         sweeps.start({"name": "c", "preset": "tiny", "set": TINY, "grid": {"n_layer": [1, 2]}}, store)
     assert [s["name"] for s in sweeps.list_sweeps(store)] == ["once"]
@@ -242,7 +242,7 @@ def test_every_recipe_plans_at_both_budgets(store):
                                         "fl-smollm2_1_15_30", "fl-smollm2_all"]
     assert all(r.model is None and r.parent.startswith("smollm2:") for r in layers)
     ss = sweeps.check({**sweeps.recipe("scheduled-sampling", "cpu"), "name": "ss"}, store)
-    assert ss[0].score["exposure"] and [r.train["scheduled_sampling"] for r in ss[1]] == [
+    assert ss[0].score["exposure"] and [r.train["settings"]["task"]["scheduled_sampling"] for r in ss[1]] == [
         "none", "linear", "exponential", "inverse_sigmoid"]
     tok = sweeps.check({**sweeps.recipe("tokenization", "cpu"), "name": "tk"}, store)[0]
     assert tok.score["bleu_tokens"] == "words" and tok.score["decoders"][0]["max_new_tokens"] == 190

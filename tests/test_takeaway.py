@@ -83,7 +83,7 @@ def test_the_report_escapes_what_people_typed(store):
 
 
 def test_final_dev_scores_the_kept_checkpoint_on_every_dev_caption(corpus_dir):
-    cfg = TrainConfig(epochs=1, lr=1e-3, max_train_captions=64, max_dev_captions=40, final_dev=True,
+    cfg = TrainConfig(epochs=1, lr=1e-3, max_train=64, max_dev=40, settings={"task": {"final_dev": True}},
                       tokenizer="words")     # 5,000 dev captions through a small output layer
     model_cfg = ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48)
     events = list(runs.train("fd", model_cfg, cfg))
@@ -96,7 +96,7 @@ def test_final_dev_scores_the_kept_checkpoint_on_every_dev_caption(corpus_dir):
 
 
 def test_without_final_dev_only_the_chosen_dev_captions_are_scored(corpus_dir):
-    cfg = TrainConfig(epochs=1, lr=1e-3, max_train_captions=64, max_dev_captions=40)
+    cfg = TrainConfig(epochs=1, lr=1e-3, max_train=64, max_dev=40)
     list(runs.train("nofd", ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48), cfg))
     assert "final_dev_captions" not in checkpoints.info("nofd")["metrics"]
 
@@ -114,7 +114,7 @@ def test_getting_started_steps_queue_once_and_say_where_they_stand(store):
     assert "Queued job 2" in start.finetune(store)
     spec = jobs.get(2, store)["spec"]
     assert spec["parent"] == start.SMOLLM2 and spec["preset"] == "smollm2-quick"
-    assert spec["train"]["max_train_captions"] == 800 and spec["train"]["max_dev_captions"] == 200
+    assert spec["train"]["max_train"] == 800 and spec["train"]["max_dev"] == 200
     with pytest.raises(Exception, match="not in the store yet"):
         start.ready_to_compare(store)
     jobs.request_stop(1, "now", store)             # a queued job stops at once

@@ -239,7 +239,7 @@ def test_blocks_join_the_texts_and_count_the_bytes_their_targets_cover(sources):
 
 def _train(name, *sets, store=None, parent=None):
     model_cfg, train_cfg, _ = configs("tiny", ["n_layer=1", "n_embd=32", "n_head=2", "max_steps=4",
-                                               "max_dev_captions=30", "batch_size=8", *sets])
+                                               "max_dev=30", "batch_size=8", *sets])
     events = list(runs.train(name, None if parent else model_cfg, train_cfg, parent=parent, store=store))
     assert events[-1]["event"] == "done", events[-1]
     return events
@@ -282,7 +282,7 @@ def test_the_task_settings_are_set_and_checked_like_a_plugin_s():
     cfg = TrainConfig.from_dict({"task": "text", "task.dataset": "mine"})
     assert cfg.plugin_settings("task").dataset == "mine"
     assert TrainConfig.from_dict(json.loads(cfg.to_json())) == cfg
-    assert cfg.replace(task="captions").settings == {}          # another task drops them
+    assert "dataset" not in cfg.replace(task="captions").settings["task"]   # another task drops them
     with pytest.raises(ConfigError, match=r"task=text trains on a dataset in the store: --set task.dataset=NAME"):
         TrainConfig.from_dict({"task": "text"})
     with pytest.raises(ConfigError, match=r"the task plugin 'captions' has no setting 'dataset'"):
@@ -395,7 +395,7 @@ def test_a_sweep_over_a_dataset_trains_and_scores_on_its_texts(sources, store):
     sweeps.start({"name": "own", "preset": "tiny", "grid": {"task.examples": ["lines", "blocks"]},
                   "score": {"n": 12, "decoders": ["greedy"]},
                   "set": ["task=text", "task.dataset=dict", "tokenizer=words", "max_steps=3",
-                          "max_dev_captions=20", "n_positions=32"]}, store)
+                          "max_dev=20", "n_positions=32"]}, store)
     _serve(store, "own")
     t = sweeps.table("own", store)
     assert [r["status"] for r in t["rows"]] == ["done", "done"]
@@ -466,3 +466,17 @@ def test_the_train_form_offers_the_stores_datasets_and_follows_them(sources, sto
     def broken(store):
         raise PermissionError("a store it cannot read")
     assert _store_choices(broken) == [("(none in the store yet)", "")]   # the form still builds
+
+
+def test_two_checkpoints_trained_on_the_same_data_are_alike_whatever_else_their_runs_set():
+    """The pair Compare opens on: a fine-tune beside a scratch model of the same task and data. A
+    run's other task settings (scheduled sampling, BLEU samples), or a checkpoint saved before its
+    task recorded settings, do not part them; another dataset does."""
+    from lab.ui.common import trained_on
+    older = {"source": "scratch"}
+    captions = {"task": "captions", "train": {"task": "captions", "settings": {"task": {
+        "bleu_samples": 8, "scheduled_sampling": "linear"}}}}
+    assert trained_on(older) == trained_on(captions)
+    text = lambda name: {"task": "text", "train": {"task": "text", "settings": {"task": {"dataset": name, "examples": "lines"}}}}  # noqa: E731
+    assert trained_on(text("wiki")) == trained_on({**text("wiki"), "source": "finetune"})
+    assert trained_on(text("wiki")) != trained_on(text("poems")) != trained_on(captions)

@@ -47,7 +47,7 @@ def test_scratch_tokenizers_are_built_from_the_whole_training_split(corpus_dir):
 
 @pytest.mark.parametrize("kind", ["words", "char"])
 def test_a_model_trained_with_its_own_vocabulary_keeps_it_and_writes_captions(corpus_dir, kind):
-    cfg = TrainConfig(epochs=1, lr=3e-3, max_train_captions=256, max_dev_captions=40, tokenizer=kind)
+    cfg = TrainConfig(epochs=1, lr=3e-3, max_train=256, max_dev=40, tokenizer=kind)
     model_cfg = ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=192)
     events = list(runs.train(kind, model_cfg, cfg))
     assert events[-1]["event"] == "done"
@@ -95,7 +95,7 @@ def test_a_fine_tune_starts_from_the_blocks_it_names(corpus_dir):
     assert meta["layers"] == [4, 2] and model.config.n_layer == 2
     assert torch.equal(model.transformer.h[0].attn.c_attn.weight, m.transformer.h[3].attn.c_attn.weight)
     assert torch.equal(model.transformer.wte.weight, m.transformer.wte.weight)
-    cfg = TrainConfig(epochs=1, lr=1e-3, max_train_captions=64, max_dev_captions=20)
+    cfg = TrainConfig(epochs=1, lr=1e-3, max_train=64, max_dev=20)
     list(runs.train("ft", None, cfg, parent="four:4,2"))
     info = checkpoints.info("ft")
     assert info["parent"] == "four:4,2" and info["layers"] == [4, 2]
@@ -114,7 +114,7 @@ def test_a_fine_tune_of_some_packaged_smollm2_blocks_needs_no_import(corpus_dir,
     from lab.storage import smollm2
     monkeypatch.setattr(smollm2, "load_hf", lambda path=None: smollm2_hf)   # read once a session
     assert runs.check_parent("smollm2:1,15,30") == 3
-    cfg = TrainConfig(epochs=1, lr=2e-4, max_train_captions=16, max_dev_captions=8, max_steps=1,
+    cfg = TrainConfig(epochs=1, lr=2e-4, max_train=16, max_dev=8, max_steps=1,
                       batch_size=8)
     events = list(runs.train("ft2", None, cfg, parent="smollm2:30,1"))
     assert events[-1]["event"] == "done"

@@ -9,7 +9,7 @@ source "$(dirname "$0")/common.sh"
 TAG=${TAG:-p}
 B_END=${B_END:-280}
 if [ -n "$SMOKE" ]; then
-  FT=(--set epochs=1 --set max_train_captions=64 --set max_dev_captions=20); B_END=300
+  FT=(--set epochs=1 --set max_train=64 --set max_dev=20); B_END=300
 fi
 
 say "resuming both to their last epoch"

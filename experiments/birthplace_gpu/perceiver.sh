@@ -14,8 +14,8 @@ HW5=(--set model.bottleneck_dim=32 --set model.cross_norm=bottleneck)
 MINGPT=(--set adam_beta2=0.95 --set decay_biases=false --set init=plain)
 PRE=(); A_END=${A_END:-530}; B_END=${B_END:-592}
 if [ -n "$SMOKE" ]; then
-  PRE=(--set epochs=2 --set max_train_captions=128 --set max_dev_captions=32 --set n_layer=3)
-  FT=(--set epochs=1 --set max_train_captions=64 --set max_dev_captions=20); A_END=150; B_END=330
+  PRE=(--set epochs=2 --set max_train=128 --set max_dev=32 --set n_layer=3)
+  FT=(--set epochs=1 --set max_train=64 --set max_dev=20); A_END=150; B_END=330
 fi
 
 say "pretraining the Perceiver as HW5 builds it (${HW5[*]}): perc650h with ${MINGPT[*]}, perc650g with the preset's recipe"

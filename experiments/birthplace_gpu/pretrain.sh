@@ -14,7 +14,7 @@ TAG=${TAG:-p}
 read -r -a SETS <<< "${RECIPE:---set adam_beta2=0.95 --set decay_biases=false --set init=plain}"
 PRE=(); A_END=${A_END:-560}
 if [ -n "$SMOKE" ]; then
-  PRE=(--set epochs=3 --set max_train_captions=128 --set max_dev_captions=32 --set n_layer=2); A_END=100
+  PRE=(--set epochs=3 --set max_train=128 --set max_dev=32 --set n_layer=2); A_END=100
 fi
 
 pretrain_both

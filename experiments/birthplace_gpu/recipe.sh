@@ -18,8 +18,8 @@ TAG=${TAG:-m}
 read -r -a SETS <<< "${RECIPE:---set lr_schedule=mingpt --set decay_epochs=200 --set warmup_steps=0}"
 PRE=(); FT=(); A_END=490; B_END=570
 if [ -n "$SMOKE" ]; then
-  PRE=(--set epochs=2 --set max_train_captions=128 --set max_dev_captions=32 --set n_layer=2)
-  FT=(--set epochs=1 --set max_train_captions=64 --set max_dev_captions=20); A_END=120; B_END=300
+  PRE=(--set epochs=2 --set max_train=128 --set max_dev=32 --set n_layer=2)
+  FT=(--set epochs=1 --set max_train=64 --set max_dev=20); A_END=120; B_END=300
 fi
 
 pretrain_both

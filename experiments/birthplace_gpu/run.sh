@@ -9,8 +9,8 @@
 source "$(dirname "$0")/common.sh"
 KEEP=50,100,200,400,650; PRE=(--set max_minutes=5.5); FT=(); A_END=400; B_END=530
 if [ -n "$SMOKE" ]; then
-  KEEP=1,2; PRE=(--set epochs=2 --set max_train_captions=128 --set max_dev_captions=32 --set n_layer=2)
-  FT=(--set epochs=1 --set max_train_captions=64 --set max_dev_captions=20); A_END=120; B_END=240
+  KEEP=1,2; PRE=(--set epochs=2 --set max_train=128 --set max_dev=32 --set n_layer=2)
+  FT=(--set epochs=1 --set max_train=64 --set max_dev=20); A_END=120; B_END=240
 fi
 
 say "pretraining: vanilla (keep_epochs=$KEEP) and Perceiver, side by side"

@@ -3,7 +3,7 @@
 first progress event at least 60, 120, 180 and 240 s after the start, its ETA, the time that was
 actually left until the `done` event, and the error.
 
-    python experiments/eta_cpu/measure.py OUT_DIR -- --preset quick --set max_train_captions=6000
+    python experiments/eta_cpu/measure.py OUT_DIR -- --preset quick --set max_train=6000
 
 OUT_DIR gets events.jsonl (the run's events), load.txt (time and /proc/loadavg) and summary.txt.
 """

@@ -81,8 +81,8 @@ def main():
     for name in ("big-model", "big-model-2") if args.steps else ():      # --steps 0: the import alone
         print(json.dumps(measured([py, "-m", "lab", "--store", str(store), "train", "--preset", "tiny",
                                    "--name", name, "--set", "task=text", "--set", "task.dataset=big",
-                                   "--set", f"max_steps={args.steps}", "--set", "max_dev_captions=500",
-                                   "--set", "max_train_captions=", "--set", "save_every_minutes=0"])))
+                                   "--set", f"max_steps={args.steps}", "--set", "max_dev=500",
+                                   "--set", "max_train=", "--set", "save_every_minutes=0"])))
     disk = sum(f.stat().st_size for f in store.rglob("*") if f.is_file())
     print(json.dumps({"store_bytes_on_disk": disk}))
 

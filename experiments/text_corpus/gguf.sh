@@ -13,6 +13,6 @@ set -x
 $PY -m lab data import ../shared/data/cs224n-birthplaces/wiki.txt --name wiki --dev-fraction 0.1
 $PY -m lab import smollm2 --name smollm2
 $PY -m lab train --preset smollm2-quick --parent smollm2 --name wiki-smol --set task=text \
-    --set task.dataset=wiki --set max_dev_captions=
+    --set task.dataset=wiki --set max_dev=
 $PY -m lab export gguf wiki-smol "$LAB_STORE/../wiki-smol.gguf" --type q8_0
 $PY experiments/gguf_llamacpp/run.py "$1" wiki-smol "Ada Lovelace was born in"

@@ -12,10 +12,10 @@ echo "# store $LAB_STORE"
 set -x
 $PY -m lab data import ../shared/data/cs224n-birthplaces/wiki.txt --name wiki --dev-fraction 0.1
 $PY -m lab train --preset quick --name wiki-scratch --set task=text --set task.dataset=wiki \
-    --set n_positions=128 --set epochs=3 --set max_train_captions= --set max_dev_captions=
+    --set n_positions=128 --set epochs=3 --set max_train= --set max_dev=
 $PY -m lab import smollm2 --name smollm2
 $PY -m lab train --preset smollm2-quick --parent smollm2 --name wiki-smol --set task=text \
-    --set task.dataset=wiki --set max_dev_captions=
+    --set task.dataset=wiki --set max_dev=
 $PY -m lab evaluate --checkpoint wiki-scratch --split dev --no-bleu
 $PY -m lab evaluate --checkpoint wiki-smol --split dev --no-bleu
 $PY -m lab data show wiki

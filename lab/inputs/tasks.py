@@ -9,9 +9,8 @@ lab's side of it.
 A task's registration declares, beside `objectives`:
   keep_best            {metric: {"score": dev-score key, "higher": bool, "label": words,
                        "percent": bool, "count": key}}, in order; the first is what a run keeps
-                       its best checkpoint by unless early_stop names another; keep_bleu_best
-                       keeps a second, by "bleu"
-  scheduled_sampling   whether its language model takes scheduled sampling
+                       its best checkpoint by unless early_stop names another; keep_also
+                       keeps a second, by another of them
   unit                 the plural word for the texts its checkpoints are scored on ("texts"
                        unless it says; the captions task's "captions")
   tabs                 the UI's views that offer its checkpoints (lab/ui: "generate", "answers");
@@ -28,6 +27,7 @@ sweeps.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -72,6 +72,14 @@ def meta(name: str) -> dict:
     """What the task declares at its registration (see above)."""
     load_plugins()
     return TASKS.get(name).meta
+
+
+def data_settings(name: str) -> list[str]:
+    """The task's settings that name what in the store it trains on (a setting whose choices are
+    the store's: `store_choices`): two runs with the same values of these trained on the same data."""
+    load_plugins()
+    cls = TASKS.get(name).settings
+    return [f.name for f in dataclasses.fields(cls) if "store_choices" in f.metadata] if cls else []
 
 
 def offering(view: str) -> list[str]:
@@ -208,9 +216,9 @@ def kept_by(train_cfg) -> Metric:
 
 
 def also_kept(train_cfg) -> list[Metric]:
-    """The metrics a run keeps a second checkpoint by, as NAME-METRIC (keep_bleu_best)."""
+    """The metrics a run keeps a second checkpoint by, as NAME-METRIC (keep_also)."""
     declared = metrics(train_cfg.task)
-    return [declared["bleu"]] if train_cfg.keep_bleu_best and "bleu" in declared else []
+    return [declared[train_cfg.keep_also]] if train_cfg.keep_also in declared else []
 
 
 def task_of(meta_or_train: dict | None) -> str:
@@ -230,7 +238,10 @@ class Prepared:
     of a last step once the run is done and its checkpoint kept (captions: every dev caption).
     packs: its batches are separate texts padded after their end, which the trainer may pack
     into rows (data.pack) with the same loss; unpacked_because: why not, when it is not that the
-    padding is model input (full blocks have none)."""
+    padding is model input (full blocks have none). teacher_forcing(step, total_steps): scheduled
+    sampling's probability of feeding the gold token at a step, when the task's run asks for it:
+    the trainer feeds the model its own sampled tokens otherwise (its batches are then not
+    packed)."""
     tokenizer: object
     train_items: list
     dev_items: list
@@ -242,3 +253,4 @@ class Prepared:
     final: Callable[..., Iterator[dict]] | None = None
     packs: bool = False
     unpacked_because: str | None = None     # why a task's batches are not packed, when not padding
+    teacher_forcing: Callable[[int, int], float] | None = None

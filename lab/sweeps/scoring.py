@@ -27,7 +27,7 @@ def results_path(sweep: str, run: str, store=None) -> Path:
 
 def kept_checkpoints(run: str, store=None) -> list[tuple[str, str]]:
     """The checkpoints a run keeps, with what chose each (its task's metrics: its own name by
-    early_stop's metric or the task's first, NAME-bleu when keep_bleu_best kept one too, and
+    early_stop's metric or the task's first, NAME-METRIC when keep_also kept one too, and
     NAME-eEPOCH for each epoch keep_epochs names)."""
     train = checkpoints.info(run, store).get("train") or {}
     if not train:

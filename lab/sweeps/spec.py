@@ -85,7 +85,7 @@ class SweepSpec(_Config):
     """A sweep's definition. grid: {key: [values]} over config keys (model, train, plugin
     settings as KIND.SETTING, or `parent` for fine-tunes); runs: an explicit list of {key: value}
     instead of (or before) the grid; set: KEY=VALUE for every run; budget: KEY=VALUE applied
-    last (epochs, max_train_captions, ...), said in the table. checkpoints: score these stored
+    last (epochs, max_train, ...), said in the table. checkpoints: score these stored
     checkpoints as they are, no training (the decoder search)."""
     name: str = ""
     preset: str | None = None

@@ -54,10 +54,10 @@ def record(preset: str, step_s: float, eval_s: float | None, store=None) -> None
 def run_seconds(speed: dict, train_cfg: TrainConfig) -> float | None:
     """A run's training and dev evaluations at a measured speed (None when its training set's
     size is not fixed by its settings)."""
-    if train_cfg.max_train_captions is None:
+    if train_cfg.max_train is None:
         return None
-    steps = math.ceil(train_cfg.max_train_captions / train_cfg.batch_size) * train_cfg.epochs
-    dev_batches = math.ceil((train_cfg.max_dev_captions or 0) / train_cfg.eval_batch_size)
+    steps = math.ceil(train_cfg.max_train / train_cfg.batch_size) * train_cfg.epochs
+    dev_batches = math.ceil((train_cfg.max_dev or 0) / train_cfg.eval_batch_size)
     return eta.eta_s(speed["step_s"], steps, train_cfg.epochs, speed.get("eval_s"), dev_batches)
 
 

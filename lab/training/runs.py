@@ -163,8 +163,7 @@ def _savers(name: str, model, tok, provenance: dict, also, store):
 
     @_saying(f"saving the checkpoint best by {also and also.name}")
     def save_also_best(record: dict, train_state: dict):
-        """The epoch with the best score by the second metric so far, as NAME-METRIC
-        (keep_bleu_best: NAME-bleu)."""
+        """The epoch with the best score by the second metric so far (keep_also), as NAME-METRIC."""
         checkpoints.save(model, tok, kept_name(name, also), store,
                          provenance={**provenance, "epoch": record["epoch"], "run": name,
                                      "kept_by": also.label},
@@ -184,7 +183,7 @@ def _savers(name: str, model, tok, provenance: dict, also, store):
 
 
 def kept_name(name: str, metric: tasks.Metric) -> str:
-    """Where a run keeps its best epoch by a second metric (keep_bleu_best: NAME-bleu)."""
+    """Where a run keeps its best epoch by a second metric (keep_also: NAME-METRIC)."""
     return checkpoints.check_name(f"{name}-{metric.name}")
 
 

@@ -1,5 +1,5 @@
-"""What changes as training goes: the learning rate's schedule, and scheduled sampling's
-teacher-forcing probability with the inputs it mixes (Bengio et al. 2015)."""
+"""What changes as training goes: the learning rate's schedule, and the inputs scheduled sampling
+mixes at a teacher-forcing probability the task gives (Bengio et al. 2015)."""
 from __future__ import annotations
 
 import math
@@ -28,37 +28,6 @@ def scheduled_lr(cfg: TrainConfig, step: int, total_steps: int, steps_per_epoch:
     span = max(total_steps - cfg.warmup_steps, 1)
     progress = min((step - cfg.warmup_steps) / span, 1.0)
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
-
-
-def teacher_forcing(cfg: TrainConfig, step: int, total_steps: int) -> float:
-    """Scheduled sampling's probability of feeding the gold token at a step (Bengio et al. 2015):
-    linear 1 - step/k, exponential k^step, inverse sigmoid k/(k + exp(step/k)), never below
-    ss_floor. ss_k=0 picks k so that the decay reaches the floor (or 1%) at the last step."""
-    kind, floor = cfg.scheduled_sampling, cfg.ss_floor
-    if kind == "none":
-        return 1.0
-    end, k = max(floor, 0.01), cfg.ss_k
-    if kind == "linear":
-        k = k or total_steps / (1 - end)
-        p = 1 - step / k
-    elif kind == "exponential":
-        k = k or end ** (1 / max(total_steps, 1))
-        p = k ** step
-    else:                   # inverse sigmoid: k/(k + exp(total/k)) = end, solved by bisection
-        k = k or _inverse_sigmoid_k(total_steps, end)
-        p = k / (k + math.exp(min(step / k, 700.0)))
-    return max(floor, p)
-
-
-def _inverse_sigmoid_k(total_steps: int, end: float) -> float:
-    lo, hi = 1.0, max(float(total_steps), 2.0)
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if mid / (mid + math.exp(min(total_steps / mid, 700.0))) > end:
-            hi = mid
-        else:
-            lo = mid
-    return lo
 
 
 @torch.no_grad()

@@ -33,7 +33,7 @@ from lab.errors import Aborted
 from lab.modeling.device import autocast, pick_device, resolve_precision
 from lab.training.saves import SaveClock, rng_state, set_rng_state
 from lab.training.parameters import make_optimizer, parse_train_layers, trainable_parameters
-from lab.training.schedules import scheduled_inputs, scheduled_lr, teacher_forcing
+from lab.training.schedules import scheduled_inputs, scheduled_lr
 
 
 GO, STOP_NOW, STOP_AFTER = 0, 1, 2       # what rank 0 tells every rank between steps
@@ -186,7 +186,7 @@ class Trainer:
             return False, None
         if not self.task.packs:
             return False, self.task.unpacked_because or f"the {self.task.unit}' padding is model input"
-        if self.cfg.scheduled_sampling != "none":
+        if self.task.teacher_forcing is not None:
             return False, "scheduled sampling feeds padded rows"
         if not getattr(model, "packable", False):
             return False, f"the {model.config.model} model's parts read one text per row"
@@ -282,9 +282,9 @@ class Trainer:
 
     def _forcing(self) -> dict:
         """Scheduled sampling's teacher-forcing probability at this step, when it is on."""
-        if self.cfg.scheduled_sampling == "none":
+        if self.task.teacher_forcing is None:
             return {}
-        return {"teacher_forcing": teacher_forcing(self.cfg, self.step, self.total_steps)}
+        return {"teacher_forcing": self.task.teacher_forcing(self.step, self.total_steps)}
 
     def _time_left(self) -> float:
         return self.cfg.max_minutes * 60 - self.trained_before - self.train_s
@@ -372,10 +372,10 @@ class Trainer:
         lr = scheduled_lr(self.cfg, self.step, self.total_steps, self.steps_per_epoch)
         for group in self.opt.param_groups:
             group["lr"] = lr
-        if self.cfg.scheduled_sampling != "none":
+        if self.task.teacher_forcing is not None:
             with autocast(self.device, self.precision):
                 batch = scheduled_inputs(self.model, batch,
-                                         teacher_forcing(self.cfg, self.step, self.total_steps))
+                                         self.task.teacher_forcing(self.step, self.total_steps))
         with autocast(self.device, self.precision):
             loss = shard_loss(self.stepper, batch, self.rank, self.world, self.task.loss, self.packed)
         self.opt.zero_grad(set_to_none=True)

@@ -31,7 +31,7 @@ CSS = CAPTIONS_CSS + """
 .lab-refused { border-left: 4px solid #dc2626; background: #fef2f2; color: #7f1d1d; padding: 6px 10px;
                border-radius: 4px; }
 .dark .lab-refused { background: #450a0a; color: #fecaca; }
-#train-shuffle, #train-tie_embeddings, #train-final_dev, #train-keep_bleu_best, #train-compile, #train-pack { min-width: 170px !important; }
+.lab-tick { min-width: 170px !important; }   /* the Train form's tick boxes: label and hint unclipped */
 /* dark theme: bertviz draws black on white; inverted and hue-turned back, its colours keep their hue */
 .dark .lab-attention-frame { filter: invert(0.88) hue-rotate(180deg); }
 .dark .lab-progress { background: #374151; }

@@ -150,9 +150,15 @@ GETTING_STARTED_PAIR = ("quick-scratch", "smollm2-captions")
 
 def trained_on(meta: dict | None) -> str:
     """What a checkpoint was trained on, as a key two of the same task and data share: its task
-    and the task settings its run recorded."""
+    and the task settings its run recorded that name its data (tasks.data_settings; all of them
+    for a task whose plugin is not installed here)."""
+    task = tasks.task_of(meta)
     recorded = ((meta or {}).get("train") or {}).get("settings", {}).get("task", {})
-    return json.dumps([tasks.task_of(meta), recorded], sort_keys=True)
+    try:
+        data = tasks.data_settings(task)
+    except LabError:
+        data = list(recorded)
+    return json.dumps([task, {k: v for k, v in recorded.items() if k in data}], sort_keys=True)
 
 
 def _alike(names: list[str], metas: dict) -> list[str] | None:

@@ -23,7 +23,7 @@ OWN_NOTE = ("Write a grid (one KEY=V1,V2 per line) or pick a field and its value
             "combination runs once per seed.")
 # the form's own values, and what "(build your own)" puts back after a recipe filled it
 # (the grid starts empty: what Add to the grid adds is the whole grid, no runs by surprise)
-DEFAULTS = {"preset": "tiny", "grid": "", "settings": "epochs=1\nmax_train_captions=1000",
+DEFAULTS = {"preset": "tiny", "grid": "", "settings": "epochs=1\nmax_train=1000",
             "seeds": "0", "n": 200, "split": "test", "decoders": "random,temperature=1.0"}
 
 

@@ -95,6 +95,7 @@ def _component(label: str, f: dataclasses.Field, typ, value, **common):
         return widget(choices, value=value, label=label, info=info(f, common.pop("prefix", "")), **common)
     kind, hint = base_type(typ), info(f, common.pop("prefix", ""))
     if kind is bool:
+        common["elem_classes"] = [*common.get("elem_classes", []), "lab-tick"]
         return Checkbox(value, label=label, info=hint, min_width=150, **common)
     if kind is str:
         return Textbox(value, label=label, info=hint, **common)

@@ -126,9 +126,9 @@ class BirthplaceTask:
 def _prepare_span(cfg, tok, data_dir) -> Prepared:
     """Span-corruption pretraining on wiki.txt's documents; dev: a fixed corruption of the first."""
     docs = bp.wiki(data_dir)
-    train = docs[:cfg.max_train_captions]
+    train = docs[:cfg.max_train]
     g = torch.Generator().manual_seed((10 ** 6 + cfg.seed) % 2 ** 64)     # torch's seeds are below 2**64
-    dev_docs = docs[:cfg.max_dev_captions or DEV_DOCS]
+    dev_docs = docs[:cfg.max_dev or DEV_DOCS]
     dev = [bp.span_batch(dev_docs[i:i + cfg.eval_batch_size], tok, g)
            for i in range(0, len(dev_docs), cfg.eval_batch_size)]
 
@@ -143,8 +143,8 @@ def _prepare_span(cfg, tok, data_dir) -> Prepared:
 
 def _prepare_qa(cfg, tok, data_dir) -> Prepared:
     """Birth-place questions; dev scores the loss and the answers' accuracy."""
-    pairs = bp.questions("train", data_dir)[:cfg.max_train_captions]
-    dev_pairs = bp.questions("dev", data_dir)[:cfg.max_dev_captions]
+    pairs = bp.questions("train", data_dir)[:cfg.max_train]
+    dev_pairs = bp.questions("dev", data_dir)[:cfg.max_dev]
     dev = [bp.qa_batch(dev_pairs[i:i + cfg.eval_batch_size], tok)
            for i in range(0, len(dev_pairs), cfg.eval_batch_size)]
 
@@ -198,7 +198,7 @@ def _dev_loss(model, dev_batches, abort, tok) -> dict:
                                           "label": "dev perplexity"},
                            "accuracy": {"score": "dev_accuracy", "higher": True, "label": "dev accuracy",
                                         "percent": True, "count": "dev_correct"}},     # qa only
-                scheduled_sampling=False, tabs=("answers",), sweep_figures="answers",
+                tabs=("answers",), sweep_figures="answers",
                 score_split="dev",     # the test split has no answers
                 commands="plugins.tasks.birthplace.cli")    # python -m lab birthplace ...
 def birthplace():

@@ -12,14 +12,14 @@ def tfmr_scratch():
 @preset("tiny", "A tiny model on 2,000 captions: two epochs")
 def tiny():
     return (ModelConfig(model="gpt2", n_layer=2, n_head=4, n_embd=64, n_positions=64),
-            TrainConfig(epochs=2, lr=1e-3, max_train_captions=2000, max_dev_captions=500))
+            TrainConfig(epochs=2, lr=1e-3, max_train=2000, max_dev=500))
 
 
 @preset("quick", "A first scratch model: 2 layers, width 128, one epoch over the first 12,000 "
                  "training captions; it writes readable captions")
 def quick():
     return (ModelConfig(model="gpt2", n_layer=2, n_head=4, n_embd=128, n_positions=64),
-            TrainConfig(epochs=1, lr=1e-3, max_train_captions=12000, max_dev_captions=500, log_every=50))
+            TrainConfig(epochs=1, lr=1e-3, max_train=12000, max_dev=500, log_every=50))
 
 
 @preset("small", "A small 4-layer model on the full corpus")
@@ -32,7 +32,7 @@ def small():
                          "choose the checkpoint to fine-tune; 500 dev captions an evaluation, all "
                          "5,000 at the end", fine_tunes=True)
 def tfmr_finetune():
-    return ModelConfig(model="llama"), TrainConfig(max_dev_captions=500, final_dev=True)
+    return ModelConfig(model="llama"), TrainConfig(max_dev=500, settings={"task": {"final_dev": True}})
 
 
 @preset("smollm2-quick", "A quick fine-tune of a stored checkpoint such as SmolLM2: one pass over the "
@@ -40,4 +40,4 @@ def tfmr_finetune():
                          "blocks)", fine_tunes=True)
 def smollm2_quick():
     return (ModelConfig(model="llama"),
-            TrainConfig(epochs=1, lr=2e-4, max_train_captions=800, max_dev_captions=200, log_every=5))
+            TrainConfig(epochs=1, lr=2e-4, max_train=800, max_dev=200, log_every=5))

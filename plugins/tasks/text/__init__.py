@@ -20,7 +20,7 @@ from lab.inputs.tasks import Prepared
 from lab.registry import TASKS
 from plugins.tasks.text import corpora
 
-DEV_DEFAULT = 2000          # dev examples scored at each evaluation unless max_dev_captions says
+DEV_DEFAULT = 2000          # dev examples scored at each evaluation unless max_dev says
 SCRATCH_VOCAB_BYTES = 200 * 10 ** 6   # a words or char vocabulary is built from the train texts in memory
 BLEU_MAX_WORDS = 30         # bleu=auto scores BLEU on texts of at most this many words on average
 
@@ -141,9 +141,9 @@ def _examples(s: TextSettings, cfg, tok, length: int, store):
     make = (lambda split: corpora.blocks(s.dataset, split, tok, length, store, key)) \
         if s.examples == "blocks" else (lambda split: corpora.tokenized(s.dataset, split, tok, store, key))
     train, dev = make("train"), make("dev")
-    if cfg.max_train_captions is not None and cfg.max_train_captions < len(train):
-        train = train.select(range(cfg.max_train_captions))
-    n_dev = min(len(dev), cfg.max_dev_captions or DEV_DEFAULT)
+    if cfg.max_train is not None and cfg.max_train < len(train):
+        train = train.select(range(cfg.max_train))
+    n_dev = min(len(dev), cfg.max_dev or DEV_DEFAULT)
     if s.examples == "blocks":
         rows = dev[:n_dev]
         return train, (rows["ids"], rows["words"], rows["bytes"]), len(dev)
@@ -194,7 +194,7 @@ def _framed_dev(ids: list, texts: list[str], tok, length: int):
                 settings=TextSettings, objectives=("lm",),
                 keep_best={"perplexity": {"score": "dev_perplexity", "higher": False,
                                           "label": "dev perplexity"}},
-                scheduled_sampling=False, tabs=("generate",), sweep_figures="text", score_split="test",
+                tabs=("generate",), sweep_figures="text", score_split="test",
                 tokenizers=tokenizers.SCRATCH_KINDS,
                 commands="plugins.tasks.text.cli",      # python -m lab data ...
                 train_view="plugins.tasks.text.view")   # the Train tab's data section
