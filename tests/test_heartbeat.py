@@ -43,7 +43,7 @@ class _SlowTask:
 
         def slow_final(*a):           # stands for the pass over every dev caption
             time.sleep(SLOW)
-            yield {"event": "final_dev_aborted"}
+            yield {"event": "final_aborted", "text": "cut short"}
         return dataclasses.replace(prepared, evaluate=_slow(prepared.evaluate), final=slow_final)
 
 
@@ -77,7 +77,7 @@ def test_every_phase_of_a_job_keeps_its_line_fresh(corpus_dir, monkeypatch, writ
                   "training step 2 of 2", "evaluating 40 dev captions", "saving the checkpoint",
                   "scoring the kept checkpoint on the whole dev set"):
         assert any(s.startswith(doing) for s in said), (doing, sorted(set(said)))
-    assert any(ev["event"] == "final_dev_aborted" for _, ev in written)
+    assert any(ev["event"] == "final_aborted" for _, ev in written)
     beats = [ev for _, ev in written if "doing" in ev]
     assert all(ev["time"] and ev["phase_s"] >= 0 for ev in beats)
     during_steps = [ev for ev in beats if ev["doing"].startswith("training step")]

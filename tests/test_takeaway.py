@@ -87,11 +87,13 @@ def test_final_dev_scores_the_kept_checkpoint_on_every_dev_caption(corpus_dir):
                       tokenizer="words")     # 5,000 dev captions through a small output layer
     model_cfg = ModelConfig(model="gpt2", n_layer=1, n_head=2, n_embd=32, n_positions=48)
     events = list(runs.train("fd", model_cfg, cfg))
-    final = [e for e in events if e["event"] == "final_dev"]
+    final = [e for e in events if e["event"] == "final"]
     assert len(final) == 1 and final[0]["final_dev_captions"] == 5000
+    assert final[0]["text"].startswith("the kept checkpoint on all 5,000 dev captions: perplexity ")
     metrics = checkpoints.info("fd")["metrics"]
     assert metrics["final_dev_captions"] == 5000 and metrics["dev_perplexity"] != metrics["final_dev_perplexity"]
     assert math.isfinite(metrics["final_dev_word_perplexity"])
+    assert metrics["final_summary"] == f"perplexity {metrics['final_dev_perplexity']:.2f} on all 5,000 dev captions"
     assert [e for e in events if e["event"] == "progress" and e.get("final")][0]["dev_items"] == 5000
 
 

@@ -235,7 +235,10 @@ class Prepared:
     batch), evaluate(model, abort) -> dev scores with dev_loss and dev_perplexity (under the
     run's autocast; raises metrics.Aborted when abort() says stop). unit: what the items are, for
     progress lines ("captions", "documents", "questions"). final(name, trainer, store): events
-    of a last step once the run is done and its checkpoint kept (captions: every dev caption).
+    of a last step once the run is done and its checkpoint kept (captions: every dev caption):
+    progress events while it works, then {"event": "final", "text": its line, ...} (with
+    "final_summary", a few words for the job's page, where it adds that key to the checkpoint's
+    metrics) or {"event": "final_aborted", "text": ...} when a stop request cut it short.
     packs: its batches are separate texts padded after their end, which the trainer may pack
     into rows (data.pack) with the same loss; unpacked_because: why not, when it is not that the
     padding is model input (full blocks have none). teacher_forcing(step, total_steps): scheduled

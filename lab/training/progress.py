@@ -97,12 +97,8 @@ def format_event(ev: dict, name: str = "") -> str:
                                                        if ev.get("saved") else ""))
     if e == "eval_aborted":
         return f"epoch {ev['epoch']}: evaluation cut short by a stop request"
-    if e == "final_dev_aborted":
-        return "the evaluation on all dev captions was cut short by a stop request"
-    if e == "final_dev":
-        return (f"the kept checkpoint on all {ev['final_dev_captions']:,} dev captions: perplexity "
-                f"{ev['final_dev_perplexity']:.3f} (token-weighted {ev['final_dev_token_perplexity']:.3f}, "
-                f"per word {ev['final_dev_word_perplexity']:.3f})")
+    if e in ("final", "final_aborted"):     # the task's last step (Prepared.final), in its words
+        return ev["text"]
     if e == "scoring":
         return f"scoring: {ev['what']} ({format_duration(ev['elapsed_s'])} in)"
     if e == "scored":

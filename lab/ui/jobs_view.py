@@ -53,8 +53,8 @@ def progress_html(job: dict) -> str:
         text = f"{status}: training ended; scoring {html.escape(p['what'])}"
     elif event == "scored":
         text = f"{status}: {html.escape(p['summary'])}"
-    elif event == "final_dev":
-        text = f"{status}: all {p['final_dev_captions']:,} dev captions, perplexity {p['final_dev_perplexity']:.2f}"
+    elif event == "final" and "final_summary" in p:
+        text = f"{status}: {html.escape(p['final_summary'])}"
     elif event == "eval":
         where = f"step {p['step']}" if p.get("mid_epoch") else f"epoch {p['epoch']}"
         text = f"{status}: {where} dev perplexity {p['dev_perplexity']:.2f}"
@@ -166,8 +166,8 @@ def written(job: dict, store=None) -> str:
     except checkpoints.CheckpointError as e:
         return f"{str(e)[:1].upper()}{str(e)[1:]}"          # "Checkpoint 'x' is damaged: ..."
     ppl = f", dev perplexity {m['dev_perplexity']:.2f}" if "dev_perplexity" in m else ""
-    if "final_dev_perplexity" in m:
-        ppl += f" ({m['final_dev_perplexity']:.2f} on all {m['final_dev_captions']:,} dev captions)"
+    if "final_summary" in m:             # the task's last step (Prepared.final), in its words
+        ppl += f" ({m['final_summary']})"
     return f"Checkpoint **{job['name']}**: best epoch {m.get('epoch', '?')}{ppl}. It is a choice in the other tabs."
 
 

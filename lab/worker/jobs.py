@@ -283,7 +283,7 @@ def run_job(job_id: int, store=None, data_dir=None) -> str:
                                     should_stop=should_stop, resume=spec.get("resume", False)):
                 yield ended
         if spec.get("after") and distributed.rank() == 0 and (spec.get("after_only") or (
-                ended and ended["event"] in ("done", "final_dev", "final_dev_aborted"))):
+                ended and ended["event"] in ("done", "final", "final_aborted"))):
             with lab_store.hold(lab_store.name_lock(job["name"], store), f"checkpoint {job['name']!r}",
                                 wait_s=10), heartbeat.phase("the steps after training"):
                 yield from steps.run(job["name"], spec["after"], store=store, data_dir=data_dir,

@@ -121,13 +121,18 @@ def _final_dev(name: str, trainer, store=None, *, tok, root):
                          trainer.device, n_words=[len(c.split()) for c in dev_caps],
                          abort=trainer.abort_eval)
     except Aborted:
-        yield {"event": "final_dev_aborted", "time": time.time()}
+        yield {"event": "final_aborted", "time": time.time(),
+               "text": "the evaluation on all dev captions was cut short by a stop request"}
         return
+    summary = f"perplexity {ppl['perplexity']:.2f} on all {len(dev_caps):,} dev captions"
     extra = {"final_dev_captions": len(dev_caps), "final_dev_perplexity": ppl["perplexity"],
              "final_dev_token_perplexity": ppl["token_perplexity"],
-             "final_dev_word_perplexity": ppl["word_perplexity"]}
+             "final_dev_word_perplexity": ppl["word_perplexity"], "final_summary": summary}
     checkpoints.add_metrics(name, extra, store)
-    yield {"event": "final_dev", "time": time.time(), **extra}
+    yield {"event": "final", "time": time.time(), **extra,
+           "text": f"the kept checkpoint on all {len(dev_caps):,} dev captions: perplexity "
+                   f"{ppl['perplexity']:.3f} (token-weighted {ppl['token_perplexity']:.3f}, per word "
+                   f"{ppl['word_perplexity']:.3f})"}
 
 
 @TASKS.register("captions", "MSCOCO captions: language modelling, perplexity and BLEU (Tfmr)",
