@@ -209,6 +209,35 @@ def test_a_plugins_settings_show_beside_it_only_while_it_is_chosen(page, server)
     assert jobs.list_jobs(server[1]) == before                      # nothing was queued
 
 
+def test_the_captions_tasks_own_settings_show_beside_it_and_are_checked_on_start(page, server):
+    """The captions task's settings (scheduled sampling, final_dev, ...) sit beside the task
+    while it is chosen, go with another task, and a bad one is refused on Start in one line."""
+    from playwright.sync_api import expect
+    from lab.worker import jobs
+    before = jobs.list_jobs(server[1])
+    _tab(page, "Train")
+    decay, final = page.locator("#train-task-scheduled_sampling"), page.locator("#train-task-final_dev")
+    expect(page.locator("#train-task input")).to_have_value("captions", timeout=30_000)
+    expect(decay).to_be_visible()
+    expect(final).to_be_visible()
+    assert final.bounding_box()["width"] >= 150              # a tick box's label and hint unclipped
+    _choose(page, "#train-task", "birthplace")
+    expect(decay).to_be_hidden(timeout=30_000)
+    _choose(page, "#train-task", "captions")
+    expect(decay).to_be_visible(timeout=30_000)
+    decay.get_by_text("exponential").click()
+    page.locator("#train-task-ss_k input").fill("2")
+    page.locator("#train-task-ss_k input").press("Tab")
+    page.locator("#train-name textarea, #train-name input").first.fill("decay")
+    page.locator("#train-start").click()
+    expect(page.locator("#train-message")).to_contain_text(
+        "Not queued: task.ss_k of the exponential decay is a rate below 1", timeout=60_000)
+    decay.get_by_text("none").click()
+    page.locator("#train-task-ss_k input").fill("0")
+    page.locator("#train-task-ss_k input").press("Tab")
+    assert jobs.list_jobs(server[1]) == before                      # nothing was queued
+
+
 def _tokenizer_kept(page, parent):
     """A fine-tune's tokenizer field: locked, nothing chosen, naming the parent's tokenizer."""
     from playwright.sync_api import expect

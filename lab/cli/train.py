@@ -87,8 +87,8 @@ def run_job_here(job_id: int) -> int:
 def warm_for_jobs() -> None:
     """What a training job loads on its way to its first step, loaded once by `lab worker`
     before it forks its first job: torch's compiler stack (torch's optimizers import it at their
-    first step, in eager runs too; about 0.85 s of CPU) and GPT-2's tokenizer through
-    transformers (about 0.65 s). Neither starts a thread: the worker stays forkable."""
+    first step, in eager runs too) and GPT-2's tokenizer through transformers (what it saves:
+    benchmarks/worker_jobs.py). Neither starts a thread: the worker stays forkable."""
     import torch._dynamo  # noqa: F401
     tokenizers.gpt2()
 

@@ -385,10 +385,8 @@ class Worker:
             env["LAB_JOB_LOCKED"] = str(job["id"])
         try:      # its own session: a Ctrl-C meant for the app reaches the job through the worker
             with open(lab_store.log_path(job["id"], self.store), "ab") as log:
-                forking = self.entry is not None and not launcher
-                if forking:
-                    self._warm()
-                if forking and forked.forkable(env, ALLOCATOR):
+                if self.entry is not None and not launcher and forked.forkable(env, ALLOCATOR):
+                    self._warm()            # what the forked job would load, loaded here once
                     proc = forked.fork_job(job["id"], self.entry, env, log.fileno(), fd, str(ROOT))
                 else:
                     proc = subprocess.Popen([sys.executable, *launcher, "-m", "lab", "run-job",
