@@ -191,12 +191,8 @@ def test_a_plugins_settings_show_beside_it_only_while_it_is_chosen(page, server)
     expect(window).to_be_visible(timeout=30_000)
     expect(window).to_contain_text("tokens each query sees")
     expect(groups).to_be_hidden()
-    window.locator("input").fill("0")
-    window.locator("input").press("Tab")
-    page.locator("#train-name textarea, #train-name input").first.fill("slide")
-    page.locator("#train-start").click()
-    expect(page.locator("#train-message")).to_contain_text(
-        "Not queued: attention.window must be between 1 and 32768, got 0", timeout=60_000)
+    _refused_on_start(page, "#train-attention-window", "0", "slide",
+                      "Not queued: attention.window must be between 1 and 32768, got 0")
     _choose(page, "#train-model", "llama")
     expect(page.locator("#train-norm input")).to_have_value("rmsnorm", timeout=30_000)
     expect(page.locator("#train-attention input")).to_have_value("gqa")
@@ -207,6 +203,16 @@ def test_a_plugins_settings_show_beside_it_only_while_it_is_chosen(page, server)
     expect(window).to_be_hidden()
     _shot(page, "train-plugin-settings")
     assert jobs.list_jobs(server[1]) == before                      # nothing was queued
+
+
+def _refused_on_start(page, field_id: str, value: str, name: str, said: str) -> None:
+    """A setting typed into the Train form, then Start: the form says `said` under it."""
+    from playwright.sync_api import expect
+    page.locator(f"{field_id} input").fill(value)
+    page.locator(f"{field_id} input").press("Tab")
+    page.locator("#train-name textarea, #train-name input").first.fill(name)
+    page.locator("#train-start").click()
+    expect(page.locator("#train-message")).to_contain_text(said, timeout=60_000)
 
 
 def test_the_captions_tasks_own_settings_show_beside_it_and_are_checked_on_start(page, server):
@@ -226,12 +232,8 @@ def test_the_captions_tasks_own_settings_show_beside_it_and_are_checked_on_start
     _choose(page, "#train-task", "captions")
     expect(decay).to_be_visible(timeout=30_000)
     decay.get_by_text("exponential").click()
-    page.locator("#train-task-ss_k input").fill("2")
-    page.locator("#train-task-ss_k input").press("Tab")
-    page.locator("#train-name textarea, #train-name input").first.fill("decay")
-    page.locator("#train-start").click()
-    expect(page.locator("#train-message")).to_contain_text(
-        "Not queued: task.ss_k of the exponential decay is a rate below 1", timeout=60_000)
+    _refused_on_start(page, "#train-task-ss_k", "2", "decay",
+                      "Not queued: task.ss_k of the exponential decay is a rate below 1")
     decay.get_by_text("none").click()
     page.locator("#train-task-ss_k input").fill("0")
     page.locator("#train-task-ss_k input").press("Tab")
