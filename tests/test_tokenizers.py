@@ -133,10 +133,8 @@ def test_a_tokenizer_read_from_checkpoint_files_is_read_once_a_process_by_its_co
     import shutil
     from tests.conftest import tiny_config
     from lab.modeling.model import build
-    (AutoTokenizer,) = tokenizers._transformers("AutoTokenizer")
-    read, real = [], AutoTokenizer.from_pretrained.__func__
-    monkeypatch.setattr(AutoTokenizer, "from_pretrained",
-                        classmethod(lambda cls, path, **kw: read.append(path) or real(cls, path, **kw)))
+    read, real = [], tokenizers._from_files
+    monkeypatch.setattr(tokenizers, "_from_files", lambda *a: read.append(a[-1]) or real(*a))
     monkeypatch.setattr(tokenizers, "_LOADED", tokenizers.OrderedDict())
     for name in ("a", "b"):
         checkpoints.save(build(tiny_config(vocab_size=50257)), tokenizers.gpt2(), name, tmp_path)
@@ -154,3 +152,73 @@ def test_a_tokenizer_read_from_checkpoint_files_is_read_once_a_process_by_its_co
     (other / "tokenizer.json").write_text("{not json")
     with pytest.raises(tokenizers.TokenizerError, match="its tokenizer files cannot be read"):
         tokenizers.load(other)
+
+
+_ODD_TEXTS = ["", " leading space", "two  spaces", "tab\tand\nnewline", "ünïcödé 😀 字",
+              "<|endoftext|>A dog<|endoftext|>", "  <|endoftext|>", "\u200b\ufffd"]
+
+
+def _same_reading(ours, theirs, texts):
+    """`ours` (an HFTokenizer) reads and writes every text as transformers' tokenizer `theirs`."""
+    assert (ours.vocab_size, ours.eos_id) == (len(theirs), theirs.eos_token_id)
+    ids = theirs(list(texts), add_special_tokens=False)["input_ids"]
+    assert ours.encode_batch(texts) == ids
+    assert [ours.encode(t) for t in texts] == ids
+    assert [ours.decode(i) for i in ids] == [theirs.decode(i, skip_special_tokens=False) for i in ids]
+    every = list(range(0, len(theirs), 97)) + [ours.eos_id]
+    assert ours.decode(every) == theirs.decode(every, skip_special_tokens=False)
+    assert [ours.token_text(i) for i in every] == theirs.convert_ids_to_tokens(every)
+
+
+def test_gpt2_is_transformers_gpt2_file_for_file(tmp_path, corpus_dir):
+    """GPT-2's BPE is made with `tokenizers` alone and is transformers' GPT2Tokenizer as built
+    from OpenAI's files: the same files saved, the same ids and texts for every dev caption."""
+    from transformers import GPT2TokenizerFast
+    folder = tokenizers.gpt2_files()
+    vocab = json.loads((folder / "encoder.json").read_text(encoding="utf-8"))
+    merges = [tuple(line.split()) for line in
+              (folder / "vocab.bpe").read_text(encoding="utf-8").split("\n")[1:] if line.strip()]
+    theirs = GPT2TokenizerFast(vocab=vocab, merges=merges)
+    ours = tokenizers._build_gpt2()
+    theirs.save_pretrained(str(tmp_path / "theirs"))
+    ours.save(tmp_path / "ours")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (tmp_path / "ours" / name).read_bytes() == (tmp_path / "theirs" / name).read_bytes()
+    _same_reading(ours, theirs, data.load_split("dev", corpus_dir) + _ODD_TEXTS)
+
+
+def test_a_checkpoints_tokenizer_reads_as_transformers_reads_its_files(tmp_path, smollm2_hf):
+    """GPT-2's and SmolLM2's tokenizers saved in a checkpoint are read with `tokenizers` alone:
+    they read every text as transformers' AutoTokenizer reads the same folder, and save the same
+    files again. Files only transformers reads as written (spaces cleaned up after decoding) are
+    read by it."""
+    from transformers import AutoTokenizer
+    for kind, tok in (("gpt2", tokenizers.gpt2()),
+                      ("smollm2", tokenizers.HFTokenizer(smollm2_hf[1], "smollm2"))):
+        tok.save(tmp_path / kind)
+        read = tokenizers.load(tmp_path / kind)
+        assert read._hf is None and read.kind == kind
+        _same_reading(read, AutoTokenizer.from_pretrained(str(tmp_path / kind)),
+                      ["A man rides a horse on a beach .", *_ODD_TEXTS])
+        read.save(tmp_path / f"{kind}-again")
+        assert {p.name: p.read_bytes() for p in (tmp_path / kind).iterdir()} == \
+            {p.name: p.read_bytes() for p in (tmp_path / f"{kind}-again").iterdir()}
+    config = json.loads((tmp_path / "gpt2" / "tokenizer_config.json").read_text())
+    (tmp_path / "gpt2" / "tokenizer_config.json").write_text(
+        json.dumps(config | {"clean_up_tokenization_spaces": True}))
+    assert tokenizers.load(tmp_path / "gpt2")._hf is not None
+
+
+def test_a_process_reading_a_gpt2_checkpoint_imports_no_transformers(tmp_path):
+    """What every `lab` command and job that reads a GPT-2 checkpoint is spared."""
+    import subprocess
+    import sys
+    from tests.conftest import ROOT, tiny_config
+    from lab.modeling.model import build
+    checkpoints.save(build(tiny_config(vocab_size=50257)), tokenizers.gpt2(), "m", tmp_path)
+    script = ("import sys; from lab.storage import checkpoints; "
+              f"ck = checkpoints.load('m', {str(tmp_path)!r}); "
+              "print(ck.tokenizer.encode('A dog .'), 'transformers' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert done.stdout.split() == ["[32,", "3290,", "764]", "False"], done.stdout + done.stderr

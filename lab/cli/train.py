@@ -87,7 +87,7 @@ def run_job_here(job_id: int) -> int:
 def warm_for_jobs() -> None:
     """What a training job loads on its way to its first step, loaded once by `lab worker`
     before it forks its first job: torch's compiler stack (torch's optimizers import it at their
-    first step, in eager runs too) and GPT-2's tokenizer through transformers (what it saves:
+    first step, in eager runs too) and GPT-2's tokenizer (what it saves:
     benchmarks/worker_jobs.py). Neither starts a thread: the worker stays forkable."""
     import torch._dynamo  # noqa: F401
     tokenizers.gpt2()

@@ -21,6 +21,7 @@ GPT2_SHA256 = {
     "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
 }
 TOKENIZER_META = "lab_tokenizer.json"
+GPT2_END = "<|endoftext|>"
 
 
 class TokenizerError(LabError):
@@ -62,28 +63,67 @@ class Tokenizer:
 
 
 class HFTokenizer(Tokenizer):
-    """A `transformers` fast tokenizer: GPT-2 BPE, or a pretrained model's own."""
+    """A Hugging Face fast tokenizer (GPT-2 BPE, or a pretrained model's own). It encodes and
+    decodes through its `tokenizers` backend, as transformers' fast tokenizers do; the
+    transformers object (`hf`) is made only where one is asked for, since importing transformers
+    costs a process about a second. Made from a transformers tokenizer, or from the files a
+    checkpoint carries (`from_files`: then it saves those same files)."""
 
     def __init__(self, hf, kind: str):
-        self.hf, self.kind = hf, kind
-        eos = hf.eos_token_id
+        self._hf, self.kind = hf, kind
+        self.backend, self._files = hf.backend_tokenizer, None
+        self._set_eos(hf.eos_token_id)
+
+    @classmethod
+    def from_files(cls, files: dict[str, bytes], kind: str, backend, eos_id: int) -> "HFTokenizer":
+        """The tokenizer `backend` (a `tokenizers.Tokenizer`) read from `files` (name -> contents,
+        what it saves), `eos_id` its end-of-text."""
+        tok = cls.__new__(cls)
+        tok._hf, tok.kind, tok._files, tok.backend = None, kind, dict(files), backend
+        tok._set_eos(eos_id)
+        return tok
+
+    def _set_eos(self, eos: int | None) -> None:
         if eos is None:
-            raise TokenizerError(f"tokenizer {kind!r} has no end-of-text token")
+            raise TokenizerError(f"tokenizer {self.kind!r} has no end-of-text token")
         self.eos_id = eos
-        self.vocab_size = len(hf)
+        self.vocab_size = self.backend.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def hf(self):
+        """The transformers tokenizer (read from this tokenizer's files the first time)."""
+        if self._hf is None:
+            import tempfile
+            (AutoTokenizer,) = _transformers("AutoTokenizer")
+            with tempfile.TemporaryDirectory() as folder:
+                self._write_files(Path(folder))
+                self._hf = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        return self._hf
 
     def encode(self, text):
-        return self.hf.encode(text, add_special_tokens=False)
+        return self.backend.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts):
-        return self.hf(list(texts), add_special_tokens=False)["input_ids"]
+        return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
 
     def decode(self, ids):
-        return self.hf.decode(list(ids), skip_special_tokens=False)
+        return self.backend.decode(list(ids), skip_special_tokens=False)
+
+    def token_text(self, token_id: int) -> str | None:
+        """The token's own string in the vocabulary (not its decoded text)."""
+        return self.backend.id_to_token(token_id)
 
     def save(self, directory):
-        self.hf.save_pretrained(str(directory))
+        if self._files is None:
+            self._hf.save_pretrained(str(directory))
+        else:
+            self._write_files(Path(directory))
         (Path(directory) / TOKENIZER_META).write_text(json.dumps({"kind": self.kind}))
+
+    def _write_files(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, content in self._files.items():
+            (folder / name).write_bytes(content)
 
 
 class CharTokenizer(Tokenizer):
@@ -217,13 +257,25 @@ def gpt2() -> HFTokenizer:
 
 
 def _build_gpt2() -> HFTokenizer:
-    (GPT2TokenizerFast,) = _transformers("GPT2TokenizerFast")
+    """GPT-2's BPE as transformers' GPT2Tokenizer builds it from OpenAI's files (a test holds the
+    two equal, file for file), made with `tokenizers` alone."""
+    from tokenizers import AddedToken, Tokenizer as Backend, decoders, models, pre_tokenizers, processors
     folder = gpt2_files()
     vocab = json.loads((folder / "encoder.json").read_text(encoding="utf-8"))
     lines = (folder / "vocab.bpe").read_text(encoding="utf-8").split("\n")[1:]
     merges = [tuple(line.split()) for line in lines if line.strip()]
-    # transformers 5: vocab=/merges= objects; the old vocab_file= gives an empty tokenizer
-    return HFTokenizer(GPT2TokenizerFast(vocab=vocab, merges=merges), "gpt2")
+    backend = Backend(models.BPE(vocab=vocab, merges=merges, dropout=None, continuing_subword_prefix="",
+                                 end_of_word_suffix="", fuse_unk=False))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.post_processor = processors.TemplateProcessing(single="$A", pair="$A $B:1")
+    backend.add_special_tokens([AddedToken(GPT2_END, special=True, normalized=False)])
+    config = {"add_prefix_space": False, "backend": "tokenizers", "bos_token": GPT2_END,
+              "eos_token": GPT2_END, "errors": "replace", "model_max_length": int(1e30),
+              "pad_token": None, "tokenizer_class": "GPT2Tokenizer", "unk_token": GPT2_END}
+    files = {"tokenizer.json": backend.to_str(pretty=True).encode("utf-8"),
+             "tokenizer_config.json": (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()}
+    return HFTokenizer.from_files(files, "gpt2", backend, backend.token_to_id(GPT2_END))
 
 
 def check_files(directory: Path) -> dict:
@@ -273,28 +325,79 @@ def load(directory: Path) -> Tokenizer:
         return CharTokenizer(meta["chars"], meta.get("unk"), meta.get("pad"))
     if kind == "words":
         return WordTokenizer(meta["words"])
-    key = _files_digest(directory, kind)
+    key, files = _files_read(directory, kind)
     with _LOADED_LOCK:
         known = _LOADED.get(key)
         if known is not None:
             _LOADED.move_to_end(key)
             return known
-    (AutoTokenizer,) = _transformers("AutoTokenizer")
-    try:     # local files only: nothing is ever downloaded
-        hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
-    except Exception as e:     # transformers raises many kinds of error on damaged files
-        raise TokenizerError(f"{where}: its tokenizer files cannot be read "
-                             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    tok = _from_files(files, kind, where, directory)
     with _LOADED_LOCK:
-        tok = _LOADED.setdefault(key, HFTokenizer(hf, kind))
+        tok = _LOADED.setdefault(key, tok)
         while len(_LOADED) > _KEEP:           # a server that sees many tokenizers keeps a few
             _LOADED.popitem(last=False)
         return tok
 
 
-# A transformers tokenizer read from a checkpoint's files, kept for this process by the files'
-# contents: reading one parses its JSON twice in Python (about 0.3 s for GPT-2's 50,257 tokens),
-# and every checkpoint of one tokenizer carries the same files. The lab never changes a loaded
+def _from_files(files: dict[str, bytes], kind: str, where: str, directory: Path) -> HFTokenizer:
+    """A checkpoint's HF tokenizer from its files: the backend alone where transformers would read
+    it as that (`_reads_alone`), else through transformers."""
+    try:
+        alone = _backend_alone(files, kind)
+        if alone is not None:
+            return alone
+        (AutoTokenizer,) = _transformers("AutoTokenizer")
+        # local files only: nothing is ever downloaded
+        hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    except Exception as e:     # transformers and tokenizers raise many kinds of error on damaged files
+        raise TokenizerError(f"{where}: its tokenizer files cannot be read "
+                             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    return HFTokenizer(hf, kind)
+
+
+def _backend_alone(files: dict[str, bytes], kind: str) -> HFTokenizer | None:
+    """The tokenizer read with `tokenizers` alone, where transformers would read the files as
+    their backend and nothing more (`_reads_alone`) and the backend holds the end-of-text token;
+    else None."""
+    eos = _reads_alone(files)
+    if eos is None:
+        return None
+    from tokenizers import Tokenizer as Backend
+    backend = Backend.from_str(files["tokenizer.json"].decode("utf-8"))
+    eos_id = backend.token_to_id(eos)
+    if eos_id is None:
+        return None
+    return HFTokenizer.from_files({n: c for n, c in files.items() if n != "config.json"}, kind,
+                                  backend, eos_id)
+
+
+# the tokenizer classes transformers reads as their tokenizer.json alone (GPT-2's builds its BPE
+# from the file's vocabulary and merges with the pre-tokenizer the file's config names, and the
+# lab's checkpoints hold what transformers itself saved)
+_BACKEND_ALONE = {"GPT2Tokenizer", "GPT2TokenizerFast", "PreTrainedTokenizerFast", "TokenizersBackend"}
+
+
+def _reads_alone(files: dict[str, bytes]) -> str | None:
+    """The end-of-text token of files transformers would read as their backend alone (one of
+    _BACKEND_ALONE's classes, no clean-up of decoded spaces, no tokens beside tokenizer.json's),
+    else None."""
+    if "tokenizer.json" not in files or {"added_tokens.json", "special_tokens_map.json"} & set(files):
+        return None
+    try:
+        config = json.loads(files.get("tokenizer_config.json") or b"null")
+    except ValueError:
+        return None
+    if not isinstance(config, dict) or config.get("tokenizer_class") not in _BACKEND_ALONE \
+            or config.get("clean_up_tokenization_spaces") or config.get("add_prefix_space"):
+        return None
+    eos = config.get("eos_token")
+    eos = eos.get("content") if isinstance(eos, dict) else eos
+    return eos if isinstance(eos, str) else None
+
+
+# An HF tokenizer read from a checkpoint's files, kept for this process by the files' contents
+# and its kind: every checkpoint of one tokenizer carries the same files, and reading them parses
+# a vocabulary of tens of thousands of tokens. The lab never changes a loaded
 # tokenizer (gpt2() is shared the same way). The last _KEEP used are kept.
 _KEEP = 8
 _LOADED: OrderedDict[str, HFTokenizer] = OrderedDict()
@@ -305,23 +408,22 @@ _READ_FILES = ("tokenizer.json", "special_tokens_map.json", "added_tokens.json",
                "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model")
 
 
-def _files_digest(directory: Path, kind: str) -> str:
+def _files_read(directory: Path, kind: str) -> tuple[str, dict[str, bytes]]:
+    """The tokenizer files of a checkpoint folder (name -> contents) and a digest of them and
+    the kind."""
     digest = hashlib.sha256(kind.encode())
-    config = directory / "tokenizer_config.json"
-    names = list(_READ_FILES)
-    try:
-        said = config.read_bytes()
-        if b'"tokenizer_class"' not in said:
-            names.append("config.json")
-    except OSError:
-        said = b""
+    files = {}
+    names = ["tokenizer_config.json", *_READ_FILES]
+    config = _read_or_none(directory / "tokenizer_config.json")
+    if config is None or b'"tokenizer_class"' not in config:
         names.append("config.json")
-    for name, content in (("tokenizer_config.json", said),
-                          *((n, _read_or_none(directory / n)) for n in names)):
+    for name in names:
+        content = _read_or_none(directory / name)
         if content is not None:
+            files[name] = content
             digest.update(f"\0{name}\0{len(content)}\0".encode())
             digest.update(content)
-    return digest.hexdigest()
+    return digest.hexdigest(), files
 
 
 def _read_or_none(path: Path) -> bytes | None:

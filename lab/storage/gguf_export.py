@@ -203,6 +203,6 @@ def _typed(a: np.ndarray, kind: str):
 def _modelfile(out: Path, tok) -> None:
     """Ollama's recipe: the file, the prompt as written (the start token comes from the file), and
     end-of-text as the stop."""
-    end = tok.hf.convert_ids_to_tokens(tok.eos_id)
+    end = tok.token_text(tok.eos_id)
     with open(modelfile_path(out), "x") as f:
         f.write(f'FROM ./{out.name}\nTEMPLATE """{{{{ .Prompt }}}}"""\nPARAMETER stop "{end}"\n')
