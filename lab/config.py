@@ -23,11 +23,11 @@ from typing import ClassVar
 
 from lab.errors import ConfigError, read_json
 from lab.overrides import owner, split_overrides  # noqa: F401  (read from here by the CLI and presets)
-from lab.plugin_settings import (FAMILY_KEYS, PluginSettings, check_settings, family_defaults,
-                                 fill_settings, keep_best_choices, legacy_keys, plugin_choices,
-                                 plugin_field, scratch_tokenizer_choices, task_meta)
+from lab.plugin_settings import (FAMILY_KEYS, PluginSettings, check_settings, coerce_settings,
+                                 family_defaults, fill_settings, keep_best_choices, legacy_keys,
+                                 plugin_choices, plugin_field, scratch_tokenizer_choices, task_meta)
 from lab.registry import REGISTRIES, load_plugins
-from lab.settings import check_value, coerce, default_of, describe, setting
+from lab.settings import check_value, coerce, default_of, describe, enters, setting
 
 
 SEED_MAX = 2 ** 63 - 1
@@ -53,6 +53,15 @@ class _Config:
 
     @classmethod
     def from_dict(cls, d: dict):
+        """A config read from plain values (JSON, a form, `--set`, a file, a ledger row): each
+        value enters here, converted to its type and checked, once."""
+        return cls._from(d, None)
+
+    @classmethod
+    def _from(cls, d: dict, entered: set | None):
+        """The config `d` describes, its entering values (lab.settings.enters; None: all)
+        converted and checked; the others are a checked config's own. A config whose dicts take
+        keys of another shape gathers them before this."""
         if not isinstance(d, dict):
             raise ConfigError(f"{cls.__name__}: expected a JSON object, got {type(d).__name__}")
         hints = typing.get_type_hints(cls)
@@ -61,8 +70,9 @@ class _Config:
         if unknown:
             raise ConfigError(f"{cls.__name__}: unknown key(s) {', '.join(map(str, unknown))}; "
                               f"valid keys are: {', '.join(names)}"[:600])
-        obj = cls(**{k: coerce(k, v, hints[k]) for k, v in d.items()})
-        obj.validate()
+        d = cls._coerce_plugin_settings(d, entered)
+        obj = cls(**{k: coerce(k, v, hints[k]) if enters(entered, k) else v for k, v in d.items()})
+        obj.validate(entered)
         return obj
 
     @classmethod
@@ -70,16 +80,29 @@ class _Config:
         return cls.from_dict(read_json(path, ConfigError, f"config file {path} does not exist"))
 
     def replace(self, **overrides):
-        return type(self).from_dict({**self.to_dict(), **overrides})
+        """This config with `overrides`: they alone enter (converted and checked), and the rules
+        that cross fields hold for the new config."""
+        return type(self)._from({**self.to_dict(), **overrides}, set(overrides))
 
-    def validate(self) -> None:
+    def validate(self, entered: set | None = None) -> None:
+        """The entering values (None: all) within their bounds and choices, the config's rules
+        across fields, and the chosen plugins' settings."""
         for f in dataclasses.fields(self):
-            check_value(f.name, getattr(self, f.name), f)
+            if enters(entered, f.name):
+                check_value(f.name, getattr(self, f.name), f)
         for key, (lo, hi) in self.BOUNDS.items():
             v = getattr(self, key)
-            if v is not None and not lo <= v <= hi:
+            if enters(entered, key) and v is not None and not lo <= v <= hi:
                 raise ConfigError(f"{key} must be between {lo} and {hi}, got {v}")
         self.check()
+        self._check_plugin_settings(entered)
+
+    @classmethod
+    def _coerce_plugin_settings(cls, d: dict, entered: set | None) -> dict:
+        return d                        # a config with plugin settings converts those entering
+
+    def _check_plugin_settings(self, entered: set | None) -> None:
+        """A config with plugin settings checks those entering, and the plugins' own rules."""
 
     def check(self) -> None:
         """The config's own rules that cross fields (its values are bounded by then)."""
@@ -110,7 +133,7 @@ def parse_blocks(value, n_layer: int | None = None, key: str = "layers") -> list
 
 
 @dataclass
-class ModelConfig(_Config, PluginSettings):
+class ModelConfig(PluginSettings, _Config):
     model: str = setting("gpt2", "the family: it builds the model and fills the parts left blank",
                          choices=plugin_choices("model"))
     vocab_size: int = setting(50257, "tokens in the vocabulary (a new model's is its tokenizer's)",
@@ -157,10 +180,10 @@ class ModelConfig(_Config, PluginSettings):
         self._fill_plugin_settings()
 
     @classmethod
-    def from_dict(cls, d: dict):
+    def _from(cls, d: dict, entered: set | None):
         """Also takes `KIND.SETTING` keys, and the keys of older configs that are a plugin's
         setting now, which go to the plugins they belonged to."""
-        return super().from_dict(cls._plugin_dict(d))
+        return super()._from(cls._plugin_dict(d), cls._entered_settings(entered))
 
     @classmethod
     def _chosen_plugins(cls, d: dict) -> dict:
@@ -171,13 +194,14 @@ class ModelConfig(_Config, PluginSettings):
     def replace(self, **overrides):
         """A plugin changed here drops the old plugin's settings, and a family changed here takes
         the new family's parts wherever the old family's were in place."""
-        d = self.to_dict()
+        d, entered = self.to_dict(), set(overrides)
         if "model" in overrides and overrides["model"] != self.model:
             old = family_defaults(self.model)
             for key in FAMILY_KEYS:
                 if key not in overrides and d[key] == old.get(key):
                     d[key] = None
-        return type(self).from_dict({**self._without_changed_plugins(d, overrides), **overrides})
+                    entered.add(key)                    # the new family's part enters
+        return type(self)._from({**self._without_changed_plugins(d, overrides), **overrides}, entered)
 
     def check(self) -> None:
         if self.n_embd % self.n_head:
@@ -186,7 +210,6 @@ class ModelConfig(_Config, PluginSettings):
                               f"n_head must divide the width, e.g. one of {divisors[:24]}")
         if not self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
-        self._check_settings()
         n = self.approx_params()
         if n > self.MAX_PARAMS:
             raise ConfigError(f"this model would have about {n / 1e9:.1f}B parameters (n_embd="
@@ -210,7 +233,7 @@ class ModelConfig(_Config, PluginSettings):
 
 
 @dataclass
-class TrainConfig(_Config, PluginSettings):
+class TrainConfig(PluginSettings, _Config):
     epochs: int = setting(20, "passes over the training split (an upper bound with early "
                           "stopping)", min=1, max=100_000)
     batch_size: int = setting(32, "examples per optimizer step", min=1, max=65536)
@@ -298,7 +321,7 @@ class TrainConfig(_Config, PluginSettings):
                                "keep_bleu_best": ("keep_also", lambda kept: "bleu" if kept else "none")}
 
     @classmethod
-    def from_dict(cls, d: dict):
+    def _from(cls, d: dict, entered: set | None):
         """Also takes the task's settings as `task.SETTING` keys, and the keys of older configs:
         renamed ones (RENAMED) and those that are the task's setting now."""
         if isinstance(d, dict) and any(old in d for old in cls.RENAMED):
@@ -307,7 +330,8 @@ class TrainConfig(_Config, PluginSettings):
                 if old in d:
                     value = d.pop(old)
                     d[new] = convert(value) if convert else value   # over a newer default's
-        return super().from_dict(cls._plugin_dict(d))
+                    entered = entered if entered is None else entered | {new}
+        return super()._from(cls._plugin_dict(d), cls._entered_settings(entered))
 
     @classmethod
     def moved_keys(cls) -> dict[str, str]:
@@ -322,7 +346,8 @@ class TrainConfig(_Config, PluginSettings):
     def replace(self, **overrides):
         """A task changed here drops the old task's settings."""
         d = self.to_dict()
-        return type(self).from_dict({**self._without_changed_plugins(d, overrides), **overrides})
+        return type(self)._from({**self._without_changed_plugins(d, overrides), **overrides},
+                                set(overrides))
 
     def check(self) -> None:
         task = task_meta(self.task)
@@ -341,7 +366,6 @@ class TrainConfig(_Config, PluginSettings):
                               f"{self.task} task than {kept}, which the checkpoint is kept by; "
                               f"choose {' or '.join([*others, 'none'])}")
         self.kept_epochs()
-        self._check_settings()
 
     def kept_epochs(self) -> list[int]:
         """keep_epochs as whole epochs, ascending, each within the run's epochs."""
@@ -369,7 +393,7 @@ class DecodeConfig(_Config):
     def __post_init__(self):
         cls = self._settings_class()
         if cls is not None and isinstance(self.settings, dict):
-            self.settings = fill_settings(cls, self.settings, "")
+            self.settings = fill_settings(cls, self.settings)
 
     def _settings_class(self):
         return self.settings_class(self.decoder)
@@ -426,7 +450,22 @@ class DecodeConfig(_Config):
                 # (an unknown decoder is named by validation instead)
                 raise ConfigError(f"{key} is not a setting of the {decoder} "
                                   f"decoder; its settings are: {', '.join(sorted(own_names)) or 'none'}")
-        return super().from_dict({**d, "settings": settings})
+        return cls._from({**d, "settings": settings}, None)
+
+    @classmethod
+    def _coerce_plugin_settings(cls, d: dict, entered: set | None) -> dict:
+        own, settings = cls.settings_class(d.get("decoder", cls.default("decoder"))), d.get("settings")
+        if own is None or not isinstance(settings, dict):
+            return d
+        return {**d, "settings": coerce_settings(own, settings, "", cls._entered_settings(entered))}
+
+    def _check_plugin_settings(self, entered: set | None) -> None:
+        check_settings(self._settings_class(), self.settings, "", f"{self.decoder} decoder", self,
+                       self._entered_settings(entered))
+
+    @staticmethod
+    def _entered_settings(entered: set | None) -> set | None:   # all, with a new decoder
+        return None if entered is None or {"decoder", "settings"} & entered else entered
 
     def decoder_settings(self):
         """The chosen decoder's settings dataclass, filled; None if it has none."""
@@ -437,8 +476,6 @@ class DecodeConfig(_Config):
         """The decoder and its settings, e.g. 'top_p, temperature=0.7, top_p=0.9'."""
         return self.decoder + "".join(f", {k}={v}" for k, v in self.settings.items())
 
-    def check(self) -> None:
-        check_settings(self._settings_class(), self.settings, "", f"{self.decoder} decoder", self)
 
 
 def describe_settings(built_in_only: bool = False) -> dict:

@@ -12,21 +12,27 @@ from typing import ClassVar
 
 from lab.errors import ConfigError
 from lab.registry import REGISTRIES, TASKS, load_plugins
-from lab.settings import check_value, coerce, setting
+from lab.settings import check_value, coerce, enters, setting
 
 
-def fill_settings(cls, given: dict, prefix: str) -> dict:
-    """A plugin's settings: the given values converted to their declared types, the rest at their
-    defaults; names the plugin does not declare stay, for check_settings to refuse."""
+def fill_settings(cls, given: dict) -> dict:
+    """A plugin's settings: the given values, the rest at their defaults; names the plugin does
+    not declare stay, for check_settings to refuse."""
+    return {**given, **{f.name: given.get(f.name, f.default) for f in dataclasses.fields(cls)}}
+
+
+def coerce_settings(cls, given: dict, prefix: str, entered: set | None = None) -> dict:
+    """A plugin's given settings, those entering (lab.settings.enters) converted to their declared
+    types; names it does not declare stay as they are, for check_settings to refuse."""
     hints = typing.get_type_hints(cls)
-    values = {f.name: coerce(prefix + f.name, given[f.name], hints[f.name])
-              if f.name in given else f.default for f in dataclasses.fields(cls)}
-    return {**given, **values}
+    return {k: coerce(prefix + k, v, hints[k]) if k in hints and enters(entered, prefix + k) else v
+            for k, v in given.items()}
 
 
-def check_settings(cls, given: dict, prefix: str, plugin: str, config) -> None:
-    """One plugin's settings: only declared names, within their bounds and choices, and the
-    settings class's own `check(config)`."""
+def check_settings(cls, given: dict, prefix: str, plugin: str, config,
+                   entered: set | None = None) -> None:
+    """One plugin's settings: only declared names, those entering within their bounds and
+    choices, and the settings class's own `check(config)`."""
     names = [f.name for f in dataclasses.fields(cls)] if cls else []
     for key in given:
         if key not in names:
@@ -35,7 +41,8 @@ def check_settings(cls, given: dict, prefix: str, plugin: str, config) -> None:
     if cls is None:
         return
     for f in dataclasses.fields(cls):
-        check_value(prefix + f.name, given[f.name], f)
+        if enters(entered, prefix + f.name):
+            check_value(prefix + f.name, given[f.name], f)
     instance = cls(**given)
     if hasattr(instance, "check"):
         instance.check(config)
@@ -109,7 +116,11 @@ class PluginSettings:
     PLUGIN_KINDS: ClassVar[tuple] = ()
 
     def _settings_class(self, kind: str):
-        name = getattr(self, kind)
+        return self._settings_class_of(kind, getattr(self, kind))
+
+    @staticmethod
+    def _settings_class_of(kind: str, name):
+        """The settings dataclass of plugin `name` of `kind`; None: it has none, or no such plugin."""
         load_plugins()
         reg = REGISTRIES[kind]
         return reg.get(name).settings if isinstance(name, str) and name in reg else None
@@ -132,7 +143,7 @@ class PluginSettings:
         for kind in self.PLUGIN_KINDS:
             cls = self._settings_class(kind)
             if cls is not None:
-                resolved[kind] = fill_settings(cls, resolved.get(kind, {}), f"{kind}.")
+                resolved[kind] = fill_settings(cls, resolved.get(kind, {}))
         self.settings = resolved
 
     @classmethod
@@ -200,7 +211,33 @@ class PluginSettings:
                 d["settings"].pop(kind, None)
         return d
 
-    def _check_settings(self) -> None:
+    @classmethod
+    def _entered_settings(cls, entered: set | None) -> set | None:
+        """The keys entering a change, with "settings" where one is an older config's key that
+        is a plugin's setting now (it enters as that setting)."""
+        if entered is None:
+            return None
+        fields = {f.name for f in dataclasses.fields(cls)}
+        older = any(isinstance(k, str) and "." not in k and k not in fields for k in entered)
+        return entered | {"settings"} if older else entered
+
+    @classmethod
+    def _coerce_plugin_settings(cls, d: dict, entered: set | None) -> dict:
+        """Config dict `d` with the entering values of its chosen plugins' settings converted to
+        their types (where `d` is made as expected; otherwise the checks say what is wrong)."""
+        settings = d.get("settings")
+        if not isinstance(settings, dict):
+            return d
+        chosen = cls._chosen_plugins(d)
+        out = {}
+        for kind, given in settings.items():
+            own = cls._settings_class_of(kind, chosen.get(kind)) if kind in cls.PLUGIN_KINDS else None
+            out[kind] = coerce_settings(own, given, f"{kind}.", entered) \
+                if own is not None and isinstance(given, dict) else given
+        return {**d, "settings": out}
+
+    def _check_plugin_settings(self, entered: set | None) -> None:
+        """The chosen plugins' settings: their shape, the entering values, the plugins' own rules."""
         if not isinstance(self.settings, dict) or not all(
                 isinstance(v, dict) for v in self.settings.values()):
             raise ConfigError(f"settings: expected {{kind: {{setting: value}}}}, e.g. "
@@ -210,4 +247,4 @@ class PluginSettings:
                 raise ConfigError(f"settings: unknown kind {kind!r}; the kinds with plugins are "
                                   f"{', '.join(self.PLUGIN_KINDS)}"[:300])
             check_settings(self._settings_class(kind), given, f"{kind}.",
-                           f"{kind} plugin {getattr(self, kind)!r}", self)
+                           f"{kind} plugin {getattr(self, kind)!r}", self, entered)

@@ -81,7 +81,15 @@ def description(name: str) -> str:
 
 
 def get(name: str) -> tuple[ModelConfig, TrainConfig]:
+    """A preset's configs, checked: its values enter the lab here (a task package's builder
+    makes them)."""
     load_plugins()
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; choose one of: {', '.join(sorted(PRESETS))}")
-    return PRESETS[name][0]()
+    model_cfg, train_cfg = PRESETS[name][0]()
+    try:
+        model_cfg.validate()
+        train_cfg.validate()
+    except ConfigError as e:
+        raise ConfigError(f"preset {name!r} (its task package's): {e}") from None
+    return model_cfg, train_cfg

@@ -72,6 +72,17 @@ def _quoted(values) -> str:
     return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"
 
 
+def enters(entered: set | None, key: str) -> bool:
+    """Whether the value of `key` (a field, or a plugin's `KIND.SETTING`) enters a config now, to
+    be converted and checked: every value where a config is read (`entered` None: a form, the
+    API, the command line, a file, a ledger row); where a checked config is changed (its
+    `replace`), the keys given, and a plugin's settings where the plugin or the settings are."""
+    if entered is None or key in entered:
+        return True
+    kind, dot, _ = key.partition(".")
+    return bool(dot) and (kind in entered or "settings" in entered)
+
+
 def check_value(key: str, value, f: dataclasses.Field) -> None:
     """The one bound and choice rule of every described setting; None passes (a blank that means
     the default)."""

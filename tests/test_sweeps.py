@@ -235,14 +235,14 @@ def test_every_recipe_plans_at_both_budgets(store):
     heads = sweeps.check({**sweeps.recipe("heads", "cpu"), "name": "h"}, store)[1]
     assert [r.values["n_head"] for r in heads] == [1, 3, 6, 12, 24, 48, 96, 192]
     gqa = sweeps.check({**sweeps.recipe("gqa", "cpu"), "name": "g"}, store)[1]
-    assert [r.model["settings"]["attention"]["kv_groups"] for r in gqa] == [1, 2, 3, 4, 6, 12]
+    assert [r.model.settings["attention"]["kv_groups"] for r in gqa] == [1, 2, 3, 4, 6, 12]
     assert [r.name for r in gqa][:2] == ["g-kv_groups1", "g-kv_groups2"]
     layers = sweeps.check({**sweeps.recipe("finetune-layers", "cpu"), "name": "fl"}, store)[1]
     assert [r.name for r in layers] == ["fl-smollm2_1_2_3", "fl-smollm2_14_15_16", "fl-smollm2_28_29_30",
                                         "fl-smollm2_1_15_30", "fl-smollm2_all"]
     assert all(r.model is None and r.parent.startswith("smollm2:") for r in layers)
     ss = sweeps.check({**sweeps.recipe("scheduled-sampling", "cpu"), "name": "ss"}, store)
-    assert ss[0].score["exposure"] and [r.train["settings"]["task"]["scheduled_sampling"] for r in ss[1]] == [
+    assert ss[0].score["exposure"] and [r.train.settings["task"]["scheduled_sampling"] for r in ss[1]] == [
         "none", "linear", "exponential", "inverse_sigmoid"]
     tok = sweeps.check({**sweeps.recipe("tokenization", "cpu"), "name": "tk"}, store)[0]
     assert tok.score["bleu_tokens"] == "words" and tok.score["decoders"][0]["max_new_tokens"] == 190
@@ -304,7 +304,7 @@ def test_the_train_forms_settings_start_a_sweep(store):
     assert (preset, parent, split) == ("tiny", "", "test")
     assert lines.splitlines() == ["n_head=2", "norm=rmsnorm", "epochs=1", "tokenizer=char"]
     spec, runs = sweeps.check({"name": "ft", "preset": preset, "set": lines.splitlines()}, store)
-    assert runs[0].model["n_head"] == 2 and runs[0].train["tokenizer"] == "char"
+    assert runs[0].model.n_head == 2 and runs[0].train.tokenizer == "char"
     assert train.sweep_settings("tiny", "some-parent", *values)[2] == "epochs=1\ntokenizer=char"
     import dataclasses
     five_heads = dataclasses.replace(m, n_head=5)      # the form can hold any number

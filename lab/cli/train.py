@@ -104,8 +104,7 @@ def cmd_jobs(args):
             print(f"{j['id']:>4} {j['name']:<24} {j['status']:<12} {where} {j['error'] or ''}")
     elif args.action == "submit":
         model_cfg, train_cfg, _ = configs(args.preset, args.set)
-        model = None if args.parent else model_cfg.to_dict()
-        job_id = jobs.submit(args.name, model, train_cfg.to_dict(),
+        job_id = jobs.submit(args.name, None if args.parent else model_cfg, train_cfg,
                              parent=args.parent, preset=args.preset, store=args.store)
         print(f"queued job {job_id}")
     elif args.action == "stop":

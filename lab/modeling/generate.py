@@ -35,7 +35,6 @@ class Generated:
 
 def make_decoder(cfg: DecodeConfig):
     load_plugins()
-    cfg.validate()
     return DECODERS.build(cfg.decoder, settings=cfg.decoder_settings())
 
 

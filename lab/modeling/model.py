@@ -373,9 +373,9 @@ def _init_weights(model: TfmrLM, std: float) -> None:
 
 
 def build(config: ModelConfig) -> TfmrLM:
-    """Build the model a config describes: its family's builder, every part from its plugin."""
+    """Build the model a config describes (a checked one: lab.config checks a value where it
+    enters): its family's builder, every part from its plugin."""
     load_plugins()
-    config.validate()
     return MODELS.build(config.model, config, settings=config.plugin_settings("model"))
 
 

@@ -46,13 +46,13 @@ def llama_config(hf: dict, n_layer: int) -> ModelConfig:
     """The lab's `llama` config of `n_layer` blocks of an HF Llama config (its config.json)."""
     rope = hf.get("rope_parameters") or {}
     theta = rope.get("rope_theta") or hf.get("rope_theta") or 10000.0
-    return ModelConfig(
+    return ModelConfig.from_dict(dict(       # a file's values: they enter here
         model="llama", vocab_size=hf["vocab_size"], n_positions=hf["max_position_embeddings"],
         n_embd=hf["hidden_size"], n_layer=n_layer, n_head=hf["num_attention_heads"],
         n_inner=hf["intermediate_size"], norm_eps=hf.get("rms_norm_eps", 1e-6),   # the rest is the
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),     # llama family's own parts
+        tie_embeddings=hf.get("tie_word_embeddings", False),     # llama family's own parts
         settings={"attention": {"kv_groups": hf.get("num_key_value_heads") or hf["num_attention_heads"]},
-                  "positional": {"theta": float(theta)}})
+                  "positional": {"theta": theta}}))
 
 
 def llama_state(hf_state, layers: list[int]) -> lazy.Lazy:

@@ -155,7 +155,7 @@ def _llama_config(path: Path, hf: dict, layers: list[int] | None) -> tuple[list[
         raise CheckpointError(f"{path}/config.json: num_hidden_layers: {e}") from None
     layers = parse_layers(layers if layers is not None else list(range(1, n_layer + 1)), n_layer)
     try:
-        cfg = ModelConfig.from_dict(hf_llama.llama_config(hf, len(layers)).to_dict())
+        cfg = hf_llama.llama_config(hf, len(layers))
     except KeyError as e:
         raise CheckpointError(f"{path}/config.json is not an HF Llama config: it lacks {e.args[0]}") from None
     except (ConfigError, TypeError, ValueError) as e:

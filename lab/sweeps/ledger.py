@@ -80,7 +80,8 @@ def start(spec: SweepSpec | dict, store=None) -> list[Run]:
             con.execute("INSERT INTO sweep_runs (sweep, idx, run, vals, seed, model, train, parent) "
                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                         (spec.name, run.index, run.name, json.dumps(run.values), run.seed,
-                         json.dumps(run.model), json.dumps(run.train), run.parent))
+                         json.dumps(run.model and run.model.to_dict()), json.dumps(run.train.to_dict()),
+                         run.parent))
         con.execute("COMMIT")
     return runs
 

@@ -8,7 +8,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from lab.config import ConfigError, TrainConfig
+from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.inputs import tasks
 from lab.presets import configs
 from lab.storage import checkpoints
@@ -23,8 +23,8 @@ class Run:
     name: str                 # the checkpoint it writes (and its jobs' name)
     values: dict              # the swept keys' values
     seed: int
-    model: dict | None        # the job's model config (None: a fine-tune of `parent`)
-    train: dict
+    model: ModelConfig | None  # the job's model config (None: a fine-tune of `parent`)
+    train: TrainConfig
     parent: str | None
     score_only: bool = False   # a stored checkpoint, scored as it is
 
@@ -73,7 +73,7 @@ def plan(spec: SweepSpec, store=None) -> list[Run]:
         names.add(name)
         model, train = model_cfg.to_dict(), train_cfg.to_dict()
         typed_values = {k: typed(k, v, model, train) for k, v in point.items()}
-        runs.append(Run(i, name, typed_values, seed, None if parent else model, train, parent))
+        runs.append(Run(i, name, typed_values, seed, None if parent else model_cfg, train_cfg, parent))
     return runs
 
 
@@ -81,7 +81,7 @@ def _score_only_runs(spec: SweepSpec, store=None) -> list[Run]:
     """A run per stored checkpoint the sweep scores as it is (no training)."""
     if len(set(spec.checkpoints)) != len(spec.checkpoints):
         raise ConfigError(f"checkpoints names a checkpoint twice: {spec.checkpoints}")
-    train = TrainConfig().to_dict()
+    train = TrainConfig()
     for c in spec.checkpoints:
         info = checkpoints.info(checkpoints.check_name(c), store)
         _check_scored(tasks.task_of(info), None, spec.score, f"checkpoint {c!r}")

@@ -125,7 +125,6 @@ def _model_to_train(task, root, model_cfg, train_cfg, parent, store, source_dir,
         source = {"source": "finetune", "parent": parent, **{k: v for k, v in meta.items()
                                                              if k in ("layers", "pretrained")}}
         return model, tok, model.config, source
-    model_cfg.validate()
     tok = task.scratch_tokenizer(root, train_cfg)
     if model_cfg.vocab_size != tok.vocab_size:
         model_cfg = model_cfg.replace(vocab_size=tok.vocab_size)

@@ -109,7 +109,7 @@ def _queue(name: str, preset: str, parent: str | None, store=None) -> str:
             and last_dir(name, store).is_dir():              # it kept where it stood: go on from there
         return f"Queued job {jobs.resume(job['id'], store)}: {name} goes on where job {job['id']} stopped."
     model_cfg, train_cfg, _ = configs(preset)
-    job_id = jobs.submit(name, None if parent else model_cfg.to_dict(), train_cfg.to_dict(),
+    job_id = jobs.submit(name, None if parent else model_cfg, train_cfg,
                          parent=parent, preset=preset, store=store)
     return f"Queued job {job_id}: **{name}** (preset `{preset}`)."
 

@@ -192,7 +192,7 @@ def start_job(name, preset, parent, settings: dict, store=None):
     if parent and changed:
         raise ConfigError(f"a fine-tune keeps {parent}'s architecture; these settings cannot "
                           f"change it: {', '.join(changed)}"[:300])
-    job_id = jobs.submit(name, None if parent else model_cfg.to_dict(), train_cfg.to_dict(),
+    job_id = jobs.submit(name, None if parent else model_cfg, train_cfg,
                          parent=parent or None, preset=preset or None, store=store)
     return job_id
 

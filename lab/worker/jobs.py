@@ -54,14 +54,21 @@ def shutdown_grace_s() -> float:
     return value
 
 
-def validate_spec(name: str, model: dict | None, train: dict, parent: str | None, store=None,
-                  resume: bool = False, after: list | None = None, after_only: bool = False) -> dict:
-    """Check everything before a job is queued: a bad value never reaches the worker. after: the
-    steps after training (lab/worker/steps.py), each checked by its step; after_only: the run `name`
-    trained already, only the steps are left."""
+def _typed(cfg, cls):
+    """A config its caller read and checked already, or plain values, read and checked here."""
+    return cfg if isinstance(cfg, cls) else cls.from_dict(cfg or {})
+
+
+def validate_spec(name: str, model: ModelConfig | dict | None, train: TrainConfig | dict,
+                  parent: str | None, store=None, resume: bool = False, after: list | None = None,
+                  after_only: bool = False) -> dict:
+    """Check everything before a job is queued: a bad value never reaches the worker. The configs:
+    typed (checked where their values entered: the form, the API, the command line) or plain
+    values (read here). after: the steps after training (lab/worker/steps.py), each checked by its
+    step; after_only: the run `name` trained already, only the steps are left."""
     checkpoints.check_name(name)
     after = steps.check(after) if after else []
-    train_cfg = TrainConfig.from_dict(train)
+    train_cfg = _typed(train, TrainConfig)
     if after_only:
         if not after:
             raise ConfigError("a job that only runs the steps after training needs its steps")
@@ -84,7 +91,7 @@ def validate_spec(name: str, model: dict | None, train: dict, parent: str | None
             runs.check_finetune(train_cfg)
             n_layer = runs.check_parent(parent, store)
         else:
-            model_cfg = ModelConfig.from_dict(model or {})
+            model_cfg = _typed(model, ModelConfig)
             n_layer = model_cfg.n_layer
     parse_train_layers(train_cfg.train_layers, n_layer)
     return {"model": model_cfg and model_cfg.to_dict(), "train": train_cfg.to_dict(),
@@ -108,7 +115,7 @@ def refuse_busy(name: str, store=None) -> None:
         _refuse_busy(con, name, store)
 
 
-def submit(name: str, model: dict | None, train: dict, parent: str | None = None,
+def submit(name: str, model: ModelConfig | dict | None, train: TrainConfig | dict, parent: str | None = None,
            preset: str | None = None, store=None, resumed_from: int | None = None,
            after: list | None = None, after_only: bool = False) -> int:
     """Queue a job that trains checkpoint `name` (a new model, a fine-tune of `parent`, or, with
@@ -179,7 +186,7 @@ def resume(job_id: int, store=None) -> int:
     after = spec.get("after") or None
     # a run whose training ended: only the steps after it are left
     only = bool(after) and (spec.get("after_only", False) or runs.trained(job["name"], store))
-    return submit(job["name"], None, spec["train"], preset=spec.get("preset"), store=store,
+    return submit(job["name"], None, TrainConfig.from_dict(spec["train"]), preset=spec.get("preset"), store=store,
                   resumed_from=job_id, after=after, after_only=only)
 
 
