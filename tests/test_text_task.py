@@ -421,6 +421,7 @@ def test_compare_and_generate_continue_held_out_texts(sources, capsys):
     held = record["held_out_texts"]
     assert len(held) == 4 and set(held) <= set(dev) and record["held_out"] == 3
     assert record["unit"] == "texts" and compare.rows_label(["mine-model"])["label"] == "texts"
+    assert compare.rows_label(["mine-model"], label="{} per cell")["label"] == "texts per cell"
     ck = checkpoints.load("mine-model")
     for text, whole_text in zip(record["captions"]["mine-model"], held):
         start = " ".join(whole_text.split()[:3])

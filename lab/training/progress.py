@@ -132,8 +132,9 @@ def _start_text(ev: dict) -> str:
     going_on = "" if "resumed_from" not in ev else "; going on from " + position_text(
         {"epoch": ev["first_epoch"] - 1, "batches_done": ev["first_batch"], "step": ev["first_step"],
          "saved_by": ev["resumed_from"]})
-    return (f"training on {ev['device']}{how}{procs}: {ev['epochs']} epochs x "
-            f"{ev['steps_per_epoch']} steps{going_on}")
+    epochs, steps = ev["epochs"], ev["steps_per_epoch"]
+    return (f"training on {ev['device']}{how}{procs}: {epochs} epoch{'s' * (epochs != 1)} x "
+            f"{steps} step{'s' * (steps != 1)}{going_on}")
 
 
 def _perplexity_text(ev: dict) -> str:

@@ -97,13 +97,14 @@ def plan(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
     return Comparison(chosen, settings, seed, prefix, n, held_out, prompts, held, unit_of(chosen, store))
 
 
-def rows_label(names, store=None):
-    """The rows field's label for the chosen checkpoints (their task's word for its texts)."""
+def rows_label(names, store=None, label: str = "{}"):
+    """A count field's label for the chosen checkpoints (`label` with their task's word for its
+    texts: the rows field's, or the matrix's "{} per cell")."""
     try:
         unit = unit_of(names if isinstance(names, list) else [], store)
     except LabError:
         unit = "texts"                  # a damaged choice: Generate will say what is wrong
-    return gr.update(label=unit)
+    return gr.update(label=label.format(unit))
 
 
 def compare(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
@@ -269,9 +270,9 @@ def decoder_matrix(checkpoints_chosen, temperatures, n, seed, prefix, store=None
 
 
 def _matrix_plan(checkpoints_chosen, temperatures, n, seed, prefix, store=None):
-    """The matrix's checkpoints, its rows' decoders, captions per cell and prefix, checked."""
+    """The matrix's checkpoints, its rows' decoders, texts per cell and prefix, checked."""
     chosen = names_list(checkpoints_chosen, "checkpoints", limit=4, store=store)
-    n = whole(n, "captions per cell", 1, MATRIX_MAX_CAPTIONS)
+    n = whole(n, f"{unit_of(chosen, store)} per cell", 1, MATRIX_MAX_CAPTIONS)
     seed = whole(seed, "seed", 0, SEED_MAX)
     prefix = text(prefix, "prefix", MAX_PROMPT_CHARS).strip()
     raw = [t for t in text(temperatures, "temperatures", 200).replace(" ", "").split(",") if t]
@@ -284,8 +285,8 @@ def _matrix_plan(checkpoints_chosen, temperatures, n, seed, prefix, store=None):
         for t in (raw if sampling else [None]):
             settings.append(DecodeConfig.from_dict({"decoder": dec, "seed": seed,
                                                     **({"temperature": t} if sampling else {})}))
-    within_budget("this matrix", n, settings * len(chosen), "fewer captions per cell, "
-                  "temperatures or checkpoints", unit="cell")
+    within_budget("this matrix", n, settings * len(chosen), f"fewer {unit_of(chosen, store)} per "
+                  "cell, temperatures or checkpoints", unit="cell")
     return chosen, settings, n, prefix
 
 
@@ -434,7 +435,7 @@ def _matrix_section(ctx: Context, chosen, seed, prefix) -> None:
     with section("Decoder matrix: every decoder plugin x temperature"):
         with gr.Row():
             temps = Textbox("0.7, 1.0", label="temperatures")
-            n_m = Number(3, label="captions per cell", step=1)
+            n_m = Number(3, label=f"{tasks.unit(tasks.task_of(None))} per cell", step=1)
         with gr.Row():
             go_m = gr.Button("Build the matrix", elem_id="compare-matrix")
             stop_m = stop_button("compare-matrix-stop")
@@ -443,8 +444,9 @@ def _matrix_section(ctx: Context, chosen, seed, prefix) -> None:
         files_m = gr.File(label="download the matrix (CSV, JSON)", file_count="multiple", interactive=False)
 
         def matrix_of(checkpoints: list, temperatures: str, n: float, seed: float, prefix: str):
-            """Every decoder plugin x temperature (comma-separated) for the checkpoints: n captions
-            per cell from the seed (and the prefix, if any), streamed as HTML."""
+            """Every decoder plugin x temperature (comma-separated) for the checkpoints: n texts
+            per cell (captions for the captions task) from the seed (and the prefix, if any),
+            streamed as HTML."""
             yield from decoder_matrix(checkpoints, temperatures, n, seed, prefix, store=ctx.store)
         build_it = friendly(matrix_of)
         building = stoppable(go_m, stop_m, lambda: go_m.click(
@@ -452,3 +454,5 @@ def _matrix_section(ctx: Context, chosen, seed, prefix) -> None:
             show_progress="minimal"), matrix, [out_m, matrix], lambda kept: unfinished(kept, STOPPED))
         building.success(friendly(lambda t: matrix_files(t, ctx.store)), matrix, files_m,
                          api_visibility="private")
+        chosen.change(lambda names: rows_label(names, ctx.store, "{} per cell"), chosen, n_m,
+                      api_visibility="private", show_progress="hidden")
