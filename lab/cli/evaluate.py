@@ -156,7 +156,7 @@ def _add_decode_args(p):
 
 
 def _parser_generate(sub) -> None:
-    p = sub.add_parser("generate", help="sample captions from a checkpoint")
+    p = sub.add_parser("generate", help="sample texts (captions, or its task's) from a checkpoint")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--n", type=int, default=10)
     p.add_argument("--prompt", default="")
@@ -172,7 +172,8 @@ def _parser_evaluate(sub) -> None:
     p = sub.add_parser("evaluate", help="perplexity and BLEU of a checkpoint on a split")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--split", default="test", choices=["train", "dev", "test"])
-    p.add_argument("--n", type=int, default=5000, help="captions generated and references used")
+    p.add_argument("--n", type=int, default=5000, help="texts generated and references used "
+                                                           "(captions for a captions model)")
     p.add_argument("--bleu-tokens", dest="bleu_tokens", default="auto", choices=["auto", "gpt2", "words"],
                    help="auto: GPT-2 tokens for GPT-2-tokenized models, words otherwise")
     p.add_argument("--no-bleu", dest="no_bleu", action="store_true", help="perplexity only")

@@ -126,7 +126,7 @@ def _parser_sweep(sub) -> None:
                    help="a key and its values (several --grid: every combination)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a setting of every run")
     p.add_argument("--seeds", help="seeds, e.g. 0,1,2: each setting runs once per seed")
-    p.add_argument("--n", type=int, help="captions each run is scored on (default 500)")
+    p.add_argument("--n", type=int, help="examples each run is scored on (default 500)")
     p.add_argument("--split", choices=["dev", "test"], help="the split runs are scored on")
     p.add_argument("--decoder", dest="decoders", action="append", metavar="DECODER[,K=V...]",
                    help="a decoder to score with, e.g. top_p,temperature=0.7,top_p=0.9 (repeatable)")

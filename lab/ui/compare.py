@@ -80,7 +80,8 @@ def plan(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
     API's and the form's one check). held_out: start row i with the first `held_out` words of a
     held-out text of the checkpoints' corpus (drawn by the seed) instead of the prefix."""
     chosen = names_list(checkpoints_chosen, "checkpoints to compare", store=store)
-    n = whole(n, "number of captions", 1, 200)
+    unit = unit_of(chosen, store)               # captions, or the checkpoints' task's texts
+    n = whole(n, f"number of {unit}", 1, 200)
     seed = whole(seed, "seed", 0, SEED_MAX)
     prefix = text(prefix, "prefix", MAX_PROMPT_CHARS).strip()
     held_out = whole(held_out or 0, "held-out prompt words", 0, tasks.MAX_PROMPT_WORDS)
@@ -88,13 +89,13 @@ def plan(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
         raise ConfigError(f"a prefix ({prefix[:40]!r}) and held-out prompts ({held_out} words) both "
                           "given: clear the prefix, or set held-out prompt words to 0")
     settings = decoders_of(chosen, decode, per_checkpoint, seed)   # all checked before any runs
-    within_budget("this comparison", n, settings, "fewer captions, beams or checkpoints")
+    within_budget("this comparison", n, settings, f"fewer {unit}, beams or checkpoints")
     prompts = held = None
     if held_out:
         cks = [LOADED.get(name, store) for name in chosen]
         prompts, held, _ = tasks.held_out_prompts(cks, n, seed, held_out)
         n = len(prompts)
-    return Comparison(chosen, settings, seed, prefix, n, held_out, prompts, held, unit_of(chosen, store))
+    return Comparison(chosen, settings, seed, prefix, n, held_out, prompts, held, unit)
 
 
 def rows_label(names, store=None, label: str = "{}"):
