@@ -161,11 +161,13 @@ def test_a_birth_place_model_from_the_browser_alone(browser, tmp_path):
         # the preset's own values first (they arrive after the choice shows), then the test's
         epochs = presets.get(preset)[1].epochs
         expect(page.locator("#train-epochs input")).to_have_value(str(epochs), timeout=30_000)
-        for field, value in (("epochs", "1"), ("max_train", str(items)), ("max_dev", "20"),
-                             *model):
+        given = (("epochs", "1"), ("max_train", str(items)), ("max_dev", "20"), *model)
+        for field, value in given:
             box = page.locator(f"#train-{field} input")
             box.fill(value)
             box.press("Tab")
+        for field, value in given:      # all still as typed when Start is pressed
+            expect(page.locator(f"#train-{field} input")).to_have_value(value)
         train_from_the_form(page, store, name, parent)
 
     with serving(store) as url:

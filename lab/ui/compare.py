@@ -80,7 +80,7 @@ def plan(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
     API's and the form's one check). held_out: start row i with the first `held_out` words of a
     held-out text of the checkpoints' corpus (drawn by the seed) instead of the prefix."""
     chosen = names_list(checkpoints_chosen, "checkpoints to compare", store=store)
-    unit = unit_of(chosen, store)               # captions, or the checkpoints' task's texts
+    unit = _unit(chosen, store)                 # captions, or the checkpoints' task's texts
     n = whole(n, f"number of {unit}", 1, 200)
     seed = whole(seed, "seed", 0, SEED_MAX)
     prefix = text(prefix, "prefix", MAX_PROMPT_CHARS).strip()
@@ -95,17 +95,22 @@ def plan(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
         cks = [LOADED.get(name, store) for name in chosen]
         prompts, held, _ = tasks.held_out_prompts(cks, n, seed, held_out)
         n = len(prompts)
-    return Comparison(chosen, settings, seed, prefix, n, held_out, prompts, held, unit)
+    return Comparison(chosen, settings, seed, prefix, n, held_out, prompts, held, unit_of(chosen, store))
 
 
 def rows_label(names, store=None, label: str = "{}"):
     """A count field's label for the chosen checkpoints (`label` with their task's word for its
     texts: the rows field's, or the matrix's "{} per cell")."""
+    return gr.update(label=label.format(_unit(names, store)))
+
+
+def _unit(names, store=None) -> str:
+    """The chosen checkpoints' word for their texts; "texts" where they cannot be read (what runs
+    on them says what is wrong)."""
     try:
-        unit = unit_of(names if isinstance(names, list) else [], store)
+        return unit_of(names if isinstance(names, list) else [], store)
     except LabError:
-        unit = "texts"                  # a damaged choice: Generate will say what is wrong
-    return gr.update(label=label.format(unit))
+        return "texts"
 
 
 def compare(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
@@ -273,7 +278,8 @@ def decoder_matrix(checkpoints_chosen, temperatures, n, seed, prefix, store=None
 def _matrix_plan(checkpoints_chosen, temperatures, n, seed, prefix, store=None):
     """The matrix's checkpoints, its rows' decoders, texts per cell and prefix, checked."""
     chosen = names_list(checkpoints_chosen, "checkpoints", limit=4, store=store)
-    n = whole(n, f"{unit_of(chosen, store)} per cell", 1, MATRIX_MAX_CAPTIONS)
+    unit = _unit(chosen, store)
+    n = whole(n, f"{unit} per cell", 1, MATRIX_MAX_CAPTIONS)
     seed = whole(seed, "seed", 0, SEED_MAX)
     prefix = text(prefix, "prefix", MAX_PROMPT_CHARS).strip()
     raw = [t for t in text(temperatures, "temperatures", 200).replace(" ", "").split(",") if t]
@@ -286,7 +292,7 @@ def _matrix_plan(checkpoints_chosen, temperatures, n, seed, prefix, store=None):
         for t in (raw if sampling else [None]):
             settings.append(DecodeConfig.from_dict({"decoder": dec, "seed": seed,
                                                     **({"temperature": t} if sampling else {})}))
-    within_budget("this matrix", n, settings * len(chosen), f"fewer {unit_of(chosen, store)} per "
+    within_budget("this matrix", n, settings * len(chosen), f"fewer {unit} per "
                   "cell, temperatures or checkpoints", unit="cell")
     return chosen, settings, n, prefix
 
