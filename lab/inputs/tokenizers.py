@@ -65,9 +65,10 @@ class Tokenizer:
 class HFTokenizer(Tokenizer):
     """A Hugging Face fast tokenizer (GPT-2 BPE, or a pretrained model's own). It encodes and
     decodes through its `tokenizers` backend, as transformers' fast tokenizers do; the
-    transformers object (`hf`) is made only where one is asked for, since importing transformers
-    costs a process about a second. Made from a transformers tokenizer, or from the files a
-    checkpoint carries (`from_files`: then it saves those same files)."""
+    transformers object (`hf`) is made only where one is asked for, so that a process reading a
+    checkpoint need not import transformers (its cost: docs/benchmarks.md). Made from a
+    transformers tokenizer, or from the files a checkpoint carries (`from_files`: then it saves
+    those same files)."""
 
     def __init__(self, hf, kind: str):
         self._hf, self.kind = hf, kind

@@ -95,13 +95,22 @@ def plan(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
         cks = [LOADED.get(name, store) for name in chosen]
         prompts, held, _ = tasks.held_out_prompts(cks, n, seed, held_out)
         n = len(prompts)
-    return Comparison(chosen, settings, seed, prefix, n, held_out, prompts, held, unit_of(chosen, store))
+    return Comparison(chosen, settings, seed, prefix, n, held_out, prompts, held, unit)
 
 
-def rows_label(names, store=None, label: str = "{}"):
-    """A count field's label for the chosen checkpoints (`label` with their task's word for its
-    texts: the rows field's, or the matrix's "{} per cell")."""
+COUNT_LABELS = ("{}", "{} per cell")       # the rows field's label, the matrix's
+
+
+def rows_label(names, store=None, label: str = COUNT_LABELS[0]):
+    """A count field's label for the chosen checkpoints: `label` with their task's word for its
+    texts."""
     return gr.update(label=label.format(_unit(names, store)))
+
+
+def count_labels(names, store=None) -> list:
+    """Both count fields' labels (COUNT_LABELS) for the chosen checkpoints, from one reading."""
+    unit = _unit(names, store)
+    return [gr.update(label=label.format(unit)) for label in COUNT_LABELS]
 
 
 def _unit(names, store=None) -> str:
@@ -361,13 +370,16 @@ def build(ctx: Context) -> SideBySide:
 
     scored = _scores_section(ctx, inputs)
     _report_section(ctx, last, scored)
-    _matrix_section(ctx, chosen, seed, prefix)
+    n_m = _matrix_section(ctx, chosen, seed, prefix)
+    # one event names both counts by the chosen checkpoints' task (captions, texts, ...)
+    chosen.change(lambda names: count_labels(names, ctx.store), chosen, [n, n_m],
+                  api_visibility="private", show_progress="hidden")
     return SideBySide(chosen, then)
 
 
 def _prompt_fields(ctx: Context, chosen):
-    """Seed, prefix, how many rows (called captions or texts as the chosen checkpoints are), and
-    held-out prompts' words, in a row."""
+    """Seed, prefix, how many rows (called captions or texts as the chosen checkpoints are:
+    count_labels), and held-out prompts' words, in a row."""
     with gr.Row():
         seed = Number(0, label="seed", step=1)
         prefix = Textbox("", label="prefix (optional)", placeholder="A man")
@@ -375,8 +387,6 @@ def _prompt_fields(ctx: Context, chosen):
         held_out = Number(0, label="held-out prompts: first N words (0: none)", step=1, minimum=0,
                           maximum=tasks.MAX_PROMPT_WORDS, elem_id="compare-held-out",
                           info="each row continues the start of a different held-out text")
-    chosen.change(lambda names: rows_label(names, ctx.store), chosen, n, api_visibility="private",
-                  show_progress="hidden")
     return seed, prefix, n, held_out
 
 
@@ -438,11 +448,12 @@ def _report_section(ctx: Context, last: gr.State, scored: gr.State) -> None:
                    report_file, api_visibility="private")
 
 
-def _matrix_section(ctx: Context, chosen, seed, prefix) -> None:
+def _matrix_section(ctx: Context, chosen, seed, prefix):
+    """Every decoder x temperature for the chosen checkpoints; returns its count field."""
     with section("Decoder matrix: every decoder plugin x temperature"):
         with gr.Row():
             temps = Textbox("0.7, 1.0", label="temperatures")
-            n_m = Number(3, label=f"{tasks.unit(tasks.task_of(None))} per cell", step=1)
+            n_m = Number(3, label=COUNT_LABELS[1].format(tasks.unit(tasks.task_of(None))), step=1)
         with gr.Row():
             go_m = gr.Button("Build the matrix", elem_id="compare-matrix")
             stop_m = stop_button("compare-matrix-stop")
@@ -461,5 +472,4 @@ def _matrix_section(ctx: Context, chosen, seed, prefix) -> None:
             show_progress="minimal"), matrix, [out_m, matrix], lambda kept: unfinished(kept, STOPPED))
         building.success(friendly(lambda t: matrix_files(t, ctx.store)), matrix, files_m,
                          api_visibility="private")
-        chosen.change(lambda names: rows_label(names, ctx.store, "{} per cell"), chosen, n_m,
-                      api_visibility="private", show_progress="hidden")
+        return n_m

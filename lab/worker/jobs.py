@@ -186,7 +186,7 @@ def resume(job_id: int, store=None) -> int:
     after = spec.get("after") or None
     # a run whose training ended: only the steps after it are left
     only = bool(after) and (spec.get("after_only", False) or runs.trained(job["name"], store))
-    return submit(job["name"], None, TrainConfig.from_dict(spec["train"]), preset=spec.get("preset"), store=store,
+    return submit(job["name"], None, spec["train"], preset=spec.get("preset"), store=store,
                   resumed_from=job_id, after=after, after_only=only)
 
 
