@@ -20,6 +20,7 @@ from lab.ui import checkpoints as tab
 from lab.ui import build_app, launch_kwargs
 from lab.ui.access import LoginGate, Throttle, client_address
 from lab.ui.first_script import FirstScript
+from lab.ui.pulse import PulseStamp
 from tests.conftest import free_port, start_app, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,7 +104,7 @@ def test_login_and_the_warning_for_an_open_lab(monkeypatch, capsys):
     monkeypatch.setenv("LAB_AUTH", "ada:secret")
     kwargs = launch_kwargs()
     assert kwargs["auth"] == ("ada", "secret") and capsys.readouterr().err == ""
-    assert [m.cls for m in kwargs["app_kwargs"]["middleware"]] == [FirstScript, LoginGate]
+    assert [m.cls for m in kwargs["app_kwargs"]["middleware"]] == [FirstScript, LoginGate, PulseStamp]
     for bad in ("nocolon", ":pw", "user:"):
         monkeypatch.setenv("LAB_AUTH", bad)
         with pytest.raises(Exception, match="LAB_AUTH must be user:password"):
@@ -194,10 +195,12 @@ def test_before_login_every_route_but_the_login_page_is_refused(gated):
         page = client.get("/")
         assert '{"auth_required":true' in page.text and "compare-out" not in page.text  # no lab
         assert client.get("/gradio_api/file=" + str(ROOT / "README.md")).status_code == 401
+        assert client.get("/lab/pulse").status_code == 401          # the page's pulse: no route
     assert answered == LOGIN_PAGE, answered ^ LOGIN_PAGE
     with httpx.Client(base_url=url, timeout=30) as client:            # logged in: all of it
         assert client.post("/login", data={"username": "ada", "password": "secret"}).status_code == 200
         assert "compare-out" in client.get("/config").text
+        assert client.get("/lab/pulse").status_code == 200
         assert client.get("/openapi.json").status_code == 200
 
 

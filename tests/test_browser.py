@@ -135,22 +135,39 @@ def test_head_view_draws_with_the_network_blocked(page):
     assert page.left_machine == [], f"requests tried to leave the machine: {page.left_machine}"
 
 
-def test_an_idle_page_asks_for_no_animation_frames(page):
+def test_an_idle_page_asks_for_no_animation_frames_and_sends_no_events(page, server):
     """Gradio's status-tracker clock asked for a frame 60 times a second on an idle page, always
     (about 180 in 3 s); calmed (lab/ui/first_script.py), a quiet window asks for next to none. The
-    quietest of three windows counts: a tick of the page's pulse may draw a little."""
+    page's pulse asks the app a plain question every 2 s and sends an event only when the store
+    or a job changed (or every 20 s all the same): a quiet window sends none, and a checkpoint
+    written beside the page is offered within seconds. The quietest of three windows counts."""
     page.context.add_init_script("""
         window.__frames = 0;
         const frame = window.requestAnimationFrame.bind(window);
         window.requestAnimationFrame = (callback) => { window.__frames++; return frame(callback); };""")
+    asked, events = [], []
+    page.on("request", lambda r: asked.append(r.url) if r.url.endswith("/lab/pulse") else
+            events.append(r.url) if "/queue/join" in r.url else None)
     page.reload()
     page.get_by_role("tab", name="Compare").wait_for()
-    counts = []
+    page.wait_for_timeout(2500)                 # the first question, answered by a first event
+    frames, sent, questions = [], [], []
     for _ in range(3):
-        before = page.evaluate("window.__frames")
+        before = page.evaluate("window.__frames"), len(events), len(asked)
         page.wait_for_timeout(3000)
-        counts.append(page.evaluate("window.__frames") - before)
-    assert min(counts) < 30, counts
+        frames.append(page.evaluate("window.__frames") - before[0])
+        sent.append(len(events) - before[1])
+        questions.append(len(asked) - before[2])
+    assert min(frames) < 30, frames
+    assert min(sent) == 0 and sum(questions) >= 3, (sent, questions)
+    torch.manual_seed(2)
+    checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)).eval(), tokenizers.gpt2(),
+                     "written-beside", server[1], provenance={"source": "scratch"})
+    box = page.locator("#compare-checkpoints input")
+    box.click()
+    from playwright.sync_api import expect
+    expect(page.get_by_role("option", name="written-beside")).to_be_visible(timeout=10_000)
+    checkpoints.delete("written-beside", server[1])
 
 
 def test_bad_form_value_shows_its_message(page, server):

@@ -1,6 +1,7 @@
-"""What an open page and an idle app cost while nothing happens: one timer for the page, Gradio's
-status-tracker clock calmed before Gradio's own scripts run, the queue looking for work every 10 ms
-rather than every millisecond, and no typing stubs written as the app starts. (What each saves is
+"""What an open page and an idle app cost while nothing happens: one pulse for the page, sent only
+when what it shows may have changed, Gradio's status-tracker clock calmed before Gradio's own
+scripts run, the queue looking for work every 10 ms rather than every millisecond, and no typing
+stubs written as the app starts. (What each saves is
 measured in benchmarks/idle_tab.py, docs/benchmarks.md; these tests hold the mechanisms.)"""
 import asyncio
 import inspect
@@ -10,7 +11,9 @@ import gradio as gr
 from gradio.queueing import Queue
 
 from lab.ui import build_app, launch_kwargs, queued
+from lab.ui import pulse as pulse_module
 from lab.ui.first_script import CALM_CLOCK, FirstScript
+from lab.ui.pulse import BUTTON, PATH, PulseStamp, stamp
 
 UI = Path(__file__).resolve().parent.parent / "lab" / "ui"
 
@@ -21,16 +24,72 @@ def _blocks(block):
         yield from _blocks(child)
 
 
-def test_the_page_ticks_on_one_timer(store):
-    """Every part that follows the store or a job is refreshed by the pulse's one timer; the only
-    other is the getting-started panel's, which ticks only while the panel is open."""
+def test_the_page_follows_the_store_on_one_pulse(store):
+    """Every part that follows the store or a job is refreshed by one event, the press of the
+    pulse's hidden button (dropped while the last is under way); the only timer is the
+    getting-started panel's, which ticks only while the panel is open."""
     demo = build_app(store=str(store))
     timers = [b for b in _blocks(demo) if isinstance(b, gr.Timer)]
-    assert len(timers) == 2, timers
-    ticks = [fn for fn in demo.fns.values() if fn.targets and fn.targets[0][1] == "tick"]
-    assert len(ticks) == 2, "one tick for the checkpoint dropdowns, job view and sweep runs; the panel's"
-    pulse = max(ticks, key=lambda fn: len(fn.outputs))
-    assert len(pulse.outputs) > 20 and len({id(o) for o in pulse.outputs}) == len(pulse.outputs)
+    assert len(timers) == 1, timers
+    button = next(b for b in _blocks(demo) if getattr(b, "elem_id", None) == BUTTON)
+    assert button.visible == "hidden"
+    pressed = [fn for fn in demo.fns.values() if fn.targets == [(button._id, "click")]]
+    assert len(pressed) == 1 and pressed[0].trigger_mode == "once"
+    assert len(pressed[0].outputs) > 20 and len({id(o) for o in pressed[0].outputs}) == len(pressed[0].outputs)
+    assert f'document.getElementById("{BUTTON}")' in launch_kwargs()["head"]
+
+
+def test_the_stamp_changes_with_what_the_pulse_reads_and_only_then(store, monkeypatch):
+    """A checkpoint or dataset written, a job queued or moving on: the stamp changes; nothing
+    happening: it stays, so the page sends no event; while a job runs it changes every tick."""
+    from lab.inputs import tokenizers
+    from lab.modeling.model import build
+    from lab.storage import checkpoints
+    from lab.storage import store as lab_store
+    from lab.presets import get as get_preset
+    from lab.worker import jobs, ledger
+    from tests.conftest import tiny_config
+    first = stamp(store)
+    assert stamp(store) == first
+    checkpoints.save(build(tiny_config(vocab_size=50257)), tokenizers.gpt2(), "new", store)
+    second = stamp(store)
+    assert second != first and stamp(store) == second
+    (lab_store.root(store) / lab_store.DATASETS / "mine").mkdir(parents=True)
+    third = stamp(store)
+    assert third != second
+    model, train = get_preset("tiny")
+    queued = jobs.submit("later", model, train, store=store)
+    fourth = stamp(store)
+    assert fourth != third and stamp(store) == fourth and not ledger.glance(store)[1]
+    with ledger.connect(store) as con:
+        con.execute("UPDATE jobs SET status='running' WHERE id=?", (queued,))
+    assert ledger.glance(store)[1]
+    clock = iter([100.0, 100.5, 103.0])
+    monkeypatch.setattr(pulse_module.time, "time", lambda: next(clock))
+    assert stamp(store) == stamp(store) != stamp(store)         # the same tick, then the next
+
+
+def _ask(path: str, method: str = "GET"):
+    """What PulseStamp sends for a request of `path` (the app behind it answers 404)."""
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 404, "headers": []})
+        await send({"type": "http.response.body", "body": b"passed"})
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def receive():
+        return {"type": "http.request", "body": b""}
+    scope = {"type": "http", "method": method, "path": path, "root_path": "", "headers": []}
+    asyncio.run(PulseStamp(app)(scope, receive, send))
+    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def test_the_pulse_is_asked_by_a_plain_get(store):
+    """(Behind the login: tests/test_access.py.)"""
+    assert _ask(PATH) == (200, stamp(store).encode())
+    assert _ask(PATH, "POST") == (404, b"passed") and _ask("/lab/other") == (404, b"passed")
 
 
 def test_a_failing_part_of_the_pulse_stops_no_other(caplog):

@@ -20,6 +20,7 @@ from lab.evaluation.report import CAPTIONS_CSS
 from lab.ui import attention, checkpoints, compare, evaluate, experiments, inside, start, train
 from lab.ui.access import LoginGate, Throttle
 from lab.ui.first_script import FirstScript
+from lab.ui.pulse import SCRIPT as PULSE_SCRIPT, PulseStamp
 from lab.ui.common import Context, friendly, read_metas
 from lab.ui.fields import Blocks
 
@@ -193,7 +194,7 @@ def launch_kwargs() -> dict:
     # the login throttle counts by the connection's own peer: uvicorn takes a client's address
     # from X-Forwarded-For only from the proxies LAB_TRUSTED_PROXIES names (none by default)
     os.environ["FORWARDED_ALLOW_IPS"] = os.environ.get("LAB_TRUSTED_PROXIES", "")
-    kwargs = {"css": CSS, "head": HEAD, "server_name": host, "server_port": int(port),
+    kwargs = {"css": CSS, "head": HEAD + PULSE_SCRIPT, "server_name": host, "server_port": int(port),
               "allowed_paths": [str(lab_store.state_dir(None, "exports"))],
               "max_file_size": "2gb", "app_kwargs": {"middleware": [Middleware(FirstScript)]}}
     auth = os.environ.get("LAB_AUTH")
@@ -208,6 +209,8 @@ def launch_kwargs() -> dict:
         print(f"warning: the lab listens on {host}, reachable from other machines, with no login: "
               f"anyone who can reach it can train, delete and export. Set LAB_AUTH=user:password.",
               file=sys.stderr, flush=True)
+    # inside the login gate: a page asks for the pulse's stamp only when logged in (lab/ui/pulse.py)
+    kwargs["app_kwargs"]["middleware"].append(Middleware(PulseStamp))
     return kwargs
 
 

@@ -1,24 +1,61 @@
-"""One timer for the page. What follows the store or a running job (every checkpoint dropdown, the
-chosen job's progress, the chosen sweep's runs, a task's own tables) is refreshed by one tick every
-two seconds, not by a timer each: every event a page receives costs its browser a walk over the
-whole layout and the app a round through Gradio's queue, whatever the event brings. Each part
-returns gr.skip() for what has not changed; a part that cannot be read this time (LabError), or
-fails (a bug: logged with its traceback), leaves its outputs as they are, and the other parts go
-on."""
+"""One pulse for the page. What follows the store or a running job (every checkpoint dropdown, the
+chosen job's progress, the chosen sweep's runs, a setting's choices from the store) is refreshed by
+one event, not by a timer each: every event a page receives costs its browser a walk over the
+whole layout and the app a round through Gradio's queue, whatever the event brings. The page asks
+a plain question every two seconds instead (GET /lab/pulse: a stamp of what those parts read,
+answered by PulseStamp without Gradio's queue) and sends the event only when the stamp changed,
+and at least every QUIET_TICKS questions all the same (what a stamp cannot see, such as a
+plugin's own store_choices, is then at most that late). A tab the person cannot see asks
+nothing until it is shown again.
+
+Each part returns gr.skip() for what has not changed; a part that cannot be read this time
+(LabError), or fails (a bug: logged with its traceback), leaves its outputs as they are, and the
+other parts go on."""
 from __future__ import annotations
 
 import logging
+import os
+import time
 
+import anyio
 import gradio as gr
 
 from lab.errors import LabError
+from lab.storage import store as lab_store
+from lab.ui.access import app_path
+from lab.worker import ledger
 
 log = logging.getLogger("lab.ui")
-SECONDS = 2.0
+SECONDS = 2.0           # how often the page asks whether anything changed
+QUIET_TICKS = 10        # an event at least every this many questions (20 s), changed or not
+PATH = "/lab/pulse"
+BUTTON = "lab-pulse"    # the hidden button the page presses to send the event
+
+SCRIPT = f"""<script>
+(() => {{
+  let last = null, asked = 0;
+  const where = () => ((window.gradio_config && window.gradio_config.root) ||
+                       location.href.split(/[?#]/)[0]).replace(/\\/+$/, "") + "{PATH}";
+  async function beat() {{
+    const button = document.getElementById("{BUTTON}");
+    if (document.hidden || !button) return;
+    let now;
+    try {{
+      const answer = await fetch(where(), {{cache: "no-store"}});
+      if (!answer.ok) return;
+      now = await answer.text();
+    }} catch (e) {{ return; }}
+    asked += 1;
+    if (now !== last || asked >= {QUIET_TICKS}) {{ last = now; asked = 0; button.click(); }}
+  }}
+  setInterval(beat, {int(SECONDS * 1000)});
+  document.addEventListener("visibilitychange", () => {{ if (!document.hidden) {{ last = null; beat(); }} }});
+}})();
+</script>"""
 
 
 class Pulse:
-    """The parts the page's one timer refreshes, in the order they were added."""
+    """The parts the page's one pulse refreshes, in the order they were added."""
 
     def __init__(self):
         self.parts: list[tuple] = []
@@ -28,18 +65,19 @@ class Pulse:
         single output, the value alone)."""
         self.parts.append((fn, list(inputs), list(outputs)))
 
-    def start(self, wrap) -> gr.Timer | None:
-        """The timer, wired to every part added (once, after every tab is built); wrap: what
-        every event handler of the page is wrapped in (lab.ui.common.friendly)."""
+    def start(self, wrap) -> gr.Button | None:
+        """The hidden button the page's SCRIPT presses, wired to every part added (once, after
+        every tab is built); wrap: what every event handler of the page is wrapped in
+        (lab.ui.common.friendly). A press while the last one is under way is dropped."""
         outputs = [c for _, _, outs in self.parts for c in outs]
         if len({id(c) for c in outputs}) != len(outputs):
             raise ValueError("two parts of the pulse update the same component")
         if not self.parts:
             return None
-        timer = gr.Timer(SECONDS)
-        timer.tick(wrap(self._tick), [c for _, ins, _ in self.parts for c in ins], outputs,
-                   api_visibility="private", show_progress="hidden")
-        return timer
+        button = gr.Button("refresh", visible="hidden", elem_id=BUTTON)
+        button.click(wrap(self._tick), [c for _, ins, _ in self.parts for c in ins], outputs,
+                     api_visibility="private", show_progress="hidden", trigger_mode="once")
+        return button
 
     def _tick(self, *values) -> list:
         out, at = [], 0
@@ -56,3 +94,43 @@ class Pulse:
             at += len(ins)
             out.extend(result)
         return out
+
+
+def stamp(store=None) -> str:
+    """What the pulse's parts read, as text that changes when they may have: the store's folder
+    and its datasets' (a checkpoint or dataset written, renamed or removed), the jobs in the
+    ledger (ledger.glance: a job queued, claimed, reporting, stopped or ended; a running job
+    writes a heartbeat every few seconds), and, while a job runs, the time in ticks (its log
+    grows between those writes)."""
+    jobs, running = ledger.glance(store)        # first: finding the ledger makes the lab's folder
+    root = lab_store.root(store)
+    parts = []
+    for watched in (root, root / lab_store.DATASETS):
+        try:
+            st = os.stat(watched)
+            parts.append(f"{st.st_mtime_ns}")
+        except OSError:
+            parts.append("-")
+    parts.append(jobs)
+    if running:
+        parts.append(str(int(time.time() // SECONDS)))
+    return " ".join(parts)
+
+
+class PulseStamp:
+    """ASGI middleware: GET /lab/pulse answers stamp() as plain text, off the event loop and
+    outside Gradio's queue; every other request passes as it is. Placed inside the login gate
+    (lab/ui/access.py), so a page must be logged in to ask."""
+
+    def __init__(self, app, store=None):
+        self.app, self.store = app, store
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "GET" or app_path(scope) != PATH:
+            return await self.app(scope, receive, send)
+        body = (await anyio.to_thread.run_sync(stamp, self.store)).encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                                (b"cache-control", b"no-store"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})

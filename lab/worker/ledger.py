@@ -4,6 +4,7 @@ Every process opens it through `connect`; lab/worker/jobs.py writes its rows.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 from contextlib import contextmanager
@@ -56,6 +57,27 @@ def connect(store=None):
         raise LabError(f"the job ledger {ledger_path(store)} cannot be used ({e})") from None
     finally:
         con.close()
+
+
+def glance(store=None) -> tuple[str, bool]:
+    """The jobs table as a short text that changes whenever a row does (a job queued, claimed,
+    reporting progress or a heartbeat, asked to stop, ended), and whether a job runs; read without
+    writing to the ledger (a page's pulse asks every two seconds, lab/ui/pulse.py). A ledger that
+    cannot be read gives a text of its own and says a job runs, so the page asks and hears why."""
+    path = ledger_path(store)
+    if not path.exists():
+        return "", False
+    try:
+        con = sqlite3.connect(path.as_uri() + "?mode=ro", uri=True, timeout=1)
+        try:
+            row = con.execute("SELECT COUNT(*), MAX(id), TOTAL(heartbeat), TOTAL(started), TOTAL(finished), "
+                              "group_concat(status || ':' || COALESCE(stop, ''), ','), "
+                              "MAX(status = 'running') FROM jobs").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error as e:
+        return f"unreadable ({e})", True
+    return hashlib.sha1(repr(tuple(row[:6])).encode()).hexdigest()[:16], bool(row[6])
 
 
 def read_row(r: sqlite3.Row | None) -> dict | None:
