@@ -27,7 +27,8 @@ def _blocks(block):
 def test_the_page_follows_the_store_on_one_pulse(store):
     """Every part that follows the store or a job is refreshed by one event, the press of the
     pulse's hidden button (dropped while the last is under way); the only timer is the
-    getting-started panel's, which ticks only while the panel is open."""
+    getting-started panel's, which ticks only while the panel is open; a page opening sends one
+    event for all it asks for."""
     demo = build_app(store=str(store))
     timers = [b for b in _blocks(demo) if isinstance(b, gr.Timer)]
     assert len(timers) == 1, timers
@@ -37,6 +38,8 @@ def test_the_page_follows_the_store_on_one_pulse(store):
     assert len(pressed) == 1 and pressed[0].trigger_mode == "once"
     assert len(pressed[0].outputs) > 20 and len({id(o) for o in pressed[0].outputs}) == len(pressed[0].outputs)
     assert f'document.getElementById("{BUTTON}")' in launch_kwargs()["head"]
+    loads = [fn for fn in demo.fns.values() if fn.targets and fn.targets[0][1] == "load"]
+    assert len(loads) == 1, "what a page asks for as it opens is one event"
 
 
 def test_the_stamp_changes_with_what_the_pulse_reads_and_only_then(store, monkeypatch):
@@ -67,6 +70,27 @@ def test_the_stamp_changes_with_what_the_pulse_reads_and_only_then(store, monkey
     clock = iter([100.0, 100.5, 103.0])
     monkeypatch.setattr(pulse_module.time, "time", lambda: next(clock))
     assert stamp(store) == stamp(store) != stamp(store)         # the same tick, then the next
+
+
+def test_a_page_opening_is_one_event_and_a_later_part_goes_over_an_earlier():
+    """Two parts setting one component as a page opens (the store's checkpoints and the running
+    job's form both set the Train tab's parent): one output, the later value over the earlier
+    choices, a skip leaving the other's update, a failing part the others'."""
+    from lab.ui.pulse import Pulse
+    pulse, loads = Pulse(), []
+
+    class Page:
+        def load(self, fn, inputs, outputs, **kwargs):
+            loads.append((fn, inputs, outputs))
+    pulse.every(lambda: gr.update(choices=["a", "b"]), [], ["parent"])
+    pulse.every(lambda: ("b", gr.skip()), [], ["parent", "note"])
+    pulse.every(lambda: gr.update(visible=True), [], ["note"])
+    pulse.every(lambda: 1 / 0, [], ["table"])
+    pulse.on_load(Page(), lambda fn: fn)
+    (fn, inputs, outputs), = loads
+    assert outputs == ["parent", "note", "table"] and inputs == []
+    assert fn() == [{"__type__": "update", "choices": ["a", "b"], "value": "b"},
+                    {"__type__": "update", "visible": True}, gr.skip()]
 
 
 def _ask(path: str, method: str = "GET"):

@@ -80,19 +80,21 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
         # a message belongs to the tab it was said in: switching tabs dismisses it
         tabs.select(None, None, None, js=DISMISS_MESSAGES)
         _carry_to_sweep(tabs, to_sweep, train_form, train_said, sweep_form, sweep_note)
-        _follow_the_store(demo, ctx, table)
+        _follow_the_store(ctx, table)
         _on_load(demo, ctx, panel, latest, attached)
         ctx.pulse.start(friendly)          # every tab has said what it refreshes
     return demo
 
 
 def _on_load(demo, ctx: Context, panel, latest, attached) -> None:
-    """What a page asks for as it opens (beside the store's checkpoints)."""
-    demo.load(friendly(latest), None, attached, api_visibility="private")   # re-attach to the running job
-    demo.load(friendly(lambda: start.words_now(ctx.store)), None, [*panel.texts, panel.words_shown],
-              api_visibility="private")          # the times measured here, and the load, now
-    demo.load(friendly(lambda: start.panel_open(ctx.store, panel.built_open)), None,
-              [panel.accordion, panel.timer], api_visibility="private")
+    """What a page asks for as it opens, as one event: the store's checkpoints (_follow_the_store),
+    the running job re-attached, the getting-started panel's times measured here and the load
+    now, and whether the panel starts open."""
+    ctx.opening.every(latest, [], attached)
+    ctx.opening.every(lambda: start.words_now(ctx.store), [], [*panel.texts, panel.words_shown])
+    ctx.opening.every(lambda: start.panel_open(ctx.store, panel.built_open), [],
+                      [panel.accordion, panel.timer])
+    ctx.opening.on_load(demo, friendly)
 
 
 # a new action clears the last one's "Error" marks: pressing any button (but a mark's own Clear)
@@ -140,7 +142,7 @@ def _carry_to_sweep(tabs, to_sweep, train_form, train_said, sweep_form, sweep_no
                    api_visibility="private")
 
 
-def _follow_the_store(demo, ctx: Context, table) -> None:
+def _follow_the_store(ctx: Context, table) -> None:
     """Every checkpoint dropdown, empty-store note and the Checkpoints table follow the store: on
     load and on each tick of the page's pulse."""
     # the names the page last saw and what the lab picked in each checkpoint dropdown
@@ -163,7 +165,7 @@ def _follow_the_store(demo, ctx: Context, table) -> None:
         return updates + notes + [checkpoints.rows(ctx.store), {"names": names, "picks": picks}]
     fresh = ctx.checkpoint_dropdowns + ctx.empty_notes + [table, known]
     watched = [known] + ctx.checkpoint_dropdowns
-    demo.load(friendly(refresh), watched, fresh, api_visibility="private")   # current from the start
+    ctx.opening.every(refresh, watched, fresh)           # current from the start
     ctx.every(refresh, watched, fresh)
 
 

@@ -40,7 +40,8 @@ class Context:
     task: dict = field(default_factory=dict)    # a dropdown's task: what it picks first
     only: dict = field(default_factory=dict)    # whether it offers only its task's checkpoints
     empty_notes: list = field(default_factory=list)     # shown while the store is empty
-    pulse: Pulse = field(default_factory=Pulse)         # what the page's one timer refreshes
+    pulse: Pulse = field(default_factory=Pulse)         # what the page's one pulse refreshes
+    opening: Pulse = field(default_factory=Pulse)       # what a page asks for as it opens: one event
     _inside: object = None
 
     @property

@@ -79,6 +79,23 @@ class Pulse:
                      api_visibility="private", show_progress="hidden", trigger_mode="once")
         return button
 
+    def on_load(self, demo: gr.Blocks, wrap) -> None:
+        """The same parts as one event when a page opens (one round through Gradio's queue and
+        one walk of the layout, not one each). Two parts may set one component: a later part's
+        update goes over an earlier one's (its value over the other's, their other keys kept)."""
+        outputs = list({id(c): c for _, _, outs in self.parts for c in outs}.values())
+        at = {id(c): i for i, c in enumerate(outputs)}
+        where = [at[id(c)] for _, _, outs in self.parts for c in outs]
+
+        def opened(*values):
+            merged = [gr.skip()] * len(outputs)
+            for i, value in zip(where, self._tick(*values)):
+                merged[i] = _over(merged[i], value)
+            return merged
+        opened.__name__ = "page_opened"
+        demo.load(wrap(opened), [c for _, ins, _ in self.parts for c in ins], outputs,
+                  api_visibility="private")
+
     def _tick(self, *values) -> list:
         out, at = [], 0
         for fn, ins, outs in self.parts:
@@ -94,6 +111,22 @@ class Pulse:
             at += len(ins)
             out.extend(result)
         return out
+
+
+def _over(earlier, later):
+    """One component's update from two parts: the later's keys over the earlier's (a plain value
+    is an update of the value alone); a skip leaves the other as it is."""
+    if _is_update(later) and len(later) == 1:           # gr.skip(): nothing to say
+        return earlier
+    if _is_update(earlier) and len(earlier) == 1:
+        return later
+    def as_update(v):
+        return v if _is_update(v) else {"__type__": "update", "value": v}
+    return {**as_update(earlier), **as_update(later)}
+
+
+def _is_update(v) -> bool:
+    return isinstance(v, dict) and v.get("__type__") == "update"
 
 
 def stamp(store=None) -> str:
