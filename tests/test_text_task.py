@@ -422,6 +422,9 @@ def test_compare_and_generate_continue_held_out_texts(sources, capsys):
     assert len(held) == 4 and set(held) <= set(dev) and record["held_out"] == 3
     assert record["unit"] == "texts" and compare.rows_label(["mine-model"])["label"] == "texts"
     assert compare.rows_label(["mine-model"], label="{} per cell")["label"] == "texts per cell"
+    from lab.ui import build_app                 # a page opens with the store's choice named so
+    labels = {getattr(b, "label", None) for b in build_app().blocks.values()}
+    assert {"texts", "texts per cell"} <= labels and not {"captions", "captions per cell"} & labels
     ck = checkpoints.load("mine-model")
     for text, whole_text in zip(record["captions"]["mine-model"], held):
         start = " ".join(whole_text.split()[:3])

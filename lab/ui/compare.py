@@ -339,9 +339,9 @@ class SideBySide:
 def build(ctx: Context) -> SideBySide:
     ctx.empty_note("Use *Getting started* above, import SmolLM2 in the Checkpoints tab, or train a "
                    "model in the Train tab; then choose two checkpoints here.")
-    gr.Markdown("Captions from each checkpoint side by side. Row *i* of every column comes from the "
-                "same seed and position; each generated token is shaded by the probability the model "
-                "gave it (hover for the number).")
+    gr.Markdown("Texts from each checkpoint side by side (captions, for a captions model). Row *i* "
+                "of every column comes from the same seed and position; each generated token is "
+                "shaded by the probability the model gave it (hover for the number).")
     chosen = checkpoint_dropdown(ctx, "checkpoints", multiselect=True, task="generate",
                                   elem_id="compare-checkpoints")
     dec = decoder_inputs(DECODE_TO_SHOW, elem_id="compare-decoder")
@@ -371,7 +371,10 @@ def build(ctx: Context) -> SideBySide:
     scored = _scores_section(ctx, inputs)
     _report_section(ctx, last, scored)
     n_m = _matrix_section(ctx, chosen, seed, prefix)
-    # one event names both counts by the chosen checkpoints' task (captions, texts, ...)
+    # both counts named by the chosen checkpoints' task (captions, texts, ...): those the page
+    # opens with, then one event as the choice changes
+    unit = _unit(chosen.value, ctx.store)
+    n.label, n_m.label = (label.format(unit) for label in COUNT_LABELS)
     chosen.change(lambda names: count_labels(names, ctx.store), chosen, [n, n_m],
                   api_visibility="private", show_progress="hidden")
     return SideBySide(chosen, then)
