@@ -370,14 +370,18 @@ def build(ctx: Context) -> SideBySide:
 
     scored = _scores_section(ctx, inputs)
     _report_section(ctx, last, scored)
-    n_m = _matrix_section(ctx, chosen, seed, prefix)
-    # both counts named by the chosen checkpoints' task (captions, texts, ...): those the page
-    # opens with, then one event as the choice changes
-    unit = _unit(chosen.value, ctx.store)
-    n.label, n_m.label = (label.format(unit) for label in COUNT_LABELS)
-    chosen.change(lambda names: count_labels(names, ctx.store), chosen, [n, n_m],
-                  api_visibility="private", show_progress="hidden")
+    _name_counts(ctx, chosen, [n, _matrix_section(ctx, chosen, seed, prefix)])
     return SideBySide(chosen, then)
+
+
+def _name_counts(ctx: Context, chosen, counts: list) -> None:
+    """Both count fields (the rows', the matrix's) named by the chosen checkpoints' task (captions,
+    texts, ...): those the page opens with, then one event as the choice changes."""
+    unit = _unit(chosen.value, ctx.store)
+    for field, label in zip(counts, COUNT_LABELS):
+        field.label = label.format(unit)
+    chosen.change(lambda names: count_labels(names, ctx.store), chosen, counts,
+                  api_visibility="private", show_progress="hidden")
 
 
 def _prompt_fields(ctx: Context, chosen):
