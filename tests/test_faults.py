@@ -43,6 +43,19 @@ def _wait_event(job_id, event, worker, timeout=180):
         time.sleep(0.2)
 
 
+def _wait_started(job_id, name, worker, timeout=180):
+    """Tick until the job's run has logged its start in its metrics log (the job's last reported
+    event may already be a later one: a heartbeat or a step)."""
+    t0 = time.time()
+    log = runs.run_dir_for(name) / "metrics.jsonl"
+    while not any(e.get("event") == "start" for e in runs.read_events(log)):
+        job = jobs.get(job_id)
+        assert job["status"] in ("queued", "running"), job
+        assert time.time() - t0 < timeout, f"job {job_id} never logged its start"
+        worker.tick()
+        time.sleep(0.2)
+
+
 def _leftovers(store):
     return sorted(p.name for p in store.iterdir() if p.name.startswith((".tmp-", ".old-", ".del-")))
 
@@ -414,7 +427,7 @@ def test_a_stopped_runs_state_is_neither_wiped_nor_resurrected(store):
     job_id = jobs.submit("kept", MODEL, {**TRAIN, "epochs": 20, "max_train": 15000})
     worker = jobs.Worker(poll_s=0.2)
     _wait(job_id, ("running",), worker)
-    _wait_event(job_id, "start", worker)
+    _wait_started(job_id, "kept", worker)
     jobs.request_stop(job_id, "now")
     assert _wait(job_id, jobs.FINAL, worker)["status"] == "stopped"
     assert "kept" not in checkpoints.names() and runs.last_dir("kept").is_dir()
