@@ -66,7 +66,7 @@ def _interrupt(*_):
 
 def main() -> int:
     try:
-        kwargs = launch_kwargs()
+        kwargs = launch_kwargs(store=os.environ.get("LAB_STORE"))
         grace_s = shutdown_grace_s()
         for line in checkpoints.recover(os.environ.get("LAB_STORE")):
             print(f"store: {line}", flush=True)

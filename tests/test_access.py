@@ -138,7 +138,7 @@ def gated(tmp_path_factory):
         env.setenv("LAB_AUTH", "ada:secret")
         env.setenv("GRADIO_SERVER_PORT", str(free_port()))
         env.delenv("FORWARDED_ALLOW_IPS", raising=False)   # launch_kwargs sets it; gone after
-        kwargs = launch_kwargs()
+        kwargs = launch_kwargs(store=str(store))
         demo = build_app(store=str(store))
         demo.queue(default_concurrency_limit=4).launch(prevent_thread_lock=True, quiet=True, **kwargs)
     try:
@@ -195,7 +195,7 @@ def test_before_login_every_route_but_the_login_page_is_refused(gated):
         page = client.get("/")
         assert '{"auth_required":true' in page.text and "compare-out" not in page.text  # no lab
         assert client.get("/gradio_api/file=" + str(ROOT / "README.md")).status_code == 401
-        assert client.get("/lab/pulse").status_code == 401          # the page's pulse: no route
+        assert client.get("/lab/pulse").status_code == 401          # the pulse's middleware too
     assert answered == LOGIN_PAGE, answered ^ LOGIN_PAGE
     with httpx.Client(base_url=url, timeout=30) as client:            # logged in: all of it
         assert client.post("/login", data={"username": "ada", "password": "secret"}).status_code == 200

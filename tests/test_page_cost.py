@@ -110,10 +110,17 @@ def _ask(path: str, method: str = "GET"):
     return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
 
 
-def test_the_pulse_is_asked_by_a_plain_get(store):
-    """(Behind the login: tests/test_access.py.)"""
+def test_the_pulse_is_asked_by_a_plain_get(store, monkeypatch):
+    """(Behind the login: tests/test_access.py.) A stamp that cannot be read answers all the same
+    (the page then refreshes, and its parts say why), with no traceback."""
     assert _ask(PATH) == (200, stamp(store).encode())
     assert _ask(PATH, "POST") == (404, b"passed") and _ask("/lab/other") == (404, b"passed")
+
+    def unreadable(store=None):
+        raise OSError("the store's folder is gone")
+    monkeypatch.setattr(pulse_module, "stamp", unreadable)
+    status, body = _ask(PATH)
+    assert status == 200 and body.startswith(b"unreadable ")
 
 
 def test_a_failing_part_of_the_pulse_stops_no_other(caplog):
@@ -129,8 +136,9 @@ def test_a_failing_part_of_the_pulse_stops_no_other(caplog):
     pulse.every(broken, ["a"], ["out1", "out2"])
     pulse.every(unreadable, ["b"], ["out3"])
     pulse.every(lambda x: x * 2, ["c"], ["out4"])
-    out = pulse._tick(1, 2, 3)
-    assert out[:3] == [gr.skip()] * 3 and out[3] == 6
+    pulse.every(lambda x: (x, x), ["d"], ["out5", "out6", "out7"])   # one too few
+    out = pulse._tick(1, 2, 3, 4)
+    assert out[:3] == [gr.skip()] * 3 and out[3] == 6 and out[4:] == [gr.skip()] * 3
     assert "a bug" in caplog.text
 
 

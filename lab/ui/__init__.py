@@ -185,10 +185,11 @@ def queued(demo: gr.Blocks) -> gr.Blocks:
     return demo
 
 
-def launch_kwargs() -> dict:
+def launch_kwargs(store=None) -> dict:
     """Where to listen, the login (LAB_AUTH=user:password), which proxies' X-Forwarded-For to
-    believe (LAB_TRUSTED_PROXIES), and a warning when the lab is reachable from other machines
-    without a login."""
+    believe (LAB_TRUSTED_PROXIES), a warning when the lab is reachable from other machines
+    without a login, and the page's pulse on `store` (the store build_app was given: a page
+    launched without these refreshes nothing that follows the store, lab/ui/pulse.py)."""
     host = os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1")
     port = os.environ.get("GRADIO_SERVER_PORT", "7860")
     if not port.isdigit() or not 0 < int(port) < 65536:
@@ -212,7 +213,7 @@ def launch_kwargs() -> dict:
               f"anyone who can reach it can train, delete and export. Set LAB_AUTH=user:password.",
               file=sys.stderr, flush=True)
     # inside the login gate: a page asks for the pulse's stamp only when logged in (lab/ui/pulse.py)
-    kwargs["app_kwargs"]["middleware"].append(Middleware(PulseStamp))
+    kwargs["app_kwargs"]["middleware"].append(Middleware(PulseStamp, store=store))
     return kwargs
 
 

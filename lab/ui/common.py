@@ -53,8 +53,8 @@ class Context:
         return self._inside
 
     def every(self, fn, inputs: list, outputs: list) -> None:
-        """Refresh `outputs` with fn(*inputs) every couple of seconds, on the page's one timer
-        (lab/ui/pulse.py): fn returns gr.skip() for what has not changed."""
+        """Refresh `outputs` with fn(*inputs) on the page's one pulse, when the store or a job
+        changed (lab/ui/pulse.py): fn returns gr.skip() for what has not changed."""
         self.pulse.every(fn, inputs, outputs)
 
     def empty_note(self, what_to_do: str) -> gr.Markdown:

@@ -186,7 +186,7 @@ def view(job_id, store=None):
 
 
 def poll(job_id, shown_choices, sent=None, store=None):
-    """The timer's view: the job's progress (each part only when it changed since the last tick
+    """The pulse's view: the job's progress (each part only when it changed since the last tick
     sent it: `sent`, their digests), and the job list's labels when a status changed. With no
     job chosen, a job started elsewhere (the getting-started panel, a script) is chosen once it
     runs or waits, so the page never says 'no job' while one is under way."""

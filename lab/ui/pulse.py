@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import zlib
 
 import anyio
 import gradio as gr
@@ -33,20 +34,28 @@ BUTTON = "lab-pulse"    # the hidden button the page presses to send the event
 
 SCRIPT = f"""<script>
 (() => {{
-  let last = null, asked = 0;
-  const where = () => ((window.gradio_config && window.gradio_config.root) ||
-                       location.href.split(/[?#]/)[0]).replace(/\\/+$/, "") + "{PATH}";
+  let last = null, asked = 0, busy = false;
+  // the app's path from Gradio's root, on this page's own origin (behind a proxy the root's
+  // scheme or port can differ from the page's)
+  const where = () => {{
+    const root = (window.gradio_config && window.gradio_config.root) || location.href.split(/[?#]/)[0];
+    return location.origin + new URL(root, location.href).pathname.replace(/\\/+$/, "") + "{PATH}";
+  }};
   async function beat() {{
     const button = document.getElementById("{BUTTON}");
-    if (document.hidden || !button) return;
-    let now;
+    if (document.hidden || !button || busy) return;
+    busy = true;
+    let now = null;
     try {{
-      const answer = await fetch(where(), {{cache: "no-store"}});
-      if (!answer.ok) return;
-      now = await answer.text();
-    }} catch (e) {{ return; }}
-    asked += 1;
-    if (now !== last || asked >= {QUIET_TICKS}) {{ last = now; asked = 0; button.click(); }}
+      const answer = await fetch(where(), {{cache: "no-store", signal: AbortSignal.timeout(10000)}});
+      if (answer.ok) now = await answer.text();
+    }} catch (e) {{}} finally {{ busy = false; }}
+    asked += 1;       // an unanswered question counts too: the page refreshes every 20 s all the same
+    if ((now !== null && now !== last) || asked >= {QUIET_TICKS}) {{
+      if (now !== null) last = now;
+      asked = 0;
+      button.click();
+    }}
   }}
   setInterval(beat, {int(SECONDS * 1000)});
   document.addEventListener("visibilitychange", () => {{ if (!document.hidden) {{ last = null; beat(); }} }});
@@ -102,6 +111,8 @@ class Pulse:
             try:
                 result = fn(*values[at:at + len(ins)])
                 result = [result] if len(outs) == 1 else list(result)
+                if len(result) != len(outs):
+                    raise ValueError(f"{len(result)} values for {len(outs)} outputs")
             except LabError as e:
                 log.info("not refreshed this time: %s", e)
                 result = [gr.skip()] * len(outs)
@@ -120,6 +131,7 @@ def _over(earlier, later):
         return earlier
     if _is_update(earlier) and len(earlier) == 1:
         return later
+
     def as_update(v):
         return v if _is_update(v) else {"__type__": "update", "value": v}
     return {**as_update(earlier), **as_update(later)}
@@ -131,20 +143,20 @@ def _is_update(v) -> bool:
 
 def stamp(store=None) -> str:
     """What the pulse's parts read, as text that changes when they may have: the store's folder
-    and its datasets' (a checkpoint or dataset written, renamed or removed), the jobs in the
-    ledger (ledger.glance: a job queued, claimed, reporting, stopped or ended; a running job
-    writes a heartbeat every few seconds), and, while a job runs, the time in ticks (its log
-    grows between those writes)."""
-    jobs, running = ledger.glance(store)        # first: finding the ledger makes the lab's folder
+    and its datasets' (their entries and times: a checkpoint or dataset written, renamed or
+    removed), the jobs in the ledger (ledger.glance: a job queued, claimed, reporting, stopped or
+    ended; a running job writes a heartbeat every few seconds), and, while a job runs, the time in
+    ticks (its log grows between those writes). Nothing the pulse's parts show is written."""
+    ledger_line, running = ledger.glance(store)     # first: finding the ledger makes the lab's folder
     root = lab_store.root(store)
     parts = []
     for watched in (root, root / lab_store.DATASETS):
         try:
-            st = os.stat(watched)
-            parts.append(f"{st.st_mtime_ns}")
+            names = sorted(os.listdir(watched))
+            parts.append(f"{os.stat(watched).st_mtime_ns}:{zlib.crc32(chr(0).join(names).encode())}")
         except OSError:
             parts.append("-")
-    parts.append(jobs)
+    parts.append(ledger_line)
     if running:
         parts.append(str(int(time.time() // SECONDS)))
     return " ".join(parts)
@@ -161,7 +173,11 @@ class PulseStamp:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] != "GET" or app_path(scope) != PATH:
             return await self.app(scope, receive, send)
-        body = (await anyio.to_thread.run_sync(stamp, self.store)).encode()
+        try:
+            body = (await anyio.to_thread.run_sync(stamp, self.store)).encode()
+        except Exception as e:      # a store it cannot read now: the page refreshes and hears why
+            log.info("the pulse's stamp cannot be read: %s", e)
+            body = f"unreadable {int(time.time() // SECONDS)}".encode()
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/plain; charset=utf-8"),
                                 (b"cache-control", b"no-store"),
