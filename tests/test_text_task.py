@@ -420,8 +420,9 @@ def test_compare_and_generate_continue_held_out_texts(sources, capsys):
     table, record = compare.compare(["mine-model"], {"decoder": "greedy"}, seed=3, n=4, held_out=3)
     held = record["held_out_texts"]
     assert len(held) == 4 and set(held) <= set(dev) and record["held_out"] == 3
-    assert record["unit"] == "texts" and compare.rows_label(["mine-model"])["label"] == "texts"
-    assert compare.rows_label(["mine-model"], label="{} per cell")["label"] == "texts per cell"
+    rows, per_cell = compare.count_labels(["mine-model"])
+    assert record["unit"] == "texts" and rows["label"] == "texts"
+    assert per_cell["label"] == "texts per cell"
     from lab.ui import build_app                 # a page opens with the store's choice named so
     labels = {getattr(b, "label", None) for b in build_app().blocks.values()}
     assert {"texts", "texts per cell"} <= labels and not {"captions", "captions per cell"} & labels

@@ -101,12 +101,6 @@ def plan(checkpoints_chosen, decode: dict, seed=0, prefix="", n=8,
 COUNT_LABELS = ("{}", "{} per cell")       # the rows field's label, the matrix's
 
 
-def rows_label(names, store=None, label: str = COUNT_LABELS[0]):
-    """A count field's label for the chosen checkpoints: `label` with their task's word for its
-    texts."""
-    return gr.update(label=label.format(_unit(names, store)))
-
-
 def count_labels(names, store=None) -> list:
     """Both count fields' labels (COUNT_LABELS) for the chosen checkpoints, from one reading."""
     unit = _unit(names, store)

@@ -61,8 +61,9 @@ def connect(store=None):
 
 def glance(store=None) -> tuple[str, bool]:
     """The jobs table as a short text that changes whenever a row does (a job queued, claimed,
-    reporting progress or a heartbeat, asked to stop, ended), and whether a job runs; read without
-    writing to the ledger (a page's pulse asks every two seconds, lab/ui/pulse.py). A ledger that
+    reporting progress or a heartbeat, asked to stop, ended), and whether a job runs; read through
+    a read-only connection (it writes no row; SQLite may leave the -wal and -shm files beside the
+    ledger), since a page's pulse asks every two seconds (lab/ui/pulse.py). A ledger that
     cannot be read gives a text of its own and says a job runs, so the page asks and hears why."""
     path = ledger_path(store)
     if not path.exists():
