@@ -222,3 +222,18 @@ def test_a_process_reading_a_gpt2_checkpoint_imports_no_transformers(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
                           timeout=120)
     assert done.stdout.split() == ["[32,", "3290,", "764]", "False"], done.stdout + done.stderr
+
+
+def test_the_app_starts_without_transformers_tokenizer_classes(tmp_path):
+    """Building the page loads no tokenizer class of transformers' (the first one read builds
+    its lazy module's map of every model: about 1.3 s of CPU at each start of the app); a request
+    that needs one loads it then, under one lock (tokenizers.from_transformers)."""
+    import subprocess
+    import sys
+    from tests.conftest import ROOT
+    script = ("import sys; from lab.ui import build_app; build_app(store=sys.argv[1]); "
+              "print(sorted(m for m in sys.modules if m.startswith('transformers.models.auto')))")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "store")], capture_output=True,
+                          text=True, cwd=ROOT, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == "[]", done.stdout[-2000:]

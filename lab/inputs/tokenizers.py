@@ -31,10 +31,12 @@ class TokenizerError(LabError):
 _IMPORT_LOCK = threading.Lock()
 
 
-def _transformers(*names: str):
-    """Classes from transformers. Its lazy module is not safe to import from several threads at
-    once (two threads loading a first checkpoint together saw "cannot import name
-    'AutoTokenizer'"), so the first import happens under a lock."""
+def from_transformers(*names: str) -> list:
+    """Classes from transformers, for every part of the lab that uses one. Its lazy module is not
+    safe to import from several threads at once (two threads loading a first checkpoint together
+    saw "cannot import name 'AutoTokenizer'"), so each import happens under one lock; the app
+    loads none before a request asks (the first builds the module's map of every model, about
+    1.3 s of CPU)."""
     with _IMPORT_LOCK:
         import transformers
         return [getattr(transformers, n) for n in names]
@@ -95,7 +97,7 @@ class HFTokenizer(Tokenizer):
         """The transformers tokenizer (read from this tokenizer's files the first time)."""
         if self._hf is None:
             import tempfile
-            (AutoTokenizer,) = _transformers("AutoTokenizer")
+            (AutoTokenizer,) = from_transformers("AutoTokenizer")
             with tempfile.TemporaryDirectory() as folder:
                 self._write_files(Path(folder))
                 self._hf = AutoTokenizer.from_pretrained(folder, local_files_only=True)
@@ -347,7 +349,7 @@ def _from_files(files: dict[str, bytes], kind: str, where: str, directory: Path)
         alone = _backend_alone(files, kind)
         if alone is not None:
             return alone
-        (AutoTokenizer,) = _transformers("AutoTokenizer")
+        (AutoTokenizer,) = from_transformers("AutoTokenizer")
         # local files only: nothing is ever downloaded
         hf = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
     except Exception as e:     # transformers and tokenizers raise many kinds of error on damaged files

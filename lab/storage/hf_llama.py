@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from lab.config import ModelConfig, family_defaults
+from lab.inputs import tokenizers
 from lab.storage import lazy
 from lab.storage.checkpoints import CheckpointError
 
@@ -130,7 +131,7 @@ def special_ids(tok) -> dict:
 
 def hf_model(ck):
     """A `llama` checkpoint as a transformers LlamaForCausalLM, every weight in place."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    LlamaConfig, LlamaForCausalLM = tokenizers.from_transformers("LlamaConfig", "LlamaForCausalLM")
     c, state = ck.config, ck.model.state_dict()
     hf_cfg = LlamaConfig(
         vocab_size=c.vocab_size, hidden_size=c.n_embd, intermediate_size=c.n_inner or 4 * c.n_embd,

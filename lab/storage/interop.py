@@ -307,7 +307,7 @@ def _tokenizer_for(path: Path, vocab_size: int, family: str = "gpt2"):
     wrote beside it when it exported the folder, else gpt2 for a GPT-2, else one named by its
     vocabulary (two tokenizers of one kind split text the same way)."""
     if any((path / f).is_file() for f in ("tokenizer.json", "vocab.json")):
-        from transformers import AutoTokenizer
+        (AutoTokenizer,) = tokenizers.from_transformers("AutoTokenizer")
         try:
             hf = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         except Exception as e:       # transformers raises many kinds of error on damaged files
@@ -385,7 +385,7 @@ def _start_as_in_the_lab(folder: Path, tok) -> None:
     """The exported tokenizer reads a text as the lab does: its start token (the lab's, end-of-text
     for GPT-2 and SmolLM2) added before it by AutoTokenizer and pipeline("text-generation") alike,
     and padding with end-of-text; its files then name the tokens config.json names."""
-    from transformers import AutoTokenizer
+    (AutoTokenizer,) = tokenizers.from_transformers("AutoTokenizer")
     hf = AutoTokenizer.from_pretrained(str(folder))
     end = hf.convert_ids_to_tokens(tok.eos_id)
     hf.eos_token, hf.pad_token = end, end
@@ -418,7 +418,7 @@ def _export_folder(outdir) -> Path:
 
 def _hf_model(ck):
     """The checkpoint as a transformers GPT2LMHeadModel, every weight in place."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+    GPT2Config, GPT2LMHeadModel = tokenizers.from_transformers("GPT2Config", "GPT2LMHeadModel")
     c = ck.config
     hf_cfg = GPT2Config(vocab_size=c.vocab_size, n_positions=c.n_positions, n_embd=c.n_embd,
                         n_layer=c.n_layer, n_head=c.n_head, n_inner=c.n_inner,

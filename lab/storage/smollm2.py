@@ -66,7 +66,8 @@ def keep(model, tok, entry: Path) -> None:
 
 
 def _read_gguf(path: Path):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    AutoModelForCausalLM, AutoTokenizer = tokenizers.from_transformers("AutoModelForCausalLM",
+                                                                       "AutoTokenizer")
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
                                                      dtype=torch.float32).eval()
@@ -94,7 +95,8 @@ def _read_kept(folder: Path):
     """What _write_kept wrote, as load_hf returns it; None when it cannot be read (then the GGUF
     is read again and the folder written anew)."""
     from safetensors.torch import load_file
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    AutoConfig, AutoModelForCausalLM, AutoTokenizer = tokenizers.from_transformers(
+        "AutoConfig", "AutoModelForCausalLM", "AutoTokenizer")
     try:
         config = AutoConfig.from_pretrained(str(folder))
         with torch.device("meta"):                  # no initialisation: every weight is loaded
