@@ -43,8 +43,8 @@ def kind(command: str) -> str:
 
 
 class Readings(threading.Thread):
-    """Every process's CPU so far, twice a second: {(pid, start): [cpu s, command]}; a process
-    that was running before the readings began counts only what it spent after."""
+    """Every process's CPU so far, twice a second: {(pid, start): [cpu s, command, first seen]};
+    a process that was running before the readings began counts only what it spent after."""
 
     def __init__(self):
         super().__init__(daemon=True)
@@ -65,10 +65,13 @@ class Readings(threading.Thread):
                 if first:
                     self.before[key] = cpu
                     continue
-                if key not in self.seen:
+                if key not in self.seen or self.seen[key][2] > time.time() - 2:
+                    # read again while young: a child between fork and exec, or a job forked
+                    # by `lab worker` before it renames itself, still shows its parent's
                     with open(f"/proc/{pid}/cmdline", "rb") as f:
                         command = f.read().replace(b"\0", b" ").decode(errors="replace")
-                    self.seen[key] = [0.0, command]
+                    born = self.seen[key][2] if key in self.seen else time.time()
+                    self.seen[key] = [0.0, command, born]
                 self.seen[key][0] = cpu - self.before.get(key, 0.0)
             except (OSError, IndexError):        # gone between the listing and the reading
                 pass
@@ -86,7 +89,7 @@ def main() -> int:
     readings.join()
     wall, busy = time.time() - t0, machine_busy() - busy0
     by_kind: dict[str, list] = {}
-    for cpu, command in readings.seen.values():
+    for cpu, command, _ in readings.seen.values():
         if cpu > 0:
             row = by_kind.setdefault(kind(command), [0.0, 0])
             row[0] += cpu
@@ -100,7 +103,7 @@ def main() -> int:
         print(f"| {name} | {n} | {cpu:.0f} | {cpu / busy:.0%} |")
     if opts.out:
         with open(opts.out, "w") as f:
-            json.dump([{"cpu": cpu, "command": command} for cpu, command in readings.seen.values()
+            json.dump([{"cpu": cpu, "command": command} for cpu, command, _ in readings.seen.values()
                        if cpu > 0], f)
     return code
 

@@ -226,7 +226,7 @@ def test_a_process_reading_a_gpt2_checkpoint_imports_no_transformers(tmp_path):
 
 def test_the_app_starts_without_transformers_tokenizer_classes(tmp_path):
     """Building the page loads no tokenizer class of transformers' (the first one read builds
-    its lazy module's map of every model: about 1.3 s of CPU at each start of the app); a request
+    its lazy module's map of every model: about 1 s of CPU at each start of the app); a request
     that needs one loads it then, under one lock (tokenizers.from_transformers)."""
     import subprocess
     import sys

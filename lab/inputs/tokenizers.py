@@ -31,14 +31,22 @@ class TokenizerError(LabError):
 _IMPORT_LOCK = threading.Lock()
 
 
+# what transformers' own loading code then looks up at the top of its lazy module
+# (AutoTokenizer.from_pretrained asks it for PreTrainedTokenizerFast): resolved with the first call
+_FIRST = ("AutoTokenizer", "PreTrainedTokenizerFast")
+
+
 def from_transformers(*names: str) -> list:
-    """Classes from transformers, for every part of the lab that uses one. Its lazy module is not
+    """Classes from transformers, for every part of the lab that takes one. Its lazy module is not
     safe to import from several threads at once (two threads loading a first checkpoint together
-    saw "cannot import name 'AutoTokenizer'"), so each import happens under one lock; the app
-    loads none before a request asks (the first builds the module's map of every model, about
-    1.3 s of CPU)."""
+    saw "cannot import name 'AutoTokenizer'"), so each import happens under one lock, and the
+    first also resolves _FIRST, which transformers' own loading code looks up later outside the
+    lock; the app loads none before a request asks (the first builds the module's map of every
+    model: about 1 s of CPU)."""
     with _IMPORT_LOCK:
         import transformers
+        for name in _FIRST:
+            getattr(transformers, name)
         return [getattr(transformers, n) for n in names]
 
 
