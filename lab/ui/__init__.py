@@ -20,7 +20,7 @@ from lab.evaluation.report import CAPTIONS_CSS
 from lab.ui import attention, checkpoints, compare, evaluate, experiments, inside, start, train
 from lab.ui.access import LoginGate, Throttle
 from lab.ui.first_script import FirstScript
-from lab.ui.pulse import BUTTON as PULSE_BUTTON, SCRIPT as PULSE_SCRIPT, PulseStamp
+from lab.ui.pulse import SCRIPT as PULSE_SCRIPT, PulseStamp
 from lab.ui.common import Context, friendly, read_metas
 from lab.ui.fields import Blocks
 
@@ -97,19 +97,19 @@ def _on_load(demo, ctx: Context, panel, latest, attached) -> None:
     ctx.opening.on_load(demo, friendly)
 
 
-# a new action clears the last one's "Error" marks: pressing any button (but a mark's own Clear,
-# and the pulse's hidden button, which the page presses itself) presses Clear on every output
-# still marked by an earlier failure
+# a new action clears the last one's "Error" marks: a button the person presses (but a mark's own
+# Clear) presses Clear on every output still marked by an earlier failure; a click the page makes
+# itself (its pulse's hidden button, a message dismissed as the tab changes) is no action
 HEAD = """<script>
 document.addEventListener("click", (e) => {
   const pressed = e.target.closest("button");
-  if (!pressed || pressed.closest(".clear-status") || pressed.id === "%s") return;
+  if (!e.isTrusted || !pressed || pressed.closest(".clear-status")) return;
   document.querySelectorAll("[data-testid=status-tracker]").forEach((tracker) => {
     const clear = tracker.querySelector(".clear-status button");
     if (clear && tracker.querySelector(".error")) clear.click();
   });
 }, true);
-</script>""" % PULSE_BUTTON
+</script>"""
 DISMISS_MESSAGES = "() => document.querySelectorAll('[data-testid=toast-close]').forEach(b => b.click())"
 # after the getting-started panel's "Compare them": the captions are below the panel, in view
 SCROLL_TO_CAPTIONS = "() => document.getElementById('compare-out')?.scrollIntoView({block: 'start'})"
