@@ -670,8 +670,9 @@ def test_the_store_table_keeps_every_column_in_view(page, server):
 
 
 def test_a_new_action_clears_the_last_ones_error_mark(page):
-    """A failed Generate marks the caption table "Error"; the page's own pulse leaves it, and the
-    next action (here in another tab) clears the mark instead of leaving it over the table."""
+    """A failed Generate marks the caption table "Error" and says why; the page's own pulse leaves
+    both, a new press replaces the message with its own, and the next action (here in another tab)
+    clears the mark instead of leaving it over the table."""
     from playwright.sync_api import expect
     _tab(page, "Compare")
     box = page.get_by_label("captions").first
@@ -680,9 +681,17 @@ def test_a_new_action_clears_the_last_ones_error_mark(page):
     page.locator("#compare-go").click()
     mark = page.locator("#compare-out [data-testid=status-tracker] .error")
     expect(mark).to_have_count(1, timeout=30_000)
+    said = page.get_by_test_id("toast-body")
+    expect(said.filter(has_text="got 0")).to_have_count(1)
     page.evaluate("document.getElementById('lab-pulse').click()")      # as the page's pulse does
     page.wait_for_timeout(1500)
     expect(mark).to_have_count(1)
+    expect(said.filter(has_text="got 0")).to_have_count(1)
+    box.fill("10001")
+    box.press("Tab")
+    page.locator("#compare-go").click()
+    expect(said.filter(has_text="got 10001")).to_have_count(1, timeout=30_000)
+    expect(said.filter(has_text="got 0")).to_have_count(0)              # the last action's words go
     _tab(page, "Inside the model")
     page.locator("#attention-go").click()
     page.frame_locator("#attention-head-view iframe").locator("svg text").first.wait_for(timeout=60_000)

@@ -26,3 +26,12 @@ def test_every_field_is_mounted_with_the_page(store):
     closed = [a.label for a in blocks if isinstance(a, gr.Accordion) and not a.open
               and any(isinstance(b, FIELDS) for b in _blocks(a))]
     assert not closed, f"sections holding fields that start closed: {closed}"
+
+
+def test_a_refusal_stays_on_the_page_until_the_next_action():
+    """A refusal's message has no timer: it stays beside the Error mark it leaves until it is closed
+    or the person acts again (the page's script closes it then: tests/test_browser.py)."""
+    from lab.ui.common import _refusal
+    from lab.ui.fields import refuse
+    assert refuse("n_head must divide n_embd").duration is None
+    assert _refusal(RuntimeError("a bug")).duration is None

@@ -97,9 +97,11 @@ def _on_load(demo, ctx: Context, panel, latest, attached) -> None:
     ctx.opening.on_load(demo, friendly)
 
 
-# a new action clears the last one's "Error" marks: a button the person presses (but a mark's own
-# Clear) presses Clear on every output still marked by an earlier failure; a click the page makes
-# itself (its pulse's hidden button, a message dismissed as the tab changes) is no action
+DISMISS_MESSAGES = "() => document.querySelectorAll('[data-testid=toast-close]').forEach(b => b.click())"
+# a new action clears the last one's "Error" marks and closes its messages (which stay until then:
+# lab/ui/fields.py's refuse): a button the person presses (but a mark's own Clear) presses Clear on
+# every output still marked by an earlier failure; a click the page makes itself (its pulse's
+# hidden button, a message closed here or as the tab changes) is no action
 HEAD = """<script>
 document.addEventListener("click", (e) => {
   const pressed = e.target.closest("button");
@@ -108,9 +110,9 @@ document.addEventListener("click", (e) => {
     const clear = tracker.querySelector(".clear-status button");
     if (clear && tracker.querySelector(".error")) clear.click();
   });
+  if (!pressed.closest("[data-testid=toast-body]")) (%s)();
 }, true);
-</script>"""
-DISMISS_MESSAGES = "() => document.querySelectorAll('[data-testid=toast-close]').forEach(b => b.click())"
+</script>""" % DISMISS_MESSAGES
 # after the getting-started panel's "Compare them": the captions are below the panel, in view
 SCROLL_TO_CAPTIONS = "() => document.getElementById('compare-out')?.scrollIntoView({block: 'start'})"
 

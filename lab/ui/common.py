@@ -239,7 +239,7 @@ def _refusal(e: Exception) -> gr.Error:
         return refuse(str(e))
     log.exception("unexpected error in a UI callback")
     return gr.Error(f"Something went wrong ({type(e).__name__}: {e}). The server log has the details.",
-                    print_exception=False)
+                    duration=None, print_exception=False)
 
 
 def refused_note(message: str) -> str:

@@ -18,9 +18,11 @@ log = logging.getLogger("lab.ui")
 
 
 def refuse(message: str) -> gr.Error:
-    """A person's mistake: one line for the page and one for the server's log, no traceback."""
+    """A person's mistake: one line for the page and one for the server's log, no traceback. The
+    message stays until it is closed or the person's next action (lab/ui/__init__.py's HEAD), so
+    the mark it leaves is never without its words."""
     log.warning("refused: %s", message)
-    return gr.Error(message, print_exception=False)
+    return gr.Error(message, duration=None, print_exception=False)
 
 
 def _shown(value) -> str:
