@@ -58,6 +58,58 @@ def store(tmp_path, monkeypatch):
     return path
 
 
+CHROMIUM = "/usr/bin/chromium-headless-shell"      # Debian's build; the Makefile installs it
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Chromium for the worker's whole run (the browser tests of every module it takes)."""
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
+            "--no-proxy-server"])     # no proxy from the environment to resolve hosts for it
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def browsing(browser):
+    """One browser context for the run's pages, as one person's browser: a page finds Gradio's
+    scripts already fetched and compiled by the page before (its cache), which costs Chromium and
+    the app about 0.9 s of CPU less a load than a fresh context (docs/benchmarks.md). Each page's
+    cookies and storage are cleared as it closes (`new_page`)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    yield context
+    context.close()
+
+
+@contextmanager
+def new_page(browsing):
+    """A page of the shared context, closed afterwards with what it left: cookies and storage."""
+    page = browsing.new_page()
+    try:
+        yield page
+    finally:
+        from playwright.sync_api import Error
+        try:
+            if not page.is_closed() and page.url.startswith("http"):
+                page.evaluate("() => { localStorage.clear(); sessionStorage.clear(); }")
+        except Error:           # the page crashed or is navigating: nothing of it to clear
+            pass
+        browsing.clear_cookies()
+        page.close()
+
+
+@pytest.fixture
+def blank_page(browsing):
+    """A new page of the shared context, on about:blank; closed with what it left after the test."""
+    with new_page(browsing) as page:
+        yield page
+
+
 @pytest.fixture(scope="session")
 def corpus_dir():
     if not DEFAULT_DATA_DIR.is_dir():

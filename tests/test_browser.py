@@ -14,9 +14,8 @@ import torch
 from lab.storage import checkpoints
 from lab.inputs import tokenizers
 from lab.modeling.model import build
-from tests.conftest import serving, tiny_config, wait_job
+from tests.conftest import CHROMIUM, new_page, serving, tiny_config, wait_job
 
-CHROMIUM = "/usr/bin/chromium-headless-shell"      # Debian's build; the Makefile installs it
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed "
                                 "(make test installs it)")
 SHOTS = os.environ.get("LAB_SCREENSHOTS")
@@ -34,36 +33,24 @@ def server(tmp_path_factory):
         yield url, store
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
-            "--no-proxy-server"])     # no proxy from the environment to resolve hosts for it
-        yield b
-        b.close()
-
-
 @pytest.fixture
-def page(browser, server):
+def page(browsing, server):
     url, _ = server
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.left_machine = []
+    with new_page(browsing) as page:
+        page.left_machine = []
 
-    def watch(request):         # seen, not intercepted: routing each of a page's 110 requests
-        host = urlparse(request.url).hostname       # through Playwright costs about 0.4 s a load
-        if not request.url.startswith(("data:", "blob:", "about:")) and host not in ("127.0.0.1",
-                                                                                      "localhost"):
-            page.left_machine.append(request.url)
-    context.on("request", watch)
-    page.goto(url)
-    page.get_by_role("tab", name="Compare").wait_for()
-    yield page
-    context.close()
+        def watch(request):     # seen, not intercepted: routing each of a page's 110 requests
+            host = urlparse(request.url).hostname   # through Playwright costs about 0.4 s a load
+            if not request.url.startswith(("data:", "blob:", "about:")) and host not in ("127.0.0.1",
+                                                                                          "localhost"):
+                page.left_machine.append(request.url)
+        browsing.on("request", watch)       # the context's: a popup's requests too
+        try:
+            page.goto(url)
+            page.get_by_role("tab", name="Compare").wait_for()
+            yield page
+        finally:
+            browsing.remove_listener("request", watch)
 
 
 def _tab(page, name):
@@ -512,11 +499,12 @@ def test_a_message_is_dismissed_when_the_tab_changes(page):
     expect(toast).to_have_count(0, timeout=5_000)
 
 
-def test_dark_theme_keeps_attention_and_charts_readable(browser, server):
+def test_dark_theme_keeps_attention_and_charts_readable(blank_page, server):
     """In Gradio's dark theme bertviz's white drawing is inverted (hue turned back) and the Plotly
     charts are transparent, so no white panel sits in a dark page."""
     url, _ = server
-    page = browser.new_page(viewport={"width": 1400, "height": 1000}, color_scheme="dark")
+    page = blank_page
+    page.emulate_media(color_scheme="dark")
     page.goto(url + "?__theme=dark")
     _tab(page, "Inside the model")
     page.locator("#attention-go").click()
@@ -531,7 +519,6 @@ def test_dark_theme_keeps_attention_and_charts_readable(browser, server):
     assert page.locator("#attention-grid .main-svg rect.bg").first.evaluate(
         "e => getComputedStyle(e).fillOpacity") == "0"
     _shot(page, "attention-dark")
-    page.close()
 
 
 def test_a_sweep_from_the_experiments_tab_runs_and_reads_as_a_table(page, server):

@@ -15,7 +15,7 @@ from lab.inputs import tokenizers
 from plugins.tasks.birthplace import core as birthplace
 from lab.modeling.model import build
 from tests.conftest import serving, tiny_config
-from tests.test_browser import CHROMIUM, _shot, _tab, browser, page  # noqa: F401 (fixtures)
+from tests.test_browser import CHROMIUM, _shot, _tab, page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed "
                                 "(make test installs it)")

@@ -14,14 +14,14 @@ from lab.inputs import tokenizers
 from lab.modeling.model import build
 from lab.storage import checkpoints
 from tests.conftest import serving
-from tests.test_browser import CHROMIUM, _choose, _shot, _tab, browser  # noqa: F401  (the fixture)
+from tests.test_browser import CHROMIUM, _choose, _shot, _tab
 from tests.test_hf_llama import IDS, _tiny_llama
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed "
                                 "(make test installs it)")
 
 
-def test_a_llama_goes_out_as_a_zip_download_and_comes_back_cut(browser, tmp_path, monkeypatch):
+def test_a_llama_goes_out_as_a_zip_download_and_comes_back_cut(blank_page, tmp_path, monkeypatch):
     from playwright.sync_api import expect
     from transformers import AutoModelForCausalLM, LlamaForCausalLM
     monkeypatch.delenv("LAB_ALLOWED_DIRS", raising=False)
@@ -32,7 +32,7 @@ def test_a_llama_goes_out_as_a_zip_download_and_comes_back_cut(browser, tmp_path
     checkpoints.save(model, tokenizers.gpt2(), "mine", store, provenance={"source": "scratch"})
 
     with serving(store) as url:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+        page = blank_page
         page.goto(url)
         _tab(page, "Checkpoints")
         _choose(page, "#checkpoints-chosen", "mine")
@@ -89,7 +89,6 @@ def test_a_llama_goes_out_as_a_zip_download_and_comes_back_cut(browser, tmp_path
         expect(page.locator("#checkpoints-message")).to_contain_text("Imported mine-back", timeout=60_000)
         expect(page.locator("#checkpoints-table")).to_contain_text("mine-back")
         _shot(page, "export-back")
-        page.close()
     back = checkpoints.load("mine-back", store)
     assert back.config.n_layer == 2 and checkpoints.info("mine-back", store)["layers"] == [1, 3]
     with torch.no_grad():

@@ -13,7 +13,7 @@ from lab.inputs import tokenizers
 from lab.modeling.model import build
 from lab.storage import checkpoints
 from tests.conftest import ROOT, serving, tiny_config
-from tests.test_browser import (CHROMIUM, _choose, _shot, _tab, browser,  # noqa: F401  (the fixture)
+from tests.test_browser import (CHROMIUM, _choose, _shot, _tab,
                                 train_from_the_form)
 
 pytestmark = pytest.mark.skipif(not __import__("pathlib").Path(CHROMIUM).exists(),
@@ -37,13 +37,13 @@ def empty_server(tmp_path_factory):
         yield url, store, load
 
 
-def test_an_empty_lab_guides_the_first_visit(browser, empty_server):
+def test_an_empty_lab_guides_the_first_visit(blank_page, empty_server):
     """Every tab says what to do on an empty store; the getting-started panel queues the quick
     scratch model once, shows its progress, and a reload shows the job's own settings."""
     url, store, load = empty_server
     from playwright.sync_api import expect
     from lab.worker import jobs
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = blank_page
     page.goto(url)
     expect(page.locator("#start")).to_contain_text("New here?", timeout=60_000)
     # the load note follows the machine while the page is open, not only as it loads
@@ -73,10 +73,9 @@ def test_an_empty_lab_guides_the_first_visit(browser, empty_server):
     jobs.request_stop(1, "now", store)
     expect(page.locator("#start-status-2")).to_contain_text("Press the button again", timeout=120_000)
     assert len(jobs.list_jobs(store)) == 1
-    page.close()
 
 
-def test_compare_moves_to_the_scratch_model_and_the_fine_tune_as_they_arrive(browser, tmp_path):
+def test_compare_moves_to_the_scratch_model_and_the_fine_tune_as_they_arrive(blank_page, tmp_path):
     """Checkpoints arriving while the page is open (the getting-started order: the import, the
     scratch model, the fine-tune): Compare, still on the lab's pick, ends on the scratch model
     next to the fine-tune, not on the untrained import; a reload opens on the same pair."""
@@ -90,7 +89,7 @@ def test_compare_moves_to_the_scratch_model_and_the_fine_tune_as_they_arrive(bro
         checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)).eval(), tok, name, store,
                          provenance=provenance)
     with serving(store) as url:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = blank_page
         page.goto(url)
         expect(page.locator("#start")).to_contain_text("New here?", timeout=60_000)
         chosen = page.locator("#compare-checkpoints")
@@ -108,10 +107,9 @@ def test_compare_moves_to_the_scratch_model_and_the_fine_tune_as_they_arrive(bro
             expect(headers).to_have_count(3, timeout=60_000)      # the row number, then the two
             assert "b-scratch" in headers.nth(1).inner_text() and "c-tuned" in headers.nth(2).inner_text()
             page.reload()
-        page.close()
 
 
-def test_compare_them_shows_the_captions_and_says_it_is_done(browser, tmp_path):
+def test_compare_them_shows_the_captions_and_says_it_is_done(blank_page, tmp_path):
     """The panel's last step, once both checkpoints exist: the Compare tab opens on the scratch
     model and the fine-tune, the page scrolls to their captions, and the step says it is done
     (not "press the button"). Attention opens on a model trained in the lab, not the import."""
@@ -126,7 +124,7 @@ def test_compare_them_shows_the_captions_and_says_it_is_done(browser, tmp_path):
         checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)).eval(), tok, name, store,
                          provenance={"source": source})
     with serving(store) as url:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = blank_page
         page.goto(url)
         expect(page.locator("#compare-checkpoints")).to_contain_text(start.FINETUNE, timeout=60_000)
         page.locator("#start").get_by_text("Getting started").first.click()     # closed: a full store
@@ -141,10 +139,9 @@ def test_compare_them_shows_the_captions_and_says_it_is_done(browser, tmp_path):
         _shot(page, "compare-them")
         _tab(page, "Inside the model")
         expect(page.locator("#attention-checkpoint input")).to_have_value(start.SCRATCH)
-        page.close()
 
 
-def test_a_birth_place_model_from_the_browser_alone(browser, tmp_path):
+def test_a_birth_place_model_from_the_browser_alone(blank_page, tmp_path):
     """Pretrain a birth-place model with the birthplace-vanilla preset and fine-tune it with
     birthplace-finetune, both from the Train form (a one-step budget on a model of one narrow
     block), then answer the questions in the Evaluate tab, whose list offers only birth-place
@@ -171,7 +168,7 @@ def test_a_birth_place_model_from_the_browser_alone(browser, tmp_path):
         train_from_the_form(page, store, name, parent)
 
     with serving(store) as url:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = blank_page
         page.goto(url)
         _tab(page, "Train")
         train("bp-pre", "birthplace-vanilla", "", 128, ("n_layer", "1"), ("n_embd", "32"))
@@ -191,4 +188,3 @@ def test_a_birth_place_model_from_the_browser_alone(browser, tmp_path):
         expect(table).to_contain_text("London (baseline)", timeout=180_000)
         expect(table).to_contain_text("bp-tuned")
         _shot(page, "birthplace-from-the-browser")
-        page.close()

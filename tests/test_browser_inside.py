@@ -14,7 +14,7 @@ from lab.modeling.model import build
 from lab.storage import checkpoints
 from lab.training import runs
 from tests.conftest import serving, tiny_config
-from tests.test_browser import CHROMIUM, _shot, _tab, browser, page  # noqa: F401 (fixtures)
+from tests.test_browser import CHROMIUM, _shot, _tab, page  # noqa: F401 (fixtures)
 from tests.test_browser_attention import _choose
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed "

@@ -8,7 +8,7 @@ import pytest
 
 from lab.storage import checkpoints
 from tests.conftest import serving
-from tests.test_browser import (CHROMIUM, _choose, _shot, _tab, browser,  # noqa: F401  (the fixture)
+from tests.test_browser import (CHROMIUM, _choose, _shot, _tab,
                                 train_from_the_form)
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed "
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's ch
 WORDS = "a lighthouse keeper counts gulls over grey water while ferries cross the sound".split()
 
 
-def test_own_corpus_from_upload_to_compare_and_evaluate(browser, tmp_path):
+def test_own_corpus_from_upload_to_compare_and_evaluate(blank_page, tmp_path):
     from datasets import Dataset
     from playwright.sync_api import expect
     rng = random.Random(0)
@@ -26,7 +26,7 @@ def test_own_corpus_from_upload_to_compare_and_evaluate(browser, tmp_path):
     store.mkdir()
 
     with serving(store) as url:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = blank_page
         page.goto(url)
         _tab(page, "Train")
         page.locator("#data-upload input[type=file]").set_input_files(str(tmp_path / "harbour.jsonl"))
@@ -90,4 +90,3 @@ def test_own_corpus_from_upload_to_compare_and_evaluate(browser, tmp_path):
         expect(prov).to_contain_text("texts scored")
         expect(page.locator("#evaluate-table")).to_contain_text("own-tuned")
         _shot(page, "text-evaluate")
-        page.close()

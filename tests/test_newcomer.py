@@ -5,17 +5,17 @@ import time
 
 import pytest
 
-from tests.test_browser import CHROMIUM, browser  # noqa: F401  (fixtures)
+from tests.test_browser import CHROMIUM
 from tests.test_browser_from_empty import empty_server  # noqa: F401  (the fixture)
 
 pytestmark = [pytest.mark.newcomer,
               pytest.mark.skipif(not __import__("pathlib").Path(CHROMIUM).exists(), reason="no chromium")]
 
 
-def test_a_newcomer_compares_scratch_and_finetuned_smollm2_within_minutes(browser, empty_server):
+def test_a_newcomer_compares_scratch_and_finetuned_smollm2_within_minutes(blank_page, empty_server):
     from playwright.sync_api import expect
     url, store = empty_server
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = blank_page
     page.goto(url)
     t0 = time.time()
     page.locator("#start-all").click()
@@ -34,4 +34,3 @@ def test_a_newcomer_compares_scratch_and_finetuned_smollm2_within_minutes(browse
     page.screenshot(path=str(store / "newcomer-compare.png"), full_page=True)
     print("\nnewcomer path (s): " + ", ".join(f"{k} {v:.0f}" for k, v in marks.items()))
     assert table.locator("tbody tr").count() == 8
-    page.close()
