@@ -26,12 +26,12 @@ def _blocks(block):
 
 def test_the_page_follows_the_store_on_one_pulse(store):
     """Every part that follows the store or a job is refreshed by one event, the press of the
-    pulse's hidden button (dropped while the last is under way); the only timer is the
-    getting-started panel's, which ticks only while the panel is open; a page opening sends one
+    pulse's hidden button (dropped while the last is under way); no timer sends events of its
+    own (the getting-started panel's lines are a part of the pulse too); a page opening sends one
     event for all it asks for."""
     demo = build_app(store=str(store))
     timers = [b for b in _blocks(demo) if isinstance(b, gr.Timer)]
-    assert len(timers) == 1, timers
+    assert timers == []
     button = next(b for b in _blocks(demo) if getattr(b, "elem_id", None) == BUTTON)
     assert button.visible == "hidden"
     pressed = [fn for fn in demo.fns.values() if fn.targets == [(button._id, "click")]]
@@ -70,6 +70,46 @@ def test_the_stamp_changes_with_what_the_pulse_reads_and_only_then(store, monkey
     clock = iter([100.0, 100.5, 103.0])
     monkeypatch.setattr(pulse_module.time, "time", lambda: next(clock))
     assert stamp(store) == stamp(store) != stamp(store)         # the same tick, then the next
+
+
+def test_the_stamp_changes_as_the_machine_turns_busy_not_as_its_load_moves(store, monkeypatch):
+    """The getting-started panel's load note comes and goes with the stamp; a busy machine's load
+    moving (as it does every few seconds) sends no event of its own."""
+    from lab.training import estimate
+    load = {"now": (0.2, 2)}
+    monkeypatch.setattr(estimate, "load", lambda: load["now"])
+    idle = stamp(store)
+    load["now"] = (0.3, 2)
+    assert stamp(store) == idle
+    load["now"] = (4.1, 2)
+    busy = stamp(store)
+    assert busy != idle
+    load["now"] = (5.7, 2)
+    assert stamp(store) == busy
+    load["now"] = (0.1, 2)
+    assert stamp(store) == idle
+
+
+def _by_id(demo, elem_id):
+    return next(b for b in _blocks(demo) if getattr(b, "elem_id", None) == elem_id)
+
+
+def test_the_panels_lines_follow_on_the_pulse_only_while_it_is_open(store):
+    """The getting-started panel's part of the pulse gives its step lines while the page holds the
+    panel open, and nothing while it is closed; opening and closing it set which."""
+    demo = build_app(store=str(store))
+    pulse = next(fn for fn in demo.fns.values() if fn.targets == [(_by_id(demo, BUTTON)._id, "click")])
+    accordion = _by_id(demo, "start")
+    expand, collapse = (next(fn for fn in demo.fns.values() if fn.targets == [(accordion._id, event)])
+                        for event in ("expand", "collapse"))
+    opened = expand.outputs[0]
+    assert collapse.outputs == [opened] and collapse.fn() is False
+    assert expand.fn(False)[0] is True
+    line = pulse.outputs.index(_by_id(demo, "start-status-2"))
+    for is_open in (True, False):
+        values = [is_open if block is opened else getattr(block, "value", None) for block in pulse.inputs]
+        said = pulse.fn(*values)[line]
+        assert said == ("<span class='lab-step-todo'>not started</span>" if is_open else gr.skip())
 
 
 def test_a_page_opening_is_one_event_and_a_later_part_goes_over_an_earlier():

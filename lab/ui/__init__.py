@@ -93,7 +93,7 @@ def _on_load(demo, ctx: Context, panel, latest, attached) -> None:
     ctx.opening.every(latest, [], attached)
     ctx.opening.every(lambda: start.words_now(ctx.store), [], [*panel.texts, panel.words_shown])
     ctx.opening.every(lambda: start.panel_open(ctx.store, panel.built_open), [],
-                      [panel.accordion, panel.timer])
+                      [panel.accordion, panel.opened])
     ctx.opening.on_load(demo, friendly)
 
 

@@ -23,6 +23,7 @@ import gradio as gr
 
 from lab.errors import LabError
 from lab.storage import store as lab_store
+from lab.training import estimate
 from lab.ui.access import app_path
 from lab.worker import ledger
 
@@ -145,8 +146,10 @@ def stamp(store=None) -> str:
     """What the pulse's parts read, as text that changes when they may have: the store's folder
     and its datasets' (their entries and times: a checkpoint or dataset written, renamed or
     removed), the jobs in the ledger (ledger.glance: a job queued, claimed, reporting, stopped or
-    ended; a running job writes a heartbeat every few seconds), and, while a job runs, the time in
-    ticks (its log grows between those writes). Nothing the pulse's parts show is written."""
+    ended; a running job writes a heartbeat every few seconds), whether the machine is busy (the
+    getting-started panel's load note: it comes and goes at once, its figure follows within
+    QUIET_TICKS), and, while a job runs, the time in ticks (its log grows between those writes).
+    Nothing the pulse's parts show is written."""
     ledger_line, running = ledger.glance(store)     # first: finding the ledger makes the lab's folder
     root = lab_store.root(store)
     parts = []
@@ -157,6 +160,8 @@ def stamp(store=None) -> str:
         except OSError:
             parts.append("-")
     parts.append(ledger_line)
+    if estimate.busy_text(*estimate.load(), running):
+        parts.append("busy")
     if running:
         parts.append(str(int(time.time() // SECONDS)))
     return " ".join(parts)

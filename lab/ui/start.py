@@ -68,13 +68,14 @@ def statuses(store=None, compared: bool = False) -> list:
 
 def panel_open(store=None, built_open: bool | None = None):
     """On page load: the panel is open on an empty store and while one of its jobs is under way,
-    and its lines follow the store only while it is open (the panel's accordion and timer).
+    and its lines follow the store only while it is open (the panel's accordion, and whether the
+    page holds it open).
     built_open: how the page was built; when that is already right, the panel is left alone (a
     person may have opened or closed it while the page loaded)."""
     busy = any(j["name"] in (SCRATCH, FINETUNE) and j["status"] in ("queued", "running")
                for j in jobs.list_jobs(store))
     want = busy or not checkpoints.names(store)
-    return (gr.skip(),) * 2 if want == built_open else (gr.update(open=want), gr.Timer(active=want))
+    return (gr.skip(),) * 2 if want == built_open else (gr.update(open=want), want)
 
 
 def compare_status(store=None, compared: bool = False) -> str:
@@ -220,7 +221,7 @@ class Panel:
     compared: gr.State
     shown: list
     accordion: gr.Accordion
-    timer: gr.Timer         # refreshes the lines while the panel is open
+    opened: gr.State        # whether the panel is open on this page: its lines follow then
     built_open: bool
     texts: list             # the intro and each step's words: texts() as each page loads
     words_shown: gr.State   # the words the page shows (a tick sends them only when they change)
@@ -255,13 +256,14 @@ def build(ctx: Context) -> Panel:
         api_description="Getting started, steps 1-3: queue the scratch model, import SmolLM2, queue "
                         "its fine-tune. Returns the message.").then(
         refresh, compared, shown, api_visibility="private")
-    # its lines follow the store only while it is open: each tick is an event, and each event
-    # costs the browser a walk over the whole page (an idle tab's ticks were most of its CPU)
-    timer = gr.Timer(2.0, active=built_open)
+    # its lines follow the store on the page's pulse, and only while it is open (lab/ui/pulse.py:
+    # an event when the store, a job or whether the machine is busy changed, not one every tick)
+    opened = gr.State(built_open)
     words_shown = gr.State(words)
-    timer.tick(friendly(lambda c, w: follow(ctx.store, c, w)), [compared, words_shown],
-               [*shown, *said_texts, words_shown], api_visibility="private", show_progress="hidden")
-    panel.expand(lambda c: [gr.Timer(active=True), *statuses(ctx.store, c)], compared, [timer, *shown],
+    outputs = [*shown, *said_texts, words_shown]
+    ctx.every(lambda c, w, o: follow(ctx.store, c, w) if o else [gr.skip()] * len(outputs),
+              [compared, words_shown, opened], outputs)
+    panel.expand(lambda c: [True, *statuses(ctx.store, c)], compared, [opened, *shown],
                  api_visibility="private")
-    panel.collapse(lambda: gr.Timer(active=False), None, timer, api_visibility="private")
-    return Panel(buttons[3], compared, shown, panel, timer, built_open, said_texts, words_shown)
+    panel.collapse(lambda: False, None, opened, api_visibility="private")
+    return Panel(buttons[3], compared, shown, panel, opened, built_open, said_texts, words_shown)

@@ -59,26 +59,26 @@ def connect(store=None):
         con.close()
 
 
-def glance(store=None) -> tuple[str, bool]:
+def glance(store=None) -> tuple[str, int]:
     """The jobs table as a short text that changes whenever a row does (a job queued, claimed,
-    reporting progress or a heartbeat, asked to stop, ended), and whether a job runs; read through
+    reporting progress or a heartbeat, asked to stop, ended), and how many jobs run; read through
     a read-only connection (it writes no row; SQLite may leave the -wal and -shm files beside the
     ledger), since a page's pulse asks every two seconds (lab/ui/pulse.py). A ledger that
     cannot be read gives a text of its own and says a job runs, so the page asks and hears why."""
     path = ledger_path(store)
     if not path.exists():
-        return "", False
+        return "", 0
     try:
         con = sqlite3.connect(path.as_uri() + "?mode=ro", uri=True, timeout=1)
         try:
             row = con.execute("SELECT COUNT(*), MAX(id), TOTAL(heartbeat), TOTAL(started), TOTAL(finished), "
                               "group_concat(status || ':' || COALESCE(stop, ''), ','), "
-                              "MAX(status = 'running') FROM jobs").fetchone()
+                              "TOTAL(status = 'running') FROM jobs").fetchone()
         finally:
             con.close()
     except sqlite3.Error as e:
-        return f"unreadable ({e})", True
-    return hashlib.sha1(repr(tuple(row[:6])).encode()).hexdigest()[:16], bool(row[6])
+        return f"unreadable ({e})", 1
+    return hashlib.sha1(repr(tuple(row[:6])).encode()).hexdigest()[:16], int(row[6])
 
 
 def read_row(r: sqlite3.Row | None) -> dict | None:
