@@ -61,9 +61,10 @@ def store(tmp_path, monkeypatch):
 CHROMIUM = "/usr/bin/chromium-headless-shell"      # Debian's build; the Makefile installs it
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """Chromium for the worker's whole run (the browser tests of every module it takes)."""
+    """Chromium for a module's browser tests. Not longer: while Playwright's sync API runs, its
+    event loop counts as running in the test's thread, and a later test's asyncio.run fails."""
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
@@ -75,9 +76,9 @@ def browser():
         b.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browsing(browser):
-    """One browser context for the run's pages, as one person's browser: a page finds Gradio's
+    """One browser context for a module's pages, as one person's browser: a page finds Gradio's
     scripts already fetched and compiled by the page before (its cache), which costs Chromium and
     the app about 0.9 s of CPU less a load than a fresh context (docs/benchmarks.md). Each page's
     cookies and storage are cleared as it closes (`new_page`)."""
