@@ -80,8 +80,8 @@ def browser():
 def browsing(browser):
     """One browser context for a module's pages, as one person's browser: a page finds Gradio's
     scripts already fetched and compiled by the page before (its cache), which costs Chromium and
-    the app about 0.9 s of CPU less a load than a fresh context (docs/benchmarks.md). Each page's
-    cookies and storage are cleared as it closes (`new_page`)."""
+    the app less CPU a load than a fresh context (docs/benchmarks.md, "What was cut", has the
+    measurements). Each page's cookies and storage are cleared as it closes (`new_page`)."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     yield context
     context.close()
