@@ -1,6 +1,7 @@
 """The durable job ledger and the worker, with real child processes on the real corpus."""
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -156,3 +157,76 @@ def test_a_worker_loads_what_jobs_need_once_before_its_first_fork(store, capsys)
     before = threading.active_count()
     warm_for_jobs()
     assert threading.active_count() == before and "torch._dynamo" in sys.modules
+
+
+def _starter_pid(job_id) -> int | None:
+    said = re.search(r"forked from the worker's job starter \(pid (\d+)\)", lab_store.log_path(job_id).read_text())
+    return int(said.group(1)) if said else None
+
+
+def _ended(pid, timeout=30) -> bool:
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        try:
+            if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except OSError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_a_worker_inside_a_program_forks_its_jobs_from_one_starter(store, monkeypatch, capsys):
+    """A worker made inside another program (here the test's, which has computed on threads and
+    so must not fork) has its jobs forked by one starter process, in a session of its own, rather
+    than starting an interpreter per job; their exit codes come back through it. A job whose
+    environment a process reads at start differs gets a new starter, and the old one ends; a
+    starter that cannot fork a job leaves it to a new interpreter, said in one line."""
+    from lab.worker import starter
+    worker = jobs.Worker(poll_s=0.2)
+    first = [jobs.submit(f"s{i}", _tiny_model(), {**TINY_TRAIN, "epochs": 1}) for i in range(2)]
+    procs = []
+    for job_id in first:
+        _wait(job_id, ("running",), worker=worker)
+        procs.append(worker.children.get(job_id))
+        assert _wait(job_id, jobs.FINAL, worker=worker)["status"] == "done"
+    pid = _starter_pid(first[0])
+    assert pid and pid == _starter_pid(first[1]) and pid != os.getpid()
+    stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    assert int(stat[1]) == os.getpid() and int(stat[3]) == pid       # our child, its own session
+    assert all(procs) and [p.wait(timeout=60) for p in procs] == [0, 0]    # the codes, from the starter
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")            # read as a process starts
+    other = jobs.submit("s2", _tiny_model(), {**TINY_TRAIN, "epochs": 1})
+    assert _wait(other, jobs.FINAL, worker=worker)["status"] == "done"
+    assert _starter_pid(other) not in (None, pid) and _ended(pid)
+
+    def refuse(*args):
+        raise OSError("refused here")
+    monkeypatch.setattr(starter.Starter, "start", refuse)
+    alone = jobs.submit("s3", _tiny_model(), {**TINY_TRAIN, "epochs": 1})
+    assert _wait(alone, jobs.FINAL, worker=worker)["status"] == "done"
+    assert _starter_pid(alone) is None and "forked" not in lab_store.log_path(alone).read_text()
+    assert f"worker: no job starter (OSError: refused here); job {alone} starts as a new process" \
+        in capsys.readouterr().out
+
+
+def test_a_starter_ends_with_the_program_whose_worker_started_it(store):
+    """Killed, the program's starter sees its socket close and ends; the job it forked runs on
+    to its end, as a new interpreter's would."""
+    import subprocess
+    from tests.conftest import ROOT
+    job_id = jobs.submit("orphan", _tiny_model(), {**TINY_TRAIN, "epochs": 3})
+    program = subprocess.Popen([sys.executable, "-c", "import time\nfrom lab.worker import jobs\n"
+                                "w = jobs.Worker(poll_s=0.2)\nwhile True:\n    w.tick(); time.sleep(0.2)"],
+                               cwd=ROOT)
+    try:
+        _wait(job_id, ("running",))
+        t0 = time.time()
+        while _starter_pid(job_id) is None:
+            assert time.time() - t0 < 120, lab_store.log_path(job_id).read_text()
+            time.sleep(0.2)
+    finally:
+        program.kill()
+        program.wait()
+    assert _ended(_starter_pid(job_id))
+    assert _wait(job_id, jobs.FINAL)["status"] == "done"

@@ -5,7 +5,7 @@ prints one line, `error: ...`, and exits with status 2; no traceback.
 
 The package owns the terminal's face: a module per group of commands, each holding its commands
 and their parsers (PARSERS: a command's name -> the function that adds its parser): reference
-(plugins, settings), train (train, jobs, worker, run-job), evaluate (generate, evaluate, bleu,
+(plugins, settings), train (train, jobs, worker, run-job, job-starter), evaluate (generate, evaluate, bleu,
 attention, exposure), inside (lens, ablate, patch), store (checkpoints, delete, import, export)
 and sweep; output holds what they print with; this module assembles the parser, adds the commands a task plugin registers
 (`commands`: the module whose add_parsers(sub) adds them), and runs a command (main). May import
@@ -26,8 +26,8 @@ from lab.registry import TASKS, load_plugins
 GROUPS = (reference, train, evaluate, inside, store, sweep)
 # the commands in the order `python -m lab --help` lists them (the tasks' own come last)
 COMMANDS = ("plugins", "settings", "train", "generate", "evaluate", "bleu", "checkpoints", "delete",
-            "import", "attention", "lens", "ablate", "patch", "worker", "run-job", "jobs", "sweep",
-            "exposure", "export")
+            "import", "attention", "lens", "ablate", "patch", "worker", "run-job", "job-starter", "jobs",
+            "sweep", "exposure", "export")
 
 
 class _Parser(argparse.ArgumentParser):

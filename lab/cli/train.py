@@ -1,4 +1,4 @@
-"""`train`, `jobs`, `worker` (and the hidden `run-job` the worker starts): training a model now or
+"""`train`, `jobs`, `worker` (and the hidden `run-job` and `job-starter` a worker starts): training a model now or
 as a background job, and serving the queued jobs."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from lab.presets import configs, description, names as preset_names
 from lab.storage import checkpoints
 from lab.storage.checkpoints import store_dir
 from lab.training import runs
-from lab.worker import jobs
+from lab.worker import jobs, starter
 from lab.worker.jobs import Worker, run_job
 
 
@@ -75,6 +75,10 @@ def cmd_worker(args):
 def cmd_run_job(args):
     status = run_job(args.job_id, args.store)
     print(f"job {args.job_id}: {status}")
+
+
+def cmd_job_starter(args):
+    starter.serve(args.fd, run_job_here, warm_for_jobs)
 
 
 def run_job_here(job_id: int) -> int:
@@ -156,6 +160,12 @@ def _parser_run_job(sub) -> None:
     p.set_defaults(fn=cmd_run_job)
 
 
+def _parser_job_starter(sub) -> None:
+    p = sub.add_parser("job-starter")     # no help: a worker inside another program starts it
+    p.add_argument("fd", type=int)
+    p.set_defaults(fn=cmd_job_starter)
+
+
 def _parser_jobs(sub) -> None:
     p = sub.add_parser("jobs", help="list, submit, stop or resume background jobs")
     p.add_argument("action", choices=["list", "submit", "stop", "resume"])
@@ -170,4 +180,4 @@ def _parser_jobs(sub) -> None:
 
 
 PARSERS = {"train": _parser_train, "worker": _parser_worker, "run-job": _parser_run_job,
-           "jobs": _parser_jobs}
+           "job-starter": _parser_job_starter, "jobs": _parser_jobs}

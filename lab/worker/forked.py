@@ -72,18 +72,18 @@ class ForkedJob:
 
 
 def fork_job(job_id: int, entry: Callable[[int], int], env: dict, log_fd: int, lock_fd: int,
-             cwd: str) -> ForkedJob:
+             cwd: str, by: str = "the worker") -> ForkedJob:
     """Fork the job's process: it runs entry(job_id) (the `run-job` command) and exits with its
-    code; this process gets a handle to wait on it."""
+    code; this process (`by`, in the job's log) gets a handle to wait on it."""
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        _become_job(job_id, entry, env, log_fd, lock_fd, cwd)       # never returns
+        _become_job(job_id, entry, env, log_fd, lock_fd, cwd, by)       # never returns
     return ForkedJob(pid)
 
 
-def _become_job(job_id, entry, env, log_fd, lock_fd, cwd) -> None:
+def _become_job(job_id, entry, env, log_fd, lock_fd, cwd, by) -> None:
     code = 1
     try:
         os.setsid()
@@ -97,7 +97,7 @@ def _become_job(job_id, entry, env, log_fd, lock_fd, cwd) -> None:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         _retitle(f"{os.path.basename(sys.executable)} -m lab run-job {job_id}", f"lab run-job {job_id}")
-        print(f"worker: job {job_id} runs in a process forked from the worker (pid {os.getppid()})",
+        print(f"worker: job {job_id} runs in a process forked from {by} (pid {os.getppid()})",
               flush=True)
         code = entry(job_id)
     except SystemExit as e:

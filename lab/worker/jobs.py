@@ -3,7 +3,8 @@
 The UI and CLI *queue* jobs; a worker process (`python -m lab worker`, started by `make run`
 beside the web server, or alone on a GPU machine sharing the store) claims them and runs each in
 a child process (`lab run-job ID`: forked from the worker, which has imported torch and the lab
-already, lab/worker/forked.py; else a new `python -m lab run-job ID`) that writes its progress
+already, lab/worker/forked.py; a worker inside another program has a starter process fork it,
+lab/worker/starter.py; else a new `python -m lab run-job ID`) that writes its progress
 back to the ledger and to its run directory. Closing the browser never touches a job.
 
 Liveness is a fact, not a guess: the worker takes the job's OS lock before it marks the job
@@ -34,7 +35,7 @@ from lab.worker import steps
 from lab.storage import store as lab_store
 from lab.config import ConfigError, ModelConfig, TrainConfig
 from lab.errors import LabError
-from lab.worker import forked
+from lab.worker import forked, starter
 from lab.worker.executors import ALLOCATOR, ROOT, RayTasks, executor_name, job_environment
 # the ledger's names that modules above and the tests read as jobs.X
 from lab.worker.ledger import FINAL, SCHEMA, add_tables, connect, read_row  # noqa: F401
@@ -390,21 +391,29 @@ class Worker:
         if self.nproc > 1:        # the launcher holds the lock; its ranks know it is held
             launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(self.nproc)]
             env["LAB_JOB_LOCKED"] = str(job["id"])
-        try:      # its own session: a Ctrl-C meant for the app reaches the job through the worker
+        try:
             with open(lab_store.log_path(job["id"], self.store), "ab") as log:
-                if self.entry is not None and not launcher and forked.forkable(env, ALLOCATOR):
-                    self._warm()            # what the forked job would load, loaded here once
-                    proc = forked.fork_job(job["id"], self.entry, env, log.fileno(), fd, str(ROOT))
-                else:
-                    proc = subprocess.Popen([sys.executable, *launcher, "-m", "lab", "run-job",
-                                             str(job["id"])], stdout=log, stderr=subprocess.STDOUT,
-                                            env=env, pass_fds=(fd,), cwd=str(ROOT),
-                                            start_new_session=True)
+                proc = self._start(job["id"], env, log, fd, launcher)
         finally:
             os.close(fd)           # the child holds the lock now (or, if it failed to start, nobody)
         with connect(self.store) as con:
             con.execute("UPDATE jobs SET pid=? WHERE id=?", (proc.pid, job["id"]))
         self.children[job["id"]] = proc
+
+    def _start(self, job_id: int, env: dict, log, fd: int, launcher: list[str]):
+        """The job's process, in a session of its own (a Ctrl-C meant for the app reaches the job
+        through the worker): forked from this worker where it may fork (`lab worker`), else from
+        this process's job starter (lab/worker/starter.py), else a new interpreter."""
+        if not launcher and self.entry is not None and forked.forkable(env, ALLOCATOR):
+            self._warm()            # what the forked job would load, loaded here once
+            return forked.fork_job(job_id, self.entry, env, log.fileno(), fd, str(ROOT))
+        if not launcher and self.entry is None:
+            proc = starter.start(job_id, env, log.fileno(), fd, str(ROOT))
+            if proc is not None:
+                return proc
+        return subprocess.Popen([sys.executable, *launcher, "-m", "lab", "run-job", str(job_id)],
+                                stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(fd,),
+                                cwd=str(ROOT), start_new_session=True)
 
     def tick(self) -> None:
         for job_id, proc in list(self.children.items()):
