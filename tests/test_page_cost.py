@@ -10,7 +10,7 @@ from pathlib import Path
 import gradio as gr
 from gradio.queueing import Queue
 
-from lab.ui import build_app, launch_kwargs, queued
+from lab.ui import CSS, build_app, launch_kwargs, queued
 from lab.ui import pulse as pulse_module
 from lab.ui.first_script import CALM_CLOCK, FirstScript
 from lab.ui.pulse import BUTTON, PATH, PulseStamp, stamp
@@ -203,6 +203,22 @@ def _serve(html: bytes, path: str):
     length = dict(sent[0]["headers"])[b"content-length"]
     assert int(length) == len(body)
     return body
+
+
+def test_no_animation_lays_the_page_out_at_every_frame():
+    """The lab's styles animate only what the compositor draws (transform, opacity): a progress
+    bar moves to its new fraction scaled, not sized (a width's transition laid the page out about
+    30 times a second while a job's view followed it); both kinds of bar are drawn so."""
+    import re
+    from lab.ui.jobs_view import progress_html
+    from lab.ui.work import bar, progress_bar
+    animated = re.findall(r"transition:\s*([^;}]+)", CSS)
+    assert animated and all(a.split()[0] in ("transform", "opacity") for a in animated), animated
+    assert bar(0.25) == "<div class='bar' style='transform:scaleX(0.250)'></div>"
+    assert bar(1.7) == bar(1.0) and bar(-1) == bar(0.0)
+    assert bar(0.5) in progress_bar(0.5, "half") and "width" not in progress_bar(0.5, "half")
+    job = {"status": "queued", "error": None, "progress": {"step": 5, "total_steps": 20}}
+    assert "scaleX(0.250)" in progress_html(job) and "width" not in progress_html(job)
 
 
 def test_the_calm_clock_goes_first_in_the_page_and_nowhere_else():

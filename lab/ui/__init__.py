@@ -27,7 +27,7 @@ from lab.ui.fields import Blocks
 CSS = CAPTIONS_CSS + """
 .lab-matrix th:first-child { width: 15em; overflow-wrap: anywhere; }
 .lab-progress { background: #e5e7eb; border-radius: 6px; height: 14px; overflow: hidden; }
-.lab-progress .bar { background: #2563eb; height: 100%; transition: width .5s; }
+.lab-progress .bar { background: #2563eb; height: 100%; transform-origin: left; transition: transform .5s; }
 .lab-progress-text { font-size: 14px; margin-top: 4px; }
 .lab-refused { border-left: 4px solid #dc2626; background: #fef2f2; color: #7f1d1d; padding: 6px 10px;
                border-radius: 4px; }

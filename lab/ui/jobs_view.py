@@ -18,6 +18,7 @@ from lab.training.progress import beat_text, eta_text, format_duration, phase_te
 from lab.training.runs import run_dir_for
 from lab.ui.common import Context, clicked, only_changed, whole
 from lab.ui.fields import Dropdown
+from lab.ui.work import bar
 from lab.worker import jobs
 
 
@@ -70,8 +71,8 @@ def progress_html(job: dict) -> str:
         frac = 1.0
     if job["error"]:
         text += f" — {html.escape(job['error'])}"
-    return (f"<div class='lab-progress' data-status='{status}'><div class='bar' style='width:{100 * frac:.1f}%'>"
-            f"</div></div><div class='lab-progress-text'>{text}</div>")
+    return (f"<div class='lab-progress' data-status='{status}'>{bar(frac)}</div>"
+            f"<div class='lab-progress-text'>{text}</div>")
 
 
 def stopped_text(status: str, p: dict) -> str:

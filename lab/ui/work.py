@@ -149,5 +149,12 @@ def wait_for_requests(grace_s: float) -> int:
 
 def progress_bar(fraction: float, text: str) -> str:
     """The lab's progress line: a bar `fraction` full and what is under way."""
-    return (f"<div class='lab-progress'><div class='bar' style='width:{100 * fraction:.0f}%'></div>"
-            f"</div><p class='lab-progress-text'>{html.escape(text)}</p>")
+    return (f"<div class='lab-progress'>{bar(fraction)}</div>"
+            f"<p class='lab-progress-text'>{html.escape(text)}</p>")
+
+
+def bar(fraction: float) -> str:
+    """A progress bar's fill, `fraction` full. It is scaled, not sized: its move to a new fraction
+    is drawn by the compositor, where a width's would lay the page out again at every frame
+    (about 30 times a second while a job's view follows it: benchmarks/busy_tab.py)."""
+    return f"<div class='bar' style='transform:scaleX({min(1.0, max(0.0, fraction)):.3f})'></div>"
