@@ -202,7 +202,7 @@ def test_a_worker_inside_a_program_forks_its_jobs_from_one_starter(store, monkey
 
     def refuse(*args):
         raise OSError("refused here")
-    monkeypatch.setattr(starter.Starter, "start", refuse)
+    monkeypatch.setattr(starter.Starter, "send", refuse)
     alone = jobs.submit("s3", _tiny_model(), {**TINY_TRAIN, "epochs": 1})
     assert _wait(alone, jobs.FINAL, worker=worker)["status"] == "done"
     assert _starter_pid(alone) is None and "forked" not in lab_store.log_path(alone).read_text()
@@ -230,3 +230,27 @@ def test_a_starter_ends_with_the_program_whose_worker_started_it(store):
         program.wait()
     assert _ended(_starter_pid(job_id))
     assert _wait(job_id, jobs.FINAL)["status"] == "done"
+
+
+def test_a_job_the_starter_took_without_answering_is_never_started_twice(store, monkeypatch, capsys):
+    """A starter that took a job and never answered (killed or hung at that moment) may have
+    forked it: the worker then starts no second process for it. Forked, the job runs to its end
+    once; not forked, its free lock has it marked interrupted (resumable), not left running."""
+    from lab.worker import starter
+    answer = starter.Starter.answer
+
+    def lost(self):
+        answer(self)                            # forked, and its answer lost on the way
+        return {"lost": "lost here"}
+    monkeypatch.setattr(starter.Starter, "answer", lost)
+    worker = jobs.Worker(poll_s=0.2)
+    forked_once = jobs.submit("lost-answer", _tiny_model(), {**TINY_TRAIN, "epochs": 1})
+    assert _wait(forked_once, jobs.FINAL, worker=worker)["status"] == "done"
+    log = lab_store.log_path(forked_once).read_text()
+    assert log.count("runs in a process forked from") == 1 and log.count(f"job {forked_once}: done") == 1
+    assert f"worker: the job starter did not answer for job {forked_once} (lost here)" in capsys.readouterr().out
+    monkeypatch.setattr(starter.Starter, "send", lambda self, *a: None)      # taken, never forked
+    monkeypatch.setattr(starter.Starter, "answer", lambda self: {"lost": "lost here"})
+    never = jobs.submit("never-forked", _tiny_model(), {**TINY_TRAIN, "epochs": 1})
+    assert _wait(never, jobs.FINAL, worker=worker)["status"] == "interrupted"
+    assert "runs in a process" not in lab_store.log_path(never).read_text()

@@ -47,8 +47,11 @@ def _imported(env: dict) -> dict:
 
 def start(job_id: int, env: dict, log_fd: int, lock_fd: int, cwd: str) -> StartedJob | None:
     """The job's process, forked by this process's starter (started first if it has none for
-    jobs of `env`); None when no starter could fork it: the caller then starts a new interpreter.
-    The caller keeps its own copies of the two descriptors, to close as it would after a Popen."""
+    jobs of `env`); None when no starter took the job: the caller then starts a new interpreter.
+    The caller keeps its own copies of the two descriptors, to close as it would after a Popen.
+    A starter that took the job and never answered (killed, or hung: ended here) may have forked
+    it: the job is then left to its lock, never started twice (the handle's pid is None; a
+    forked job runs on and writes its own end, else its free lock has it marked interrupted)."""
     global _current
     with _lock:
         if _current is not None and (_current.key != _imported(env) or not _current.alive()):
@@ -57,15 +60,38 @@ def start(job_id: int, env: dict, log_fd: int, lock_fd: int, cwd: str) -> Starte
         try:
             if _current is None:
                 _current = Starter(env, cwd)
-                atexit.register(end)
-            return _current.start(job_id, env, log_fd, lock_fd, cwd)
-        except (OSError, ValueError, TimeoutError) as e:
-            print(f"worker: no job starter ({type(e).__name__}: {e}); job {job_id} starts as a new "
-                  f"process", flush=True)
-            if _current is not None:
-                _current.close()
-            _current = None
-            return None
+                _end_at_exit()
+            _current.send(job_id, env, log_fd, lock_fd, cwd)
+        except OSError as e:                # nothing was sent: nothing can have been forked
+            return _without(job_id, f"no job starter ({type(e).__name__}: {e})")
+        answer = _current.answer()
+        if "pid" in answer:
+            return StartedJob(answer["pid"], _current)
+        if "refused" in answer:             # it forked nothing and let go of both descriptors
+            return _without(job_id, f"the job starter refused it ({answer['refused']})")
+        print(f"worker: the job starter did not answer for job {job_id} ({answer['lost']}); the job "
+              f"runs if it was forked, else its free lock has it marked interrupted", flush=True)
+        _current.close()
+        _current = None
+        return StartedJob(None, None)
+
+
+def _without(job_id: int, why: str) -> None:
+    global _current
+    print(f"worker: {why}; job {job_id} starts as a new process", flush=True)
+    if _current is not None:
+        _current.close()
+    _current = None
+    return None
+
+
+_registered = []
+
+
+def _end_at_exit() -> None:
+    if not _registered:
+        atexit.register(end)
+        _registered.append(end)
 
 
 def end() -> None:
@@ -94,25 +120,27 @@ class Starter:
             theirs.close()
         self.sock, self.codes, self.gone = ours, {}, False
 
-    def start(self, job_id: int, env: dict, log_fd: int, lock_fd: int, cwd: str) -> StartedJob:
+    def send(self, job_id: int, env: dict, log_fd: int, lock_fd: int, cwd: str) -> None:
         request = json.dumps({"job": job_id, "env": env, "cwd": cwd}).encode()
         socket.send_fds(self.sock, [request], [log_fd, lock_fd])
+
+    def answer(self) -> dict:
+        """The starter's answer to the job just sent: {"pid": ...}, {"refused": why}, or
+        {"lost": why} when none came (it is gone, or silent for ANSWER_S seconds)."""
         while True:
             message = self._receive(ANSWER_S)
             if message is None:
-                raise TimeoutError(f"no answer within {ANSWER_S:.0f} s")
-            if "pid" in message:
-                return StartedJob(message["pid"], self)
-            if "refused" in message:
-                raise ValueError(message["refused"])
+                return {"lost": "it ended" if self.gone else f"no answer within {ANSWER_S:.0f} s"}
+            if "pid" in message or "refused" in message:
+                return message
 
     def returncode(self, pid: int) -> int | None:
         while self._receive(0) is not None:
             pass
         if pid in self.codes:
             return self.codes.pop(pid)
-        if self.gone and not os.path.exists(f"/proc/{pid}"):
-            return -1           # reaped by another parent after the starter ended: the code is lost
+        if self.gone and _ended(pid):
+            return -1           # another parent's child since the starter ended: the code is lost
         return None
 
     def _receive(self, timeout: float) -> dict | None:
@@ -120,7 +148,10 @@ class Starter:
         came within `timeout` seconds or the starter is gone."""
         if self.gone or not select.select([self.sock], [], [], timeout)[0]:
             return None
-        data = self.sock.recv(1 << 16)
+        try:
+            data = self.sock.recv(1 << 16)
+        except OSError:
+            data = b""
         if not data:
             self.gone = True
             return None
@@ -144,12 +175,25 @@ class Starter:
             self.proc.wait()
 
 
-class StartedJob(forked.ForkedJob):
-    """A job forked by a starter: its exit code comes from the starter, which reaps it."""
+def _ended(pid: int) -> bool:
+    """The process is gone, or a zombie left for whichever parent it has now to reap."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
 
-    def __init__(self, pid: int, starter: Starter):
+
+class StartedJob(forked.ForkedJob):
+    """A job forked by a starter: its exit code comes from the starter, which reaps it. Without a
+    starter (pid None: whether it was forked is not known) it counts as ended at once, and no
+    signal is ever sent."""
+
+    def __init__(self, pid: int | None, starter: Starter | None):
         super().__init__(pid)
         self.starter = starter
+        if starter is None:
+            self.returncode = -1
 
     def poll(self) -> int | None:
         if self.returncode is None:
