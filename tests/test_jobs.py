@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import select
 import signal
 import sys
 import time
@@ -176,13 +177,22 @@ def _ended(pid, timeout=30) -> bool:
     return False
 
 
-def test_a_worker_inside_a_program_forks_its_jobs_from_one_starter(store, monkeypatch, capsys):
+def _no_new_interpreter(monkeypatch):
+    """The worker's fallback (a new `run-job` interpreter) refused: a job runs only if forked."""
+    import subprocess
+    import types
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a new interpreter was started: {args}")
+    monkeypatch.setattr(jobs, "subprocess", types.SimpleNamespace(
+        Popen=refuse, STDOUT=subprocess.STDOUT, TimeoutExpired=subprocess.TimeoutExpired))
+
+
+def test_a_worker_inside_a_program_forks_its_jobs_from_one_starter(store, monkeypatch):
     """A worker made inside another program (here the test's, which has computed on threads and
-    so must not fork) has its jobs forked by one starter process, in a session of its own, rather
-    than starting an interpreter per job; their exit codes come back through it. A job whose
-    environment a process reads at start differs gets a new starter, and the old one ends; a
-    starter that cannot fork a job leaves it to a new interpreter, said in one line."""
-    from lab.worker import starter
+    so must not fork) has its jobs forked by one starter process, its child in a session of its
+    own, rather than starting an interpreter per job; their exit codes come back through it."""
+    _no_new_interpreter(monkeypatch)
     worker = jobs.Worker(poll_s=0.2)
     first = [jobs.submit(f"s{i}", _tiny_model(), {**TINY_TRAIN, "epochs": 1}) for i in range(2)]
     procs = []
@@ -195,19 +205,85 @@ def test_a_worker_inside_a_program_forks_its_jobs_from_one_starter(store, monkey
     stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     assert int(stat[1]) == os.getpid() and int(stat[3]) == pid       # our child, its own session
     assert all(procs) and [p.wait(timeout=60) for p in procs] == [0, 0]    # the codes, from the starter
-    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")            # read as a process starts
-    other = jobs.submit("s2", _tiny_model(), {**TINY_TRAIN, "epochs": 1})
-    assert _wait(other, jobs.FINAL, worker=worker)["status"] == "done"
-    assert _starter_pid(other) not in (None, pid) and _ended(pid)
+
+
+def test_a_job_from_the_starter_holds_its_log_and_lock_and_nothing_else(store, monkeypatch):
+    """The starter's job is what `run-job` would be: `lab run-job N` in ps, the lab's folder its
+    working folder, its standard streams the job's log (stdin /dev/null), the job's lock the only
+    other file it holds (nothing of the starter's or the worker's), and it stops as any job does."""
+    from tests.conftest import ROOT
+    _no_new_interpreter(monkeypatch)
+    worker = jobs.Worker(poll_s=0.2)
+    job_id = jobs.submit("held", _tiny_model(), {**TINY_TRAIN, "epochs": 50, "max_train": 15000})
+    _wait(job_id, ("running",), worker=worker)
+    t0 = time.time()
+    while not jobs.get(job_id)["pid"] or _starter_pid(job_id) is None:
+        assert time.time() - t0 < 120 and jobs.get(job_id)["status"] == "running", jobs.get(job_id)
+        time.sleep(0.2)
+    proc = f"/proc/{jobs.get(job_id)['pid']}"
+    assert int(open(f"{proc}/stat").read().rsplit(")", 1)[1].split()[1]) == _starter_pid(job_id)
+    assert open(f"{proc}/cmdline").read().rstrip("\0").split("\0")[-4:] == ["-m", "lab", "run-job", str(job_id)]
+    assert os.readlink(f"{proc}/cwd") == str(ROOT)
+    held = {int(fd): os.readlink(f"{proc}/fd/{fd}") for fd in os.listdir(f"{proc}/fd")}
+    log, lock = str(lab_store.log_path(job_id)), str(lab_store.job_lock(job_id))
+    assert sorted(held.values()) == sorted(["/dev/null", log, log, lock]), held
+    assert held[0] == "/dev/null" and held[1] == held[2] == log
+    jobs.request_stop(job_id, "now")
+    assert _wait(job_id, jobs.FINAL, worker=worker)["status"] == "stopped"
+
+
+def test_another_environment_gets_another_starter_and_a_refusal_a_new_interpreter(store, monkeypatch,
+                                                                                   capsys):
+    """A job whose environment a process reads at start differs gets a new starter, and the old
+    one ends; a starter refuses a job of an environment not its own, forking nothing and letting
+    go of its descriptors; a starter that cannot take a job leaves it to a new interpreter, said
+    in one line."""
+    from tests.conftest import ROOT
+    from lab.worker import starter
+    worker = jobs.Worker(poll_s=0.2)
+    before = jobs.submit("e0", _tiny_model(), {**TINY_TRAIN, "epochs": 1})
+    assert _wait(before, jobs.FINAL, worker=worker)["status"] == "done"
+    monkeypatch.setenv("PYTHONSTARTERTEST", "another")              # Python's: read as it starts
+    after = jobs.submit("e1", _tiny_model(), {**TINY_TRAIN, "epochs": 1})
+    assert _wait(after, jobs.FINAL, worker=worker)["status"] == "done"
+    assert _starter_pid(after) not in (None, _starter_pid(before)) and _ended(_starter_pid(before))
+
+    own = starter.Starter(dict(os.environ), str(ROOT))
+    try:
+        own.wait_ready()
+        read, write = os.pipe()
+        own.send(7, {**os.environ, "PYTHONSTARTERTEST": "yet another"}, write, read, str(ROOT))
+        os.close(write)
+        assert own.answer(7) == {"job": 7, "refused": "the job's environment is not the starter's"}
+        assert select.select([read], [], [], 30)[0] and os.read(read, 1) == b""   # no copy left: nothing forked
+        os.close(read)
+    finally:
+        own.close()
 
     def refuse(*args):
         raise OSError("refused here")
     monkeypatch.setattr(starter.Starter, "send", refuse)
-    alone = jobs.submit("s3", _tiny_model(), {**TINY_TRAIN, "epochs": 1})
+    alone = jobs.submit("e2", _tiny_model(), {**TINY_TRAIN, "epochs": 1})
     assert _wait(alone, jobs.FINAL, worker=worker)["status"] == "done"
     assert _starter_pid(alone) is None and "forked" not in lab_store.log_path(alone).read_text()
-    assert f"worker: no job starter (OSError: refused here); job {alone} starts as a new process" \
+    assert f"worker: no job starter (refused here); job {alone} starts as a new process" \
         in capsys.readouterr().out
+
+
+def test_the_lab_reads_no_setting_of_its_own_as_a_module_loads():
+    """A job starter serves jobs whatever the lab's own settings (LAB_*): they are read when a job
+    runs, never at import, which a starter did once for all its jobs. No module of the lab or its
+    plugins reads the environment outside a function."""
+    import ast
+    from tests.conftest import ROOT
+    found = []
+    for path in [*(ROOT / "lab").rglob("*.py"), *(ROOT / "plugins").rglob("*.py")]:
+        tree = ast.parse(path.read_text())
+        functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
+        inside = {id(m) for f in functions for m in ast.walk(f) if m is not f}
+        found += [f"{path.relative_to(ROOT)}:{n.lineno}" for n in ast.walk(tree)
+                  if isinstance(n, ast.Attribute) and n.attr in ("environ", "getenv") and id(n) not in inside]
+    assert found == []
 
 
 def test_a_starter_ends_with_the_program_whose_worker_started_it(store):
@@ -234,23 +310,31 @@ def test_a_starter_ends_with_the_program_whose_worker_started_it(store):
 
 def test_a_job_the_starter_took_without_answering_is_never_started_twice(store, monkeypatch, capsys):
     """A starter that took a job and never answered (killed or hung at that moment) may have
-    forked it: the worker then starts no second process for it. Forked, the job runs to its end
-    once; not forked, its free lock has it marked interrupted (resumable), not left running."""
+    forked it: the worker then starts no second process for it, and follows it by its lock.
+    Forked, the job runs to its end once; not forked, its free lock has it marked interrupted
+    (resumable), not left running."""
     from lab.worker import starter
+    _no_new_interpreter(monkeypatch)
     answer = starter.Starter.answer
 
-    def lost(self):
-        answer(self)                            # forked, and its answer lost on the way
+    def lost(self, job_id):
+        answer(self, job_id)                    # forked, and its answer lost on the way
         return {"lost": "lost here"}
     monkeypatch.setattr(starter.Starter, "answer", lost)
     worker = jobs.Worker(poll_s=0.2)
     forked_once = jobs.submit("lost-answer", _tiny_model(), {**TINY_TRAIN, "epochs": 1})
     assert _wait(forked_once, jobs.FINAL, worker=worker)["status"] == "done"
+    t0 = time.time()
+    while forked_once in worker.children:       # followed by its lock until the process is gone
+        assert time.time() - t0 < 60
+        worker.tick()
+        time.sleep(0.2)
+    assert not lab_store.is_held(lab_store.job_lock(forked_once))
     log = lab_store.log_path(forked_once).read_text()
     assert log.count("runs in a process forked from") == 1 and log.count(f"job {forked_once}: done") == 1
     assert f"worker: the job starter did not answer for job {forked_once} (lost here)" in capsys.readouterr().out
     monkeypatch.setattr(starter.Starter, "send", lambda self, *a: None)      # taken, never forked
-    monkeypatch.setattr(starter.Starter, "answer", lambda self: {"lost": "lost here"})
+    monkeypatch.setattr(starter.Starter, "answer", lambda self, job_id: {"lost": "lost here"})
     never = jobs.submit("never-forked", _tiny_model(), {**TINY_TRAIN, "epochs": 1})
     assert _wait(never, jobs.FINAL, worker=worker)["status"] == "interrupted"
     assert "runs in a process" not in lab_store.log_path(never).read_text()

@@ -11,7 +11,8 @@ standard streams, the signals' default handlers, and
 A process running Python in more than one thread is never forked (a lock another thread held
 would stay held in the child), nor one whose allocator settings are not the job's: the worker
 then starts `run-job` as before, as it does under torchrun or Ray. Only `lab worker` (and the
-app's worker, which is one) forks; a worker made inside another program never does.
+app's worker, which is one) forks, and a job starter (lab/worker/starter.py) for a worker made
+inside another program, which never forks itself.
 """
 from __future__ import annotations
 
@@ -97,6 +98,7 @@ def _become_job(job_id, entry, env, log_fd, lock_fd, cwd, by) -> None:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         _retitle(f"{os.path.basename(sys.executable)} -m lab run-job {job_id}", f"lab run-job {job_id}")
+        sys.argv[1:] = ["run-job", str(job_id)]
         print(f"worker: job {job_id} runs in a process forked from {by} (pid {os.getppid()})",
               flush=True)
         code = entry(job_id)

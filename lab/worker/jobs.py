@@ -361,6 +361,7 @@ class Worker:
                               "executor each job is one Ray task (leave nproc at 1)")
         self.ray = RayTasks() if self.executor == "ray" else None
         self.children: dict[int, subprocess.Popen | forked.ForkedJob] = {}
+        self.started: set[int] = set()      # every job this worker has started
         self.entry = entry        # run-job for a forked job's process (lab/worker/forked.py)
         self.warm = warm          # loaded once, before the first fork
         self.running = True
@@ -391,13 +392,15 @@ class Worker:
         if self.nproc > 1:        # the launcher holds the lock; its ranks know it is held
             launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(self.nproc)]
             env["LAB_JOB_LOCKED"] = str(job["id"])
+        self.started.add(job["id"])         # asked to stop at a shutdown, even with no handle
         try:
             with open(lab_store.log_path(job["id"], self.store), "ab") as log:
                 proc = self._start(job["id"], env, log, fd, launcher)
         finally:
             os.close(fd)           # the child holds the lock now (or, if it failed to start, nobody)
-        with connect(self.store) as con:
-            con.execute("UPDATE jobs SET pid=? WHERE id=?", (proc.pid, job["id"]))
+        if proc.pid is not None:            # None: its starter never said (the job writes its own)
+            with connect(self.store) as con:
+                con.execute("UPDATE jobs SET pid=? WHERE id=?", (proc.pid, job["id"]))
         self.children[job["id"]] = proc
 
     def _start(self, job_id: int, env: dict, log, fd: int, launcher: list[str]):
@@ -407,8 +410,9 @@ class Worker:
         if not launcher and self.entry is not None and forked.forkable(env, ALLOCATOR):
             self._warm()            # what the forked job would load, loaded here once
             return forked.fork_job(job_id, self.entry, env, log.fileno(), fd, str(ROOT))
-        if not launcher and self.entry is None:
-            proc = starter.start(job_id, env, log.fileno(), fd, str(ROOT))
+        if not launcher and self.entry is None and os.path.isdir("/proc/self/fd"):
+            proc = starter.start(job_id, env, log.fileno(), fd, str(ROOT),
+                                 lab_store.job_lock(job_id, self.store))
             if proc is not None:
                 return proc
         return subprocess.Popen([sys.executable, *launcher, "-m", "lab", "run-job", str(job_id)],
@@ -470,7 +474,7 @@ class Worker:
         The request goes through the ledger, not a signal: a job still starting up sees it when
         its first step begins, where a signal would have killed it before it could save."""
         with connect(self.store) as con:
-            for job_id in [*self.children, *(self.ray.tasks if self.ray else ())]:
+            for job_id in {*self.started, *self.children, *(self.ray.tasks if self.ray else ())}:
                 con.execute("UPDATE jobs SET stop='shutdown' WHERE id=? AND status='running'", (job_id,))
         deadline = time.time() + shutdown_grace_s()
         if self.ray is not None:

@@ -5,16 +5,20 @@ program (`lab sweep start --wait`, a script, a test) must not: that program may 
 several threads, and a child forked from it can hang at its first parallel operation. Without a
 starter each of its jobs would be a new interpreter paying torch's and the lab's imports (about
 2 s of CPU before its first step). The starter is a process of its own (`python -m lab
-job-starter FD`, its own session) that imports them once, loads what a job would, computes
-nothing, and forks each job it is sent: the job's environment, working folder, log and lock (the
-two descriptors passed over a Unix socket), exactly as `lab worker` forks one. It tells the
-worker each job's pid, and each job's exit code as it reaps it.
+job-starter FD`, its own session) that imports them once, loads what a job would, says it is
+ready, computes nothing, and forks each job it is sent: the job's environment, working folder,
+log and lock (the two descriptors passed over a Unix socket), exactly as `lab worker` forks one.
+It answers each job with its pid (or why it refused it), and tells each job's exit code as it
+reaps it.
 
 A process keeps one starter, for jobs of one environment as a process reads it at start
-(`_imported`: Python's, glibc's, torch's, the libraries' and the lab's settings); a job of
-another starts a new one. The starter ends when its worker's process does (its socket closes);
-the jobs it forked run on, as a new interpreter's would. Whatever goes wrong (it cannot start,
-dies, or does not answer) the worker starts `python -m lab run-job ID` as before.
+(`_imported`: Python's, the locale's, glibc's, torch's and the libraries' settings; the lab reads
+its own when a job runs); a job of another starts a new one. The starter ends when its worker's process does (its socket
+closes); the jobs it forked run on, as a new interpreter's would. A starter that cannot start,
+is not ready in time, or refuses a job leaves the job to a new interpreter (`python -m lab
+run-job ID`), as before. One that took a job and then never answered may have forked it: no second
+process is started, and the job's lock says whether it runs (a job's liveness everywhere else
+in the lab, lab/worker/jobs.py), as it does for any job once its starter has ended.
 """
 from __future__ import annotations
 
@@ -27,17 +31,22 @@ import socket
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Callable
 
+from lab.storage import store as lab_store
 from lab.worker import forked
 
 # the variables a process reads as it starts or imports (the rest a job reads when it runs)
-_PREFIXES = ("PYTHON", "MALLOC_", "LD_", "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH", "PYTORCH_",
-             "CUDA", "NCCL_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "LAB_")
+# (the lab's own, LAB_*, are read when a job runs, never as a module loads: tests/test_jobs.py)
+_PREFIXES = ("PYTHON", "HOME", "LANG", "LC_", "TZ", "TMPDIR", "XDG_", "MALLOC_", "LD_", "OMP_",
+             "MKL_", "KMP_", "OPENBLAS_", "TORCH", "PYTORCH_", "TRITON_", "CUDA", "NCCL_", "HF_",
+             "TRANSFORMERS_", "TOKENIZERS_")
 _PER_JOB = ("LAB_STORE", "LAB_DATA_DIR", "LAB_JOB_LOCK_FD", "LAB_JOB_LOCKED")
-ANSWER_S = 120.0           # the longest a starter may take to answer (its imports come first)
+READY_S = 120.0            # the longest a starter may take to import and load, before any job
+ANSWER_S = 30.0            # the longest a ready starter may take to answer a job
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _current: Starter | None = None
 
 
@@ -45,67 +54,69 @@ def _imported(env: dict) -> dict:
     return {k: v for k, v in env.items() if k.startswith(_PREFIXES) and k not in _PER_JOB}
 
 
-def start(job_id: int, env: dict, log_fd: int, lock_fd: int, cwd: str) -> StartedJob | None:
+def start(job_id: int, env: dict, log_fd: int, lock_fd: int, cwd: str,
+          lock: Path) -> StartedJob | None:
     """The job's process, forked by this process's starter (started first if it has none for
     jobs of `env`); None when no starter took the job: the caller then starts a new interpreter.
     The caller keeps its own copies of the two descriptors, to close as it would after a Popen.
-    A starter that took the job and never answered (killed, or hung: ended here) may have forked
-    it: the job is then left to its lock, never started twice (the handle's pid is None; a
-    forked job runs on and writes its own end, else its free lock has it marked interrupted)."""
+    `lock`: the job's lock file, which says whether it runs once no starter can."""
     global _current
     with _lock:
         if _current is not None and (_current.key != _imported(env) or not _current.alive()):
-            _current.close()
-            _current = None
+            _end()
         try:
             if _current is None:
                 _current = Starter(env, cwd)
                 _end_at_exit()
+            _current.wait_ready()
             _current.send(job_id, env, log_fd, lock_fd, cwd)
         except OSError as e:                # nothing was sent: nothing can have been forked
-            return _without(job_id, f"no job starter ({type(e).__name__}: {e})")
-        answer = _current.answer()
+            return _without(job_id, f"no job starter ({e})")
+        try:
+            answer = _current.answer(job_id)
+        except BaseException:               # (a Ctrl-C) its answer would be read as another job's
+            _end()
+            raise
         if "pid" in answer:
-            return StartedJob(answer["pid"], _current)
+            return StartedJob(answer["pid"], _current, lock)
         if "refused" in answer:             # it forked nothing and let go of both descriptors
             return _without(job_id, f"the job starter refused it ({answer['refused']})")
         print(f"worker: the job starter did not answer for job {job_id} ({answer['lost']}); the job "
               f"runs if it was forked, else its free lock has it marked interrupted", flush=True)
-        _current.close()
-        _current = None
-        return StartedJob(None, None)
+        _end()
+        return StartedJob(None, None, lock)
 
 
 def _without(job_id: int, why: str) -> None:
-    global _current
     print(f"worker: {why}; job {job_id} starts as a new process", flush=True)
+    _end()
+
+
+def _end() -> None:
+    global _current
     if _current is not None:
         _current.close()
     _current = None
-    return None
-
-
-_registered = []
-
-
-def _end_at_exit() -> None:
-    if not _registered:
-        atexit.register(end)
-        _registered.append(end)
 
 
 def end() -> None:
     """End this process's starter, if it has one (its jobs run on); at exit too, so that it is
     reaped, and its CPU and its jobs' counted, where the process's own ends."""
-    global _current
     with _lock:
-        if _current is not None:
-            _current.close()
-        _current = None
+        _end()
+
+
+_at_exit: list = []
+
+
+def _end_at_exit() -> None:
+    if not _at_exit:
+        atexit.register(end)
+        _at_exit.append(end)
 
 
 class Starter:
-    """The worker's side of one starter process."""
+    """The worker's side of one starter process. Its socket is read under the module's lock."""
 
     def __init__(self, env: dict, cwd: str):
         self.key = _imported(env)
@@ -116,32 +127,44 @@ class Starter:
                                          env={k: v for k, v in env.items() if k not in _PER_JOB},
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          start_new_session=True)
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
-        self.sock, self.codes, self.gone = ours, {}, False
+        self.sock, self.codes, self.gone, self.ready = ours, {}, False, False
+
+    def wait_ready(self) -> None:
+        """Return once the starter has loaded what the jobs need; raise ConnectionError if it
+        ended first, or was not ready within READY_S seconds (nothing was sent to it yet)."""
+        while not self.ready:
+            message = self._receive(READY_S)
+            if message is None:
+                raise ConnectionError("it ended as it started" if self.gone else
+                                      f"not ready within {READY_S:.0f} s")
+            self.ready = bool(message.get("ready"))
 
     def send(self, job_id: int, env: dict, log_fd: int, lock_fd: int, cwd: str) -> None:
         request = json.dumps({"job": job_id, "env": env, "cwd": cwd}).encode()
         socket.send_fds(self.sock, [request], [log_fd, lock_fd])
 
-    def answer(self) -> dict:
-        """The starter's answer to the job just sent: {"pid": ...}, {"refused": why}, or
-        {"lost": why} when none came (it is gone, or silent for ANSWER_S seconds)."""
+    def answer(self, job_id: int) -> dict:
+        """The starter's answer to this job: {"pid": ...}, {"refused": why}, or {"lost": why}
+        when none came (it ended, or was silent for ANSWER_S seconds)."""
         while True:
             message = self._receive(ANSWER_S)
             if message is None:
                 return {"lost": "it ended" if self.gone else f"no answer within {ANSWER_S:.0f} s"}
-            if "pid" in message or "refused" in message:
+            if message.get("job") == job_id:
                 return message
 
     def returncode(self, pid: int) -> int | None:
-        while self._receive(0) is not None:
-            pass
-        if pid in self.codes:
-            return self.codes.pop(pid)
-        if self.gone and _ended(pid):
-            return -1           # another parent's child since the starter ended: the code is lost
-        return None
+        """The job's exit code once the starter has reaped it, else None (also once the starter
+        has ended: its jobs' codes are lost, their locks say whether they run)."""
+        with _lock:
+            while self._receive(0) is not None:
+                pass
+            return self.codes.pop(pid, None)
 
     def _receive(self, timeout: float) -> dict | None:
         """The starter's next message (an exit code is recorded on the way), or None if none
@@ -161,7 +184,7 @@ class Starter:
         return message
 
     def alive(self) -> bool:
-        self.returncode(-1)
+        self.returncode(0)
         return not self.gone and self.proc.poll() is None
 
     def close(self) -> None:
@@ -175,37 +198,42 @@ class Starter:
             self.proc.wait()
 
 
-def _ended(pid: int) -> bool:
-    """The process is gone, or a zombie left for whichever parent it has now to reap."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True
-
-
 class StartedJob(forked.ForkedJob):
-    """A job forked by a starter: its exit code comes from the starter, which reaps it. Without a
-    starter (pid None: whether it was forked is not known) it counts as ended at once, and no
-    signal is ever sent."""
+    """A job forked by a starter: its exit code comes from the starter, which reaps it. Once the
+    starter has ended (or never answered: pid None) the job's lock says whether it still runs,
+    never its pid, which another process may have by then; a job without a known pid is never
+    signalled (the ledger's stop request reaches it, as every job's does), nor one whose lock is
+    free."""
 
-    def __init__(self, pid: int | None, starter: Starter | None):
+    def __init__(self, pid: int | None, starter: Starter | None, lock: Path):
         super().__init__(pid)
-        self.starter = starter
-        if starter is None:
-            self.returncode = -1
+        self.starter, self.lock = starter, lock
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            self.returncode = self.starter.returncode(self.pid)
+            if self.starter is not None:
+                self.returncode = self.starter.returncode(self.pid)
+            if self.returncode is None and (self.starter is None or self.starter.gone) \
+                    and not lab_store.is_held(self.lock):
+                self.returncode = -1
         return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.pid is None and timeout is None:    # asked after a kill it could not send
+            return self.poll() or -1
+        return super().wait(timeout)
+
+    def _send(self, sig) -> None:
+        if self.pid is not None:    # signalled only while it runs: its lock held, its pid its own
+            super()._send(sig)
 
 
 def serve(fd: int, entry: Callable[[int], int], warm: Callable[[], None]) -> None:
-    """The starter's side: load what every job would, then fork each job the worker sends and
-    tell it the job's pid, and each job's exit code once reaped; end when the worker's side
-    closes. Computes nothing, and starts no thread, so every fork is safe."""
+    """The starter's side: load what every job would and say it is ready, then fork each job
+    the worker sends and answer with its pid, and tell each job's exit code once reaped; end when
+    the worker's side closes. Computes nothing, and starts no thread, so every fork is safe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)        # its worker decides when it ends
+    _standard_streams_open()
     sock, started = socket.socket(fileno=fd), _imported(dict(os.environ))
     try:
         warm()
@@ -213,6 +241,7 @@ def serve(fd: int, entry: Callable[[int], int], warm: Callable[[], None]) -> Non
         print(f"job starter: not preloaded for the jobs ({type(e).__name__}: {e})", file=sys.stderr)
     children: set[int] = set()
     try:
+        sock.send(json.dumps({"ready": True}).encode())
         while True:
             if select.select([sock], [], [], 0.1 if children else None)[0]:
                 message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 2)
@@ -224,17 +253,34 @@ def serve(fd: int, entry: Callable[[int], int], warm: Callable[[], None]) -> Non
         return
 
 
+def _standard_streams_open() -> None:
+    """Descriptors 0-2 taken (by /dev/null where the worker's program had one closed), so no
+    job's descriptor received later lands on one that a job's process replaces with its log."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)
+
+
 def _fork(sock, request: dict, fds: list[int], entry, started: dict, children: set[int]) -> None:
     log_fd, lock_fd = fds
+    job_id = request["job"]
     try:
         env = {**request["env"], "LAB_JOB_LOCK_FD": str(lock_fd)}
         if _imported(env) != started or threading.active_count() != 1:
-            sock.send(json.dumps({"refused": "the job's environment is not the starter's"}).encode())
-            return
-        job = forked.fork_job(request["job"], entry, env, log_fd, lock_fd, request["cwd"],
-                              by="the worker's job starter")
-        children.add(job.pid)
-        sock.send(json.dumps({"pid": job.pid}).encode())
+            why = "the job's environment is not the starter's"
+        else:
+            try:
+                pid = forked.fork_job(job_id, entry, env, log_fd, lock_fd, request["cwd"],
+                                      by="the worker's job starter").pid
+            except OSError as e:            # no process to spare: nothing was forked
+                why = f"cannot fork: {e}"
+            else:
+                children.add(pid)
+                sock.send(json.dumps({"job": job_id, "pid": pid}).encode())
+                return
+        sock.send(json.dumps({"job": job_id, "refused": why}).encode())
     finally:
         os.close(log_fd)
         os.close(lock_fd)
