@@ -640,7 +640,7 @@ def train_from_the_form(page, store, name: str, parent: str = "") -> None:
 def test_the_store_table_keeps_every_column_in_view(page, server):
     """A long checkpoint name folds inside its cell instead of pushing the last columns past the
     table's right edge (where there was no way to scroll to them); at 1400 px every header folds
-    between its words, never inside one, and a checkpoint's time reads to the minute."""
+    between its words, never inside one, and a checkpoint's time reads with its date and time apart."""
     from playwright.sync_api import expect
     _, store = server
     torch.manual_seed(5)

@@ -26,8 +26,8 @@ from lab.ui.fields import Blocks
 
 CSS = CAPTIONS_CSS + """
 .lab-matrix th:first-child { width: 15em; overflow-wrap: anywhere; }
-/* the store's table: a header folds between its words, inside one only where a word alone is wider than its column */
-#checkpoints-table th, #checkpoints-table th * { word-break: normal !important; overflow-wrap: break-word !important; }
+/* every table's header folds between its words, inside one only where a word alone is wider than its column */
+th.header-cell, th.header-cell * { word-break: normal !important; overflow-wrap: break-word !important; }
 .lab-progress { background: #e5e7eb; border-radius: 6px; height: 14px; overflow: hidden; }
 .lab-progress .bar { background: #2563eb; height: 100%; transform-origin: left; transition: transform .5s; }
 .lab-progress-text { font-size: 14px; margin-top: 4px; }

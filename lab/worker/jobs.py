@@ -361,7 +361,7 @@ class Worker:
                               "executor each job is one Ray task (leave nproc at 1)")
         self.ray = RayTasks() if self.executor == "ray" else None
         self.children: dict[int, subprocess.Popen | forked.ForkedJob] = {}
-        self.started: set[int] = set()      # every job this worker has started
+        self.started: set[int] = set()      # its jobs not yet seen to end (with or without a handle)
         self.entry = entry        # run-job for a forked job's process (lab/worker/forked.py)
         self.warm = warm          # loaded once, before the first fork
         self.running = True
@@ -423,6 +423,7 @@ class Worker:
         for job_id, proc in list(self.children.items()):
             if proc.poll() is not None:
                 del self.children[job_id]
+                self.started.discard(job_id)
         if self.ray is not None:
             self.ray.reap()
         mark_dead(self.store)

@@ -42,6 +42,7 @@ from lab.worker import forked
 _PREFIXES = ("PYTHON", "HOME", "LANG", "LC_", "TZ", "TMPDIR", "XDG_", "MALLOC_", "LD_", "OMP_",
              "MKL_", "KMP_", "OPENBLAS_", "TORCH", "PYTORCH_", "TRITON_", "CUDA", "NCCL_", "HF_",
              "TRANSFORMERS_", "TOKENIZERS_")
+# one job's own, kept out of the starter's environment (its /proc/PID/environ, which its jobs show)
 _PER_JOB = ("LAB_STORE", "LAB_DATA_DIR", "LAB_JOB_LOCK_FD", "LAB_JOB_LOCKED")
 READY_S = 120.0            # the longest a starter may take to import and load, before any job
 ANSWER_S = 30.0            # the longest a ready starter may take to answer a job
@@ -51,7 +52,7 @@ _current: Starter | None = None
 
 
 def _imported(env: dict) -> dict:
-    return {k: v for k, v in env.items() if k.startswith(_PREFIXES) and k not in _PER_JOB}
+    return {k: v for k, v in env.items() if k.startswith(_PREFIXES)}
 
 
 def start(job_id: int, env: dict, log_fd: int, lock_fd: int, cwd: str,
@@ -67,7 +68,6 @@ def start(job_id: int, env: dict, log_fd: int, lock_fd: int, cwd: str,
         try:
             if _current is None:
                 _current = Starter(env, cwd)
-                _end_at_exit()
             _current.wait_ready()
             _current.send(job_id, env, log_fd, lock_fd, cwd)
         except OSError as e:                # nothing was sent: nothing can have been forked
@@ -99,20 +99,12 @@ def _end() -> None:
     _current = None
 
 
+@atexit.register
 def end() -> None:
     """End this process's starter, if it has one (its jobs run on); at exit too, so that it is
     reaped, and its CPU and its jobs' counted, where the process's own ends."""
     with _lock:
         _end()
-
-
-_at_exit: list = []
-
-
-def _end_at_exit() -> None:
-    if not _at_exit:
-        atexit.register(end)
-        _at_exit.append(end)
 
 
 class Starter:
