@@ -149,6 +149,12 @@ API_STEPS = [
                                  f"`{FINETUNE_PRESET}`), importing it first if needed. Returns the message."),
 ]
 
+# what the message says while each step's button works
+PENDING = [f"Importing SmolLM2-135M as **{SMOLLM2}**: reading and de-quantizing the weights (about 15 s) …",
+           "Queuing the scratch job …",
+           f"Queuing SmolLM2's fine-tune (importing SmolLM2 first when **{SMOLLM2}** is not in the store: "
+           f"about 15 s) …"]
+
 STEPS = [
     ("1. **Import SmolLM2-135M**, the lab's pretrained model", "Import SmolLM2"),
     (f"2. **Train a small model from scratch** (preset `{SCRATCH_PRESET}`: 2 layers, width 128, one "
@@ -246,8 +252,8 @@ def build(ctx: Context) -> Panel:
     shown = shown + [buttons[3]]          # statuses() updates the compare button too
     compared = gr.State(False)
     refresh = friendly(lambda c: statuses(ctx.store, c))
-    for button, (action, api, about) in zip(buttons, API_STEPS):
-        button.click(lambda: "Working on it …", None, said, api_visibility="private").then(
+    for button, (action, api, about), pending in zip(buttons, API_STEPS, PENDING):
+        button.click(lambda p=pending: p, None, said, api_visibility="private").then(
             friendly(lambda a=action: a(ctx.store)), None, said, api_name=api, api_description=about).then(
             refresh, compared, shown, api_visibility="private")
     every.click(lambda: "Queuing the scratch job, importing SmolLM2, then queuing the fine-tune …",
