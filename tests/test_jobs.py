@@ -105,6 +105,18 @@ def test_train_tab_reads_only_new_metric_lines(tmp_path):
     assert curve.update(path).steps == [1] and curve.dev == []
 
 
+def _open_files(proc: str) -> dict[int, str]:
+    """A live process's descriptors and what each names (one it closes while they are read,
+    its own file of the moment, is left out)."""
+    held = {}
+    for fd in os.listdir(f"{proc}/fd"):
+        try:
+            held[int(fd)] = os.readlink(f"{proc}/fd/{fd}")
+        except FileNotFoundError:
+            pass
+    return held
+
+
 def test_the_worker_forks_each_job_which_holds_its_lock_and_nothing_of_the_worker(store):
     """`lab worker` forks a job's process from itself (torch and the lab imported once, not in
     every job): the job is the worker's child, reads `lab run-job N` in ps, writes to the job's
@@ -127,7 +139,7 @@ def test_the_worker_forks_each_job_which_holds_its_lock_and_nothing_of_the_worke
         assert int(open(f"{proc}/stat").read().rsplit(")", 1)[1].split()[1]) == worker.pid
         assert open(f"{proc}/cmdline").read().rstrip("\0").split("\0")[-4:] == ["-m", "lab", "run-job",
                                                                              str(job_id)]
-        held = {os.readlink(f"{proc}/fd/{fd}") for fd in os.listdir(f"{proc}/fd")}
+        held = set(_open_files(proc).values())
         assert str(lab_store.log_path(job_id)) in held
         assert str(lab_store.job_lock(job_id)) in held
         assert str(lab_store.lock_path("worker")) not in held
@@ -224,7 +236,7 @@ def test_a_job_from_the_starter_holds_its_log_and_lock_and_nothing_else(store, m
     assert int(open(f"{proc}/stat").read().rsplit(")", 1)[1].split()[1]) == _starter_pid(job_id)
     assert open(f"{proc}/cmdline").read().rstrip("\0").split("\0")[-4:] == ["-m", "lab", "run-job", str(job_id)]
     assert os.readlink(f"{proc}/cwd") == str(ROOT)
-    held = {int(fd): os.readlink(f"{proc}/fd/{fd}") for fd in os.listdir(f"{proc}/fd")}
+    held = _open_files(proc)
     log, lock = str(lab_store.log_path(job_id)), str(lab_store.job_lock(job_id))
     assert held[0] == "/dev/null" and held[1] == held[2] == log and lock in held.values(), held
     # the rest are the job's own (the ledger, its data): no socket or pipe of the starter's
