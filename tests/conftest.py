@@ -222,12 +222,12 @@ def start_app(store: Path, log_path: Path, **env) -> tuple[subprocess.Popen, str
     env: extra environment (None removes a variable)."""
     port = free_port()
     full = {**os.environ, "LAB_STORE": str(store), "GRADIO_SERVER_PORT": str(port)}
+    full.pop("LAB_FAULTS", None)            # a fault only where the test names one
     for key, value in env.items():
         if value is None:
             full.pop(key, None)
         else:
             full[key] = value
-    full.pop("LAB_FAULTS", None)
     log = open(log_path, "w")
     proc = subprocess.Popen([sys.executable, "app.py"], env=full, stdout=log, stderr=subprocess.STDOUT,
                             cwd=ROOT)

@@ -14,7 +14,7 @@ import torch
 from lab.storage import checkpoints
 from lab.inputs import tokenizers
 from lab.modeling.model import build
-from tests.conftest import CHROMIUM, new_page, serving, tiny_config, wait_job
+from tests.conftest import CHROMIUM, SERVED, new_page, serving, tiny_config, wait_job
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed "
                                 "(make test installs it)")
@@ -382,6 +382,25 @@ def test_checkpoints_tab_lists_the_store(page):
     page.locator("#checkpoints-download").click()
     expect(page.locator("#checkpoints-files")).to_contain_text(".json", timeout=30_000)
     _shot(page, "checkpoints")
+
+
+def test_a_pulse_that_never_comes_back_delays_the_page_and_never_freezes_it(browsing, store):
+    """The page's first press of the pulse hangs in the app (as a part that never returns would,
+    or an answer lost on its way): the page presses again once it has waited STUCK_S, and a
+    checkpoint written meanwhile still shows; the hung press is no reason to stop asking."""
+    from playwright.sync_api import expect
+    from lab.ui.pulse import PATH, STUCK_S
+    store.mkdir()
+    with serving(store, LAB_FAULTS="sleep@pulse.tick#2=60") as url, new_page(browsing) as page:
+        page.goto(url)                                  # the page opening: the first tick
+        _tab(page, "Checkpoints")
+        page.wait_for_function(f"() => performance.getEntriesByType('resource')"
+                               f".some(e => e.name.endsWith('{PATH}'))")      # asked: the press follows
+        page.wait_for_timeout(500)
+        checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)), tokenizers.gpt2(), "late",
+                         store, provenance={"source": "scratch"})
+        expect(page.locator("#checkpoints-table")).to_contain_text("late", timeout=(STUCK_S + 15) * 1000)
+        SERVED[url].kill()          # not a stop: a stopping app waits for the hung press's thread
 
 
 def test_evaluate_streams_results(page, server):

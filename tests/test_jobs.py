@@ -173,7 +173,10 @@ def test_a_worker_loads_what_jobs_need_once_before_its_first_fork(store, capsys)
 
 
 def _starter_pid(job_id) -> int | None:
-    said = re.search(r"forked from the worker's job starter \(pid (\d+)\)", lab_store.log_path(job_id).read_text())
+    """The starter's pid as the job's log says it, None while the log does not (yet): the ledger
+    marks a job running before its worker opens the log."""
+    log = lab_store.log_path(job_id)
+    said = log.exists() and re.search(r"forked from the worker's job starter \(pid (\d+)\)", log.read_text())
     return int(said.group(1)) if said else None
 
 

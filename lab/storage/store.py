@@ -200,7 +200,8 @@ _fault_counts: dict[str, int] = {}
 def fault(point: str) -> None:
     """A named point where tests inject faults into real processes: LAB_FAULTS holds
     comma-separated `kill@POINT[#N]` (SIGKILL at the N-th pass, default 1st) or
-    `sleep@POINT=SECONDS`. Unset (always, outside tests) it costs one dictionary lookup."""
+    `sleep@POINT[#N]=SECONDS` (at every pass, or at the N-th alone). Unset (always, outside tests)
+    it costs one dictionary lookup."""
     spec = os.environ.get("LAB_FAULTS")
     if not spec:
         return
@@ -211,7 +212,7 @@ def fault(point: str) -> None:
         where, _, nth = target.partition("#")
         if where != point:
             continue
-        if action == "sleep":
+        if action == "sleep" and (not nth or _fault_counts[point] == int(nth)):
             time.sleep(float(arg or 1))
         elif action == "kill" and _fault_counts[point] == int(nth or 1):
             os.kill(os.getpid(), signal.SIGKILL)

@@ -6,7 +6,9 @@ a plain question every two seconds instead (GET /lab/pulse: a stamp of what thos
 answered by PulseStamp without Gradio's queue) and sends the event only when the stamp changed,
 and at least every QUIET_TICKS questions all the same (what a stamp cannot see, such as a
 plugin's own store_choices, is then at most that late). A tab the person cannot see asks
-nothing until it is shown again.
+nothing until it is shown again. The page presses again only once the last press has come back
+(the event's frontend-only follow-up says so), or after STUCK_S all the same: a press whose answer
+never reaches the page (lost on its way, or a part that hangs) delays the page, never freezes it.
 
 Each part returns gr.skip() for what has not changed; a part that cannot be read this time
 (LabError), or fails (a bug: logged with its traceback), leaves its outputs as they are, and the
@@ -30,12 +32,15 @@ from lab.worker import ledger
 log = logging.getLogger("lab.ui")
 SECONDS = 2.0           # how often the page asks whether anything changed
 QUIET_TICKS = 10        # an event at least every this many questions (20 s), changed or not
+STUCK_S = 20            # a press not back after this long is given up on: the page presses again
+SLOW_S = 10             # a part of the pulse taking longer than this is logged, with its name
 PATH = "/lab/pulse"
 BUTTON = "lab-pulse"    # the hidden button the page presses to send the event
 
 SCRIPT = f"""<script>
 (() => {{
-  let last = null, asked = 0, busy = false;
+  // pressed: when the page last pressed; window.labPulseBack: when a press last came back
+  let last = null, asked = 0, busy = false, pressed = 0;
   // the app's path from Gradio's root, on this page's own origin (behind a proxy the root's
   // scheme or port can differ from the page's)
   const where = () => {{
@@ -53,7 +58,10 @@ SCRIPT = f"""<script>
     }} catch (e) {{}} finally {{ busy = false; }}
     asked += 1;       // an unanswered question counts too: the page refreshes every 20 s all the same
     if ((now !== null && now !== last) || asked >= {QUIET_TICKS}) {{
+      // the last press still under way: this change is pressed for at the next question
+      if (pressed > (window.labPulseBack || 0) && Date.now() - pressed < {STUCK_S * 1000}) return;
       if (now !== null) last = now;
+      pressed = Date.now();
       asked = 0;
       button.click();
     }}
@@ -78,7 +86,8 @@ class Pulse:
     def start(self, wrap) -> gr.Button | None:
         """The hidden button the page's SCRIPT presses, wired to every part added (once, after
         every tab is built); wrap: what every event handler of the page is wrapped in
-        (lab.ui.common.friendly). A press while the last one is under way is dropped."""
+        (lab.ui.common.friendly). The page's SCRIPT presses while the last press is under way only
+        once it has waited STUCK_S for it; Gradio runs such a press beside the lost one."""
         outputs = [c for _, _, outs in self.parts for c in outs]
         if len({id(c) for c in outputs}) != len(outputs):
             raise ValueError("two parts of the pulse update the same component")
@@ -86,7 +95,8 @@ class Pulse:
             return None
         button = gr.Button("refresh", visible="hidden", elem_id=BUTTON)
         button.click(wrap(self._tick), [c for _, ins, _ in self.parts for c in ins], outputs,
-                     api_visibility="private", show_progress="hidden", trigger_mode="once")
+                     api_visibility="private", show_progress="hidden", trigger_mode="multiple",
+                     ).then(None, js="() => { window.labPulseBack = Date.now(); }")   # in the page alone
         return button
 
     def on_load(self, demo: gr.Blocks, wrap) -> None:
@@ -107,8 +117,10 @@ class Pulse:
                   api_visibility="private")
 
     def _tick(self, *values) -> list:
+        lab_store.fault("pulse.tick")
         out, at = [], 0
         for fn, ins, outs in self.parts:
+            t0 = time.monotonic()
             try:
                 result = fn(*values[at:at + len(ins)])
                 result = [result] if len(outs) == 1 else list(result)
@@ -120,6 +132,8 @@ class Pulse:
             except Exception:       # a bug in one part (a task's view, say) stops no other part
                 log.exception("a part of the page's pulse failed (a bug): %s", getattr(fn, "__name__", fn))
                 result = [gr.skip()] * len(outs)
+            if (took := time.monotonic() - t0) > SLOW_S:
+                log.warning("a part of the page's pulse took %.0f s: %s", took, getattr(fn, "__name__", fn))
             at += len(ins)
             out.extend(result)
         return out
