@@ -75,6 +75,30 @@ def test_the_stamp_changes_with_what_the_pulse_reads_and_only_then(store, monkey
     assert stamp(store) == stamp(store) != stamp(store)         # the same tick, then the next
 
 
+def test_the_stamp_ticks_while_this_apps_own_work_is_under_way_and_step_1_says_so(store, tmp_path,
+                                                                                monkeypatch):
+    """Importing SmolLM2 (step 1 of getting started) is no job, and the store shows it only at
+    the end: while it is under way the stamp of its store changes every tick, so that a page
+    follows step 1's line, which says it is importing; another store's stamp does not."""
+    from lab.training import estimate
+    from lab.ui import start
+    clock = [100.0]
+    monkeypatch.setattr(pulse_module.time, "time", lambda: clock[0])
+    monkeypatch.setattr(estimate, "load", lambda: (0.1, 2))         # an idle machine
+    other = tmp_path / "other"
+    start.step_status(start.SMOLLM2, store), stamp(other)      # the first look makes the ledger
+    quiet, elsewhere = stamp(store), stamp(other)
+    clock[0] += pulse_module.SECONDS
+    assert stamp(store) == quiet and "not started" in start.step_status(start.SMOLLM2, store)
+    with pulse_module.under_way(store, f"import {start.SMOLLM2}"):
+        during = stamp(store)
+        clock[0] += pulse_module.SECONDS + 5
+        assert stamp(store) != during and stamp(other) == elsewhere
+        assert "importing: reading and de-quantizing the weights (7 s so far)" in \
+            start.step_status(start.SMOLLM2, store)
+    assert stamp(store) == quiet and "not started" in start.step_status(start.SMOLLM2, store)
+
+
 def test_the_stamp_changes_as_the_machine_turns_busy_not_as_its_load_moves(store, monkeypatch):
     """The getting-started panel's load note comes and goes with the stamp; a busy machine's load
     moving (as it does every few seconds) sends no event of its own."""

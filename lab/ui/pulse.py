@@ -19,6 +19,7 @@ import logging
 import os
 import time
 import zlib
+from contextlib import contextmanager
 
 import anyio
 import gradio as gr
@@ -156,13 +157,35 @@ def _is_update(v) -> bool:
     return isinstance(v, dict) and v.get("__type__") == "update"
 
 
+_UNDER_WAY: dict = {}       # (store, what) -> when this app began it: work its store shows only at the end
+
+
+@contextmanager
+def under_way(store, what: str):
+    """Work of this app that the store shows only once it ends (an import): while the block runs,
+    the stamp of `store` changes every tick, as while a job runs, so that a page follows the
+    work's own line; began() says since when."""
+    key = (str(store), what)
+    _UNDER_WAY[key] = time.time()
+    try:
+        yield
+    finally:
+        _UNDER_WAY.pop(key, None)
+
+
+def began(store, what: str) -> float | None:
+    """When this app began `what` on `store` (under_way), None when it is not under way."""
+    return _UNDER_WAY.get((str(store), what))
+
+
 def stamp(store=None) -> str:
     """What the pulse's parts read, as text that changes when they may have: the store's folder
     and its datasets' (their entries and times: a checkpoint or dataset written, renamed or
     removed), the jobs in the ledger (ledger.glance: a job queued, claimed, reporting, stopped or
     ended; a running job writes a heartbeat every few seconds), whether the machine is busy (the
     getting-started panel's load note: it comes and goes at once, its figure follows within
-    QUIET_TICKS), and, while a job runs, the time in ticks (its log grows between those writes).
+    QUIET_TICKS), and, while a job runs or this app's own work is under way (under_way), the time
+    in ticks (a job's log grows between those writes; an import shows only when it ends).
     Nothing the pulse's parts show is written."""
     ledger_line, running = ledger.glance(store)     # first: finding the ledger makes the lab's folder
     root = lab_store.root(store)
@@ -176,7 +199,7 @@ def stamp(store=None) -> str:
     parts.append(ledger_line)
     if estimate.busy_text(*estimate.load(), running):
         parts.append("busy")
-    if running:
+    if running or any(where == str(store) for where, _ in list(_UNDER_WAY)):
         parts.append(str(int(time.time() // SECONDS)))
     return " ".join(parts)
 

@@ -18,6 +18,7 @@ from lab.config import ConfigError
 from lab.presets import configs
 from lab.training import estimate
 from lab.training.runs import last_dir
+from lab.ui import pulse
 from lab.ui.common import GETTING_STARTED_PAIR, Context, friendly
 from lab.ui.jobs_view import progress_html
 
@@ -36,15 +37,12 @@ def _job_for(name: str, store=None) -> dict | None:
     return next((j for j in jobs.list_jobs(store) if j["name"] == name), None)
 
 
-IMPORTING: dict = {}        # (store, name) -> when this app began importing it (step 1 is no job)
-
-
 def step_status(name: str, store=None) -> str:
     """Where the step that makes checkpoint `name` stands, as a short HTML line."""
-    began = IMPORTING.get((str(store), name))
-    if began is not None:
+    since = pulse.began(store, f"import {name}")         # step 1 is no job: this app imports it
+    if since is not None:
         return (f"<span class='lab-step-todo'>importing: reading and de-quantizing the weights "
-                f"({time.time() - began:.0f} s so far)</span>")
+                f"({time.time() - since:.0f} s so far)</span>")
     job = _job_for(name, store)
     if job is not None and job["status"] in ("queued", "running"):
         return progress_html(job)
@@ -92,11 +90,8 @@ def compare_status(store=None, compared: bool = False) -> str:
 def import_smollm2(store=None) -> str:
     """Step 1; nothing to do when it is already in the store."""
     if SMOLLM2 not in checkpoints.names(store):
-        IMPORTING[(str(store), SMOLLM2)] = time.time()
-        try:
+        with pulse.under_way(store, f"import {SMOLLM2}"):      # the page follows its line
             smollm2.import_smollm2(SMOLLM2, None, store)
-        finally:
-            IMPORTING.pop((str(store), SMOLLM2), None)
     return f"SmolLM2-135M is in the store as **{SMOLLM2}**."
 
 
