@@ -1,6 +1,9 @@
 """Estimates that fit the machine: a finished run keeps its measured speed per machine and
 preset, the getting-started panel turns it into minutes (or says the first run measures them),
 and a busy machine is named with its load, the lab's own jobs counted apart."""
+import math
+import time
+
 import pytest
 
 from lab.config import TrainConfig
@@ -28,9 +31,40 @@ def test_a_measured_speed_is_kept_per_preset(store):
 def test_busy_or_idle_wording():
     assert estimate.busy_text(0.3, 2) == ""
     assert estimate.busy_text(4.1, 2) == "the machine is busy (load 4.1 on 2 cores): expect longer"
-    assert estimate.busy_text(1.2, 2, own_jobs=1) == ""           # the lab's own job alone
-    assert estimate.busy_text(3.2, 2, own_jobs=1) == \
-        "the machine is busy (load 3.2 on 2 cores, 1 of it this lab's job): expect longer"
+    assert estimate.busy_text(2.4, 2, own=2.0) == ""               # the lab's own job alone
+    assert estimate.busy_text(3.2, 2, own=1.96) == \
+        "the machine is busy (load 3.2 on 2 cores, about 2.0 of it this lab's jobs): expect longer"
+
+
+def test_the_labs_own_share_of_the_load_is_what_its_jobs_put_on_the_1_minute_average():
+    """A training job computes on every thread torch has: a long one puts about that many on the
+    average, one just started less, one that ended a minute ago 1/e of it, then nothing."""
+    now = 10_000.0
+    assert estimate.own_load([(now - 600, None)], now, threads=2) == pytest.approx(2.0, abs=0.01)
+    assert estimate.own_load([(now - 30, None)], now, threads=2) == pytest.approx(2 * (1 - math.exp(-0.5)))
+    ended = estimate.own_load([(now - 660, now - 60)], now, threads=2)
+    assert ended == pytest.approx(2 / math.e, abs=0.01)
+    assert estimate.own_load([(now - 60, now - 30), (now - 600, None)], now, threads=1) == \
+        pytest.approx((1 - math.exp(-0.5)) * math.exp(-0.5) + 1.0, abs=0.01)
+    assert estimate.own_load([(None, None), (now + 5, None)], now, threads=2) == 0.0
+    # a job of the lab ended a minute ago, the machine otherwise idle: not "busy"
+    assert estimate.busy_text(1.5, 2, ended) == "" and estimate.busy_text(1.5, 2) != ""
+
+
+def test_the_ledger_gives_the_spans_of_running_and_recently_ended_jobs(store):
+    from lab.presets import get as get_preset
+    from lab.worker import jobs, ledger
+    assert ledger.spans(store) == []
+    model, train = get_preset("tiny")
+    ids = [jobs.submit(f"j{i}", model, train, store=store) for i in range(4)]
+    now = time.time()
+    with ledger.connect(store) as con:
+        for job_id, status, started, finished in ((ids[0], "running", now - 50, None),
+                                                  (ids[1], "done", now - 100, now - 20),
+                                                  (ids[2], "done", now - 3000, now - 2000)):
+            con.execute("UPDATE jobs SET status=?, started=?, finished=? WHERE id=?",
+                        (status, started, finished, job_id))
+    assert sorted(ledger.spans(store)) == sorted([(now - 50, None), (now - 100, now - 20)])  # not queued
 
 
 def test_the_panel_says_the_measured_time_or_that_the_first_run_measures_it():

@@ -66,11 +66,29 @@ def load() -> tuple[float, int]:
     return os.getloadavg()[0], os.cpu_count() or 1
 
 
-def busy_text(load_avg: float, cores: int, own_jobs: int = 0) -> str:
+LOAD_WINDOW_S = 60.0        # the 1-minute load average takes in and forgets at exp(-t/60)
+
+
+def own_load(spans, now: float, threads: int | None = None) -> float:
+    """What the lab's own jobs put on the 1-minute load average at `now`. spans: each job's
+    (started, finished), finished None while it runs; each keeps `threads` cores busy meanwhile
+    (torch's threads, as many as the cores by default: a training job computes on all of them),
+    which the average takes in and then forgets at exp(-t/60), as the kernel's does."""
+    threads = threads or min(torch.get_num_threads(), os.cpu_count() or 1)
+    total = 0.0
+    for started, finished in spans:
+        end = min(finished or now, now)
+        if started is None or end <= started:
+            continue
+        total += (threads * (1 - math.exp(-(end - started) / LOAD_WINDOW_S))
+                  * math.exp(-(now - end) / LOAD_WINDOW_S))
+    return total
+
+
+def busy_text(load_avg: float, cores: int, own: float = 0.0) -> str:
     """'' on a machine with room, or 'the machine is busy (load 4.1 on 2 cores): expect longer'.
-    own_jobs: the lab's jobs running now (each keeps about a core busy), counted apart."""
-    others = load_avg - own_jobs
-    if others < 0.5 * cores:
+    own: what the lab's own jobs put on the load (own_load), counted apart."""
+    if load_avg - own < 0.5 * cores:
         return ""
-    own = f", {own_jobs} of it this lab's job{'s' if own_jobs > 1 else ''}" if own_jobs else ""
-    return f"the machine is busy (load {load_avg:.1f} on {cores} cores{own}): expect longer"
+    mine = f", about {own:.1f} of it this lab's jobs" if own >= 0.05 else ""
+    return f"the machine is busy (load {load_avg:.1f} on {cores} cores{mine}): expect longer"

@@ -178,6 +178,16 @@ def began(store, what: str) -> float | None:
     return _UNDER_WAY.get((str(store), what))
 
 
+def busy_note(store=None) -> str:
+    """Whether the machine is busy with other work than the lab's own jobs, as the getting-started
+    panel says it (estimate.busy_text): their share of the load comes from their spans in the
+    ledger, read only when the load could say busy at all."""
+    load_avg, cores = estimate.load()
+    if load_avg < 0.5 * cores:
+        return ""
+    return estimate.busy_text(load_avg, cores, estimate.own_load(ledger.spans(store), time.time()))
+
+
 def stamp(store=None) -> str:
     """What the pulse's parts read, as text that changes when they may have: the store's folder
     and its datasets' (their entries and times: a checkpoint or dataset written, renamed or
@@ -197,7 +207,7 @@ def stamp(store=None) -> str:
         except OSError:
             parts.append("-")
     parts.append(ledger_line)
-    if estimate.busy_text(*estimate.load(), running):
+    if busy_note(store):
         parts.append("busy")
     if running or any(where == str(store) for where, _ in list(_UNDER_WAY)):
         parts.append(str(int(time.time() // SECONDS)))

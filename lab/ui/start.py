@@ -191,10 +191,9 @@ def panel_texts(scratch_s: float | None, finetune_s: float | None, busy: str) ->
 
 
 def texts(store=None) -> list[str]:
-    """panel_texts for now: the measured times, and the load (the lab's own running jobs apart)."""
-    own = sum(j["status"] == "running" for j in jobs.list_jobs(store))
+    """panel_texts for now: the measured times, and the load (the lab's own jobs' share apart)."""
     return panel_texts(preset_seconds(SCRATCH_PRESET, store), preset_seconds(FINETUNE_PRESET, store),
-                       estimate.busy_text(*estimate.load(), own))
+                       pulse.busy_note(store))
 
 
 def follow(store=None, compared: bool = False, said: list | None = None) -> list:

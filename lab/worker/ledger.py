@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -79,6 +80,25 @@ def glance(store=None) -> tuple[str, int]:
     except sqlite3.Error as e:
         return f"unreadable ({e})", 1
     return hashlib.sha1(repr(tuple(row[:6])).encode()).hexdigest()[:16], int(row[6])
+
+
+def spans(store=None, within_s: float = 600.0) -> list[tuple[float, float | None]]:
+    """(started, finished) of each job running now or ended in the last within_s seconds
+    (finished None while it runs), read as glance reads: what the lab's own jobs put on the
+    machine's load (estimate.own_load)."""
+    path = ledger_path(store)
+    if not path.exists():
+        return []
+    try:
+        con = sqlite3.connect(path.as_uri() + "?mode=ro", uri=True, timeout=1)
+        try:
+            return con.execute("SELECT started, CASE WHEN status = 'running' THEN NULL ELSE finished END "
+                               "FROM jobs WHERE started IS NOT NULL AND (status = 'running' OR finished > ?)",
+                               (time.time() - within_s,)).fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return []
 
 
 def read_row(r: sqlite3.Row | None) -> dict | None:
