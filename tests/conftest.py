@@ -130,8 +130,8 @@ SMOLLM2_AS_READ = "smollm2-as-transformers-read-it.pt"
 
 
 def smollm2_as_read():
-    """transformers' reading of SmolLM2's GGUF, done once for the whole run (about 14 s of CPU a
-    reading): the first process to ask reads it, keeps it in the run's cache folder as a pickle of
+    """transformers' own reading of SmolLM2's GGUF (what the lab's reader is held equal to), done
+    once for the whole run (about 18 s of CPU a reading): the first process to ask reads it, keeps it in the run's cache folder as a pickle of
     the very objects it read, and fills the lab's cache entry as a first import would; the others
     (xdist workers, or the process started at the run's start) wait for it and load the pickle."""
     import fcntl
@@ -142,7 +142,8 @@ def smollm2_as_read():
         fcntl.flock(lock, fcntl.LOCK_EX)            # released when the file closes
         if kept.is_file():
             return torch.load(kept, weights_only=False)
-        model, tok = smollm2.load_hf(cached=False)
+        model, tok = smollm2.read_with_transformers(smollm2.gguf_path())
+        tok.eos_token = smollm2.EOS_TOKEN                   # as the lab's reading sets it
         entry = cache.folder_for("smollm2", smollm2.gguf_path())
         if entry is not None:
             smollm2.keep(model, tok, entry)

@@ -120,7 +120,7 @@ def test_a_new_client_reaches_what_was_made_after_start_through_every_endpoint(l
     said = call("/delete_checkpoint", "re-imported", "re-imported")[0]
     assert "Deleted re-imported" in said
     # the getting-started steps: a queued scratch job is stopped at once; the fine-tune needs its
-    # parent, imported for real (about 15 s)
+    # parent, imported for real (about 10 s)
     assert "Queued job" in call("/start_scratch")
     from lab.worker import jobs
     scratch = next(j for j in jobs.list_jobs(store) if j["name"] == "quick-scratch")

@@ -71,7 +71,7 @@ def test_the_panel_says_the_measured_time_or_that_the_first_run_measures_it():
     from lab.ui import start
     intro, one, two, three, four = start.panel_texts(400.0, 200.0, "")
     assert "side by side, in about 10 minutes at the speed this machine measured." in intro
-    assert "Now" not in intro and "about 15 s" not in one
+    assert "Now" not in intro and "about 10 s" not in one
     assert two.endswith("training captions; about 7 minutes here, by its last run)")
     assert "over 800 captions; about 3 minutes here, by its last run; it starts" in three
     intro, _, two, three, _ = start.panel_texts(None, 200.0,

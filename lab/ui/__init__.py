@@ -62,7 +62,7 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
             with gr.Tab("Compare", id="compare", render_children=True):
                 side_by_side = compare.build(ctx)
             with gr.Tab("Inside the model", id="attention", render_children=True):
-                ctx.empty_note("Import SmolLM2 in the Checkpoints tab (about 15 s), or train a model "
+                ctx.empty_note("Import SmolLM2 in the Checkpoints tab (about 10 s), or train a model "
                                "in the Train tab; then look inside it here: its attention, the "
                                "logit lens, heads ablated, activations patched.")
                 with gr.Tabs():

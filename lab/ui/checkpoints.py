@@ -65,13 +65,13 @@ def import_hf(path, layers, name, store=None):
 
 def import_smollm2(layers, name, store=None):
     """SmolLM2-135M from the installed package, with a block selection (blank: all 30). Says what
-    it does first: the import takes about 15 seconds."""
+    it does first: the import takes about 10 seconds."""
     name = checkpoints.check_name(need(text(name, "name", 200).strip(), "a name"))
     layers = text(layers, "layers", 200)
     selection = interop.parse_layers(layers, 30) if layers.strip() else None
     checkpoints.refuse_existing(name, store)
     yield (f"Importing SmolLM2-135M as **{name}**: reading and de-quantizing the weights "
-           f"(about 15 s) …"), gr.skip()
+           f"(about 10 s) …"), gr.skip()
     smollm2.import_smollm2(name, selection, store)
     said = f"Imported **{name}**: SmolLM2-135M, " + (
         "all 30 blocks. It writes fluent text already; fine-tune it on the captions in the Train tab."
@@ -152,7 +152,7 @@ def delete(name, confirm, store=None):
 
 
 def build(ctx: Context):
-    ctx.empty_note("Import SmolLM2 below (about 15 s), or train a model in the Train tab.")
+    ctx.empty_note("Import SmolLM2 below (about 10 s), or train a model in the Train tab.")
     table = _store_table(ctx)
     with gr.Row():
         chosen = Dropdown(ctx.checkpoint_names(), value=None, label="checkpoint", elem_id="checkpoints-chosen",
@@ -259,7 +259,7 @@ def _store_table(ctx: Context):
 
 
 def _import_smollm2_section(ctx: Context, message, table) -> None:
-    with section("Import SmolLM2-135M, the lab's pretrained model (about 15 s)",
+    with section("Import SmolLM2-135M, the lab's pretrained model (about 10 s)",
                  elem_id="checkpoints-smollm2"):
         with gr.Row():
             smol_layers = Textbox("", label="blocks to keep (1-based, e.g. 1,15,30; blank: all 30)",
