@@ -397,10 +397,15 @@ def test_a_pulse_that_never_comes_back_delays_the_page_and_never_freezes_it(brow
         page.wait_for_function(f"() => performance.getEntriesByType('resource')"
                                f".some(e => e.name.endsWith('{PATH}'))")      # asked: the press follows
         page.wait_for_timeout(500)
-        checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)), tokenizers.gpt2(), "late",
-                         store, provenance={"source": "scratch"})
-        expect(page.locator("#checkpoints-table")).to_contain_text("late", timeout=(STUCK_S + 15) * 1000)
-        SERVED[url].kill()          # not a stop: a stopping app waits for the hung press's thread
+        try:
+            checkpoints.save(build(tiny_config(vocab_size=50257, n_positions=64)), tokenizers.gpt2(),
+                             "arrived", store, provenance={"source": "scratch"})
+            table = page.locator("#checkpoints-table")
+            page.wait_for_timeout((STUCK_S - 8) * 1000)        # held back while the press is out
+            assert "arrived" not in table.inner_text()
+            expect(table).to_contain_text("arrived", timeout=(STUCK_S + 15) * 1000)
+        finally:
+            SERVED[url].kill()      # not a stop: a stopping app waits for the hung press's thread
 
 
 def test_evaluate_streams_results(page, server):

@@ -92,12 +92,21 @@ def test_the_stamp_ticks_while_this_apps_own_work_is_under_way_and_step_1_says_s
     quiet, elsewhere = stamp(store), stamp(other)
     clock[0] += pulse_module.SECONDS
     assert stamp(store) == quiet and "not started" in start.step_status(start.SMOLLM2, store)
-    with pulse_module.under_way(store, f"import {start.SMOLLM2}"):
+    seen = []
+
+    def importing(name, layers, store):               # what the page sees while step 1 imports
         during = stamp(store)
         clock[0] += pulse_module.SECONDS + 5
-        assert stamp(store) != during and stamp(other) == elsewhere
-        assert "importing: reading and de-quantizing the weights (7 s so far)" in \
-            start.step_status(start.SMOLLM2, store)
+        seen.append((stamp(store) != during, stamp(other) == elsewhere,
+                     start.step_status(start.SMOLLM2, store)))
+        with pulse_module.under_way(store, f"import {start.SMOLLM2}"):      # a second at once
+            pass
+        seen.append(start.step_status(start.SMOLLM2, store))
+    monkeypatch.setattr(start.smollm2, "import_smollm2", importing)
+    start.import_smollm2(store)
+    ticked, untouched, line = seen[0]
+    assert ticked and untouched and "importing: reading and de-quantizing the weights (7 s so far)" in line
+    assert "importing" in seen[1]                     # the second's end does not end the first
     assert stamp(store) == quiet and "not started" in start.step_status(start.SMOLLM2, store)
 
 
@@ -182,6 +191,8 @@ def _ask(path: str, method: str = "GET"):
 def test_the_pulse_is_asked_by_a_plain_get(store, monkeypatch):
     """(Behind the login: tests/test_access.py.) A stamp that cannot be read answers all the same
     (the page then refreshes, and its parts say why), with no traceback."""
+    from lab.training import estimate
+    monkeypatch.setattr(estimate, "load", lambda: (0.1, 2))        # an idle machine, whatever runs beside
     assert _ask(PATH) == (200, stamp(store).encode())
     assert _ask(PATH, "POST") == (404, b"passed") and _ask("/lab/other") == (404, b"passed")
 
@@ -190,6 +201,40 @@ def test_the_pulse_is_asked_by_a_plain_get(store, monkeypatch):
     monkeypatch.setattr(pulse_module, "stamp", unreadable)
     status, body = _ask(PATH)
     assert status == 200 and body.startswith(b"unreadable ")
+
+
+def test_a_part_that_hangs_holds_one_thread_and_a_late_press_changes_nothing(monkeypatch):
+    """Each part runs one call at a time: while a part's last call hangs, later presses leave it
+    out and the other parts go on (no press waits behind it); a press that comes back after
+    STUCK_S (the page has pressed again since) changes nothing."""
+    import threading
+    from lab.ui.pulse import Pulse
+    gate, entered = threading.Event(), threading.Event()
+
+    def hangs(x):
+        entered.set()
+        gate.wait(30)
+        return "hung's"
+    pulse = Pulse()
+    pulse.every(hangs, [1], ["a"])
+    pulse.every(lambda y: y * 2, [2], ["b"])
+    clock = [0.0]
+    monkeypatch.setattr(pulse_module.time, "monotonic", lambda: clock[0])
+    first = []
+    hung = threading.Thread(target=lambda: first.append(pulse._tick(1, 21)))
+    hung.start()
+    assert entered.wait(10)
+    second = pulse._tick(1, 4)                                        # not behind the hung one
+    assert _is_skip(second[0]) and second[1] == 8
+    clock[0] += pulse_module.STUCK_S + 1          # the hung call comes back after STUCK_S
+    gate.set()
+    hung.join(10)
+    assert all(_is_skip(v) for v in first[0])
+    assert pulse._tick(1, 5)[1] == 10 and pulse._tick(1, 5)[0] == "hung's"
+
+
+def _is_skip(value) -> bool:
+    return isinstance(value, dict) and value.get("__type__") == "update" and len(value) == 1
 
 
 def test_a_failing_part_of_the_pulse_stops_no_other(caplog):

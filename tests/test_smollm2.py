@@ -77,6 +77,11 @@ def test_the_labs_reading_of_the_gguf_is_transformers_reading(hf, monkeypatch):
     a, b = ref_model.state_dict(), model.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert model.lm_head.weight is model.model.embed_tokens.weight and not model.training
+    assert all(p.is_contiguous() and p.data_ptr() and not p.is_meta for p in model.parameters())
+    model.model.norm.weight.data[0] += 0.0                # its own memory, not the file's map
+    ids = ref_tok("A man riding a wave on top of a surfboard .", return_tensors="pt").input_ids
+    with torch.no_grad():                                  # the rotary buffers, which state_dict leaves out
+        assert torch.equal(model(ids).logits, ref_model(ids).logits)
     ref_config, config = ref_model.config.to_dict(), model.config.to_dict()
     kept = {"_name_or_path", "_model_name_or_path", "quantization_config"}    # where it was read from
     assert {k: v for k, v in ref_config.items() if k not in kept} == \

@@ -3,7 +3,7 @@
 transformers reads a llama GGUF with the `gguf` package's reader, which walks every metadata value
 element by element (the 49,152 tokens and 48,900 merges: about 3 s of CPU), and does so three
 times, for the config, the weights and the tokenizer (about 18 s in all on a 2-core CPU). Here the
-file's metadata and tensor table are read once with transformers' own fast reader, the weights
+file's metadata and tensor table are read with transformers' own fast reader, the weights
 de-quantized by the `gguf` package as transformers does (bit for bit the same tensors), the query
 and key rows put back in the order llama.cpp's converter changed, and the tokenizer built by
 transformers from the same metadata (tests/test_smollm2.py holds all of it equal to transformers'
@@ -32,7 +32,10 @@ def read(path: Path):
     """(transformers' LlamaForCausalLM in float32, eval mode; its tokenizer) from a llama GGUF, or
     None when the file is not one this reads (transformers reads it then). A damaged file raises
     what its reading met (the caller names the file)."""
-    from transformers.integrations.gguf.reader import GgufHeader, read_gguf_metadata
+    try:
+        from transformers.integrations.gguf.reader import GgufHeader, read_gguf_metadata
+    except ImportError:         # another transformers than requirements.txt pins: its own reading
+        return None
     metadata, names = read_gguf_metadata(str(path))
     if (metadata["general.architecture"] != "llama" or metadata.get("tokenizer.ggml.model") != "gpt2"
             or not set(names) <= set(_hf_names(names))):
@@ -47,6 +50,8 @@ def _hf_names(names) -> dict[str, str]:
     out = {}
     for name in names:
         base, _, kind = name.rpartition(".")
+        if kind != "weight":                    # a llama has no biases (a file with some: transformers)
+            continue
         if base in TOP:
             out[name] = f"{TOP[base]}.{kind}"
         elif base.startswith("blk.") and base.count(".") == 2 and base.split(".")[2] in BLOCK:
@@ -63,9 +68,11 @@ def _config(metadata: dict, names) -> "LlamaConfig":
     def key(name, default=None):
         return metadata.get(f"llama.{name}", default)
     heads = key("attention.head_count")
+    if not heads or not key("embedding_length"):
+        raise ValueError("the file names no llama.attention.head_count or llama.embedding_length")
     token = {k: metadata.get(f"tokenizer.ggml.{k}_token_id") for k in ("bos", "eos", "unknown", "padding")}
     vocab = metadata.get("tokenizer.ggml.tokens")
-    return LlamaConfig(
+    given = dict(
         vocab_size=key("vocab_size") or (vocab if isinstance(vocab, int) else len(vocab)),
         hidden_size=key("embedding_length"), intermediate_size=key("feed_forward_length"),
         num_hidden_layers=key("block_count"), num_attention_heads=heads,
@@ -75,6 +82,7 @@ def _config(metadata: dict, names) -> "LlamaConfig":
         head_dim=key("rope.dimension_count") or key("embedding_length") // heads,
         tie_word_embeddings="output.weight" not in names, bos_token_id=token["bos"],
         eos_token_id=token["eos"], unk_token_id=token["unknown"], pad_token_id=token["padding"])
+    return LlamaConfig(**{k: v for k, v in given.items() if v is not None})    # absent: the class's default
 
 
 def _weights(header, config) -> dict[str, torch.Tensor]:

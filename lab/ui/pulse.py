@@ -8,7 +8,10 @@ and at least every QUIET_TICKS questions all the same (what a stamp cannot see, 
 plugin's own store_choices, is then at most that late). A tab the person cannot see asks
 nothing until it is shown again. The page presses again only once the last press has come back
 (the event's frontend-only follow-up says so), or after STUCK_S all the same: a press whose answer
-never reaches the page (lost on its way, or a part that hangs) delays the page, never freezes it.
+never reaches the page (lost on its way) delays the page, never freezes it. A part that hangs
+holds one thread: later presses leave that part out (each part runs one call at a time), so the
+other parts go on and presses cannot pile up behind it; a press that comes back after STUCK_S
+changes nothing (what it read is older than what later presses showed).
 
 Each part returns gr.skip() for what has not changed; a part that cannot be read this time
 (LabError), or fails (a bug: logged with its traceback), leaves its outputs as they are, and the
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import zlib
 from contextlib import contextmanager
@@ -60,9 +64,9 @@ SCRIPT = f"""<script>
     asked += 1;       // an unanswered question counts too: the page refreshes every 20 s all the same
     if ((now !== null && now !== last) || asked >= {QUIET_TICKS}) {{
       // the last press still under way: this change is pressed for at the next question
-      if (pressed > (window.labPulseBack || 0) && Date.now() - pressed < {STUCK_S * 1000}) return;
+      if (pressed > (window.labPulseBack || 0) && performance.now() - pressed < {STUCK_S * 1000}) return;
       if (now !== null) last = now;
-      pressed = Date.now();
+      pressed = performance.now();
       asked = 0;
       button.click();
     }}
@@ -78,6 +82,7 @@ class Pulse:
 
     def __init__(self):
         self.parts: list[tuple] = []
+        self._running: dict[int, threading.Lock] = {}      # a part's call under way, by part
 
     def every(self, fn, inputs: list, outputs: list) -> None:
         """Call fn(*the inputs' values) on each tick; it returns one value per output (for a
@@ -97,7 +102,7 @@ class Pulse:
         button = gr.Button("refresh", visible="hidden", elem_id=BUTTON)
         button.click(wrap(self._tick), [c for _, ins, _ in self.parts for c in ins], outputs,
                      api_visibility="private", show_progress="hidden", trigger_mode="multiple",
-                     ).then(None, js="() => { window.labPulseBack = Date.now(); }")   # in the page alone
+                     ).then(None, js="() => { window.labPulseBack = performance.now(); }")   # in the page alone
         return button
 
     def on_load(self, demo: gr.Blocks, wrap) -> None:
@@ -118,10 +123,17 @@ class Pulse:
                   api_visibility="private")
 
     def _tick(self, *values) -> list:
+        began = time.monotonic()
         lab_store.fault("pulse.tick")
         out, at = [], 0
-        for fn, ins, outs in self.parts:
+        for i, (fn, ins, outs) in enumerate(self.parts):
             t0 = time.monotonic()
+            running = self._running.setdefault(i, threading.Lock())
+            if not running.acquire(blocking=False):        # its last call has not come back
+                log.warning("a part of the page's pulse is still under way, left out: %s", _name(fn))
+                at += len(ins)
+                out.extend([gr.skip()] * len(outs))
+                continue
             try:
                 result = fn(*values[at:at + len(ins)])
                 result = [result] if len(outs) == 1 else list(result)
@@ -131,13 +143,24 @@ class Pulse:
                 log.info("not refreshed this time: %s", e)
                 result = [gr.skip()] * len(outs)
             except Exception:       # a bug in one part (a task's view, say) stops no other part
-                log.exception("a part of the page's pulse failed (a bug): %s", getattr(fn, "__name__", fn))
+                log.exception("a part of the page's pulse failed (a bug): %s", _name(fn))
                 result = [gr.skip()] * len(outs)
+            finally:
+                running.release()
             if (took := time.monotonic() - t0) > SLOW_S:
-                log.warning("a part of the page's pulse took %.0f s: %s", took, getattr(fn, "__name__", fn))
+                log.warning("a part of the page's pulse took %.0f s: %s", took, _name(fn))
             at += len(ins)
             out.extend(result)
+        if time.monotonic() - began > STUCK_S:      # the page has pressed again since: older news
+            return [gr.skip()] * len(out)
         return out
+
+
+def _name(fn) -> str:
+    """A part's function as a log line names it: where it is defined (most parts are lambdas)."""
+    code = getattr(fn, "__code__", None)
+    where = f" ({os.path.basename(code.co_filename)}:{code.co_firstlineno})" if code else ""
+    return f"{getattr(fn, '__qualname__', fn)}{where}"
 
 
 def _over(earlier, later):
@@ -157,25 +180,31 @@ def _is_update(v) -> bool:
     return isinstance(v, dict) and v.get("__type__") == "update"
 
 
-_UNDER_WAY: dict = {}       # (store, what) -> when this app began it: work its store shows only at the end
+_UNDER_WAY_LOCK = threading.Lock()
+_UNDER_WAY: dict = {}       # (store, what) -> [when this app began it, how many run]: shown only at their end
 
 
 @contextmanager
 def under_way(store, what: str):
     """Work of this app that the store shows only once it ends (an import): while the block runs,
     the stamp of `store` changes every tick, as while a job runs, so that a page follows the
-    work's own line; began() says since when."""
+    work's own line; began() says since when (the first of those under way at once)."""
     key = (str(store), what)
-    _UNDER_WAY[key] = time.time()
+    with _UNDER_WAY_LOCK:
+        _UNDER_WAY.setdefault(key, [time.time(), 0])[1] += 1
     try:
         yield
     finally:
-        _UNDER_WAY.pop(key, None)
+        with _UNDER_WAY_LOCK:
+            _UNDER_WAY[key][1] -= 1
+            if not _UNDER_WAY[key][1]:
+                del _UNDER_WAY[key]
 
 
 def began(store, what: str) -> float | None:
     """When this app began `what` on `store` (under_way), None when it is not under way."""
-    return _UNDER_WAY.get((str(store), what))
+    got = _UNDER_WAY.get((str(store), what))
+    return got[0] if got else None
 
 
 def busy_note(store=None) -> str:
