@@ -134,6 +134,7 @@ def to_lab(hf_model, layers: list[int] | None = None):
 
 
 PRETRAINED = "SmolLM2-135M-Instruct (Q4_1 GGUF, de-quantized)"
+TAKES = "about 10 s"     # an import from the GGUF, read, cut and saved (docs/benchmarks.md: 9 s on a 2-core CPU)
 
 
 def import_smollm2(name: str, layers: list[int] | None = None, store=None,

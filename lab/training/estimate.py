@@ -66,6 +66,7 @@ def load() -> tuple[float, int]:
     return os.getloadavg()[0], os.cpu_count() or 1
 
 
+BUSY_SHARE = 0.5            # busy: other work keeps at least this share of the cores busy
 LOAD_WINDOW_S = 60.0        # the 1-minute load average takes in and forgets at exp(-t/60)
 
 
@@ -88,7 +89,7 @@ def own_load(spans, now: float, threads: int | None = None) -> float:
 def busy_text(load_avg: float, cores: int, own: float = 0.0) -> str:
     """'' on a machine with room, or 'the machine is busy (load 4.1 on 2 cores): expect longer'.
     own: what the lab's own jobs put on the load (own_load), counted apart."""
-    if load_avg - own < 0.5 * cores:
+    if load_avg - own < BUSY_SHARE * cores:
         return ""
     mine = f", about {own:.1f} of it this lab's jobs" if own >= 0.05 else ""
     return f"the machine is busy (load {load_avg:.1f} on {cores} cores{mine}): expect longer"

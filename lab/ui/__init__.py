@@ -11,6 +11,7 @@ from lab.ui import stubless  # noqa: F401  (before Gradio: see the module)
 import gradio as gr
 from starlette.middleware import Middleware
 
+from lab.storage import smollm2
 from lab.storage import store as lab_store
 from lab.evaluation.attention_maps import VENDOR_DIR
 from lab.errors import LabError
@@ -62,7 +63,7 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
             with gr.Tab("Compare", id="compare", render_children=True):
                 side_by_side = compare.build(ctx)
             with gr.Tab("Inside the model", id="attention", render_children=True):
-                ctx.empty_note("Import SmolLM2 in the Checkpoints tab (about 10 s), or train a model "
+                ctx.empty_note(f"Import SmolLM2 in the Checkpoints tab ({smollm2.TAKES}), or train a model "
                                "in the Train tab; then look inside it here: its attention, the "
                                "logit lens, heads ablated, activations patched.")
                 with gr.Tabs():

@@ -18,6 +18,7 @@ from lab.ui.common import EMPTY_STORE, Context, clicked, friendly, need, section
 
 COLUMNS = ["name", "model", "layers x width", "heads (kv)", "norm", "attention", "positional", "mlp",
            "source", "parent / pretrained", "dev perplexity", "weights MB", "created"]
+SMOLLM2_TAKES = smollm2.TAKES      # (the section's own handler is named smollm2)
 WIDTHS = ["10%", "5%", "7%", "6%", "8%", "8%", "9%", "6%", "7%", "9%", "10%", "7%", "8%"]    # every column in view at 1400 px
 
 
@@ -65,13 +66,13 @@ def import_hf(path, layers, name, store=None):
 
 def import_smollm2(layers, name, store=None):
     """SmolLM2-135M from the installed package, with a block selection (blank: all 30). Says what
-    it does first: the import takes about 10 seconds."""
+    it does first: the import takes some seconds (smollm2.TAKES)."""
     name = checkpoints.check_name(need(text(name, "name", 200).strip(), "a name"))
     layers = text(layers, "layers", 200)
     selection = interop.parse_layers(layers, 30) if layers.strip() else None
     checkpoints.refuse_existing(name, store)
     yield (f"Importing SmolLM2-135M as **{name}**: reading and de-quantizing the weights "
-           f"(about 10 s) …"), gr.skip()
+           f"({smollm2.TAKES}) …"), gr.skip()
     smollm2.import_smollm2(name, selection, store)
     said = f"Imported **{name}**: SmolLM2-135M, " + (
         "all 30 blocks. It writes fluent text already; fine-tune it on the captions in the Train tab."
@@ -152,7 +153,7 @@ def delete(name, confirm, store=None):
 
 
 def build(ctx: Context):
-    ctx.empty_note("Import SmolLM2 below (about 10 s), or train a model in the Train tab.")
+    ctx.empty_note(f"Import SmolLM2 below ({smollm2.TAKES}), or train a model in the Train tab.")
     table = _store_table(ctx)
     with gr.Row():
         chosen = Dropdown(ctx.checkpoint_names(), value=None, label="checkpoint", elem_id="checkpoints-chosen",
@@ -259,7 +260,7 @@ def _store_table(ctx: Context):
 
 
 def _import_smollm2_section(ctx: Context, message, table) -> None:
-    with section("Import SmolLM2-135M, the lab's pretrained model (about 10 s)",
+    with section(f"Import SmolLM2-135M, the lab's pretrained model ({SMOLLM2_TAKES})",
                  elem_id="checkpoints-smollm2"):
         with gr.Row():
             smol_layers = Textbox("", label="blocks to keep (1-based, e.g. 1,15,30; blank: all 30)",

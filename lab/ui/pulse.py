@@ -212,7 +212,7 @@ def busy_note(store=None) -> str:
     panel says it (estimate.busy_text): their share of the load comes from their spans in the
     ledger, read only when the load could say busy at all."""
     load_avg, cores = estimate.load()
-    if load_avg < 0.5 * cores:
+    if load_avg < estimate.BUSY_SHARE * cores:       # not even with the lab's own counted in
         return ""
     return estimate.busy_text(load_avg, cores, estimate.own_load(ledger.spans(store), time.time()))
 

@@ -145,10 +145,10 @@ API_STEPS = [
 ]
 
 # what the message says while each step's button works
-PENDING = [f"Importing SmolLM2-135M as **{SMOLLM2}**: reading and de-quantizing the weights (about 10 s) …",
+PENDING = [f"Importing SmolLM2-135M as **{SMOLLM2}**: reading and de-quantizing the weights ({smollm2.TAKES}) …",
            "Queuing the scratch job …",
            f"Queuing SmolLM2's fine-tune (importing SmolLM2 first when **{SMOLLM2}** is not in the store: "
-           f"about 10 s) …"]
+           f"{smollm2.TAKES}) …"]
 
 STEPS = [
     ("1. **Import SmolLM2-135M**, the lab's pretrained model", "Import SmolLM2"),
