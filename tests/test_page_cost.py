@@ -151,9 +151,9 @@ def test_the_panels_lines_follow_on_the_pulse_only_while_it_is_open(store):
 
 
 def test_a_page_opening_is_one_event_and_a_later_part_goes_over_an_earlier():
-    """Two parts setting one component as a page opens (the store's checkpoints and the running
-    job's form both set the Train tab's parent): one output, the later value over the earlier
-    choices, a skip leaving the other's update, a failing part the others'."""
+    """Two parts setting one component as a page opens (a dropdown's choices from the store, its
+    value from another part): one output, the later value over the earlier choices, a skip
+    leaving the other's update, a failing part the others'."""
     from lab.ui.pulse import Pulse
     pulse, loads = Pulse(), []
 
@@ -169,6 +169,35 @@ def test_a_page_opening_is_one_event_and_a_later_part_goes_over_an_earlier():
     assert outputs == ["parent", "note", "table"] and inputs == []
     assert fn() == [{"__type__": "update", "choices": ["a", "b"], "value": "b"},
                     {"__type__": "update", "visible": True}, gr.skip()]
+
+
+def test_the_train_form_reattaches_in_an_event_of_its_own_only_to_a_job_that_runs_or_waits(store):
+    """A page opening updates some thirty outputs, not the Train form's seventy fields as well
+    (each output of an event costs the browser a walk of the page, changed or not): the opening
+    names the job to re-attach to in a State, whose change fills the form; with no job running or
+    waiting it names none, and no second event is sent. (The reload: tests/test_browser.py.)"""
+    from lab.presets import get
+    from lab.ui import train
+    from lab.worker import jobs
+    demo = build_app(store=str(store))
+    load, = [fn for fn in demo.fns.values() if fn.targets and fn.targets[0][1] == "load"]
+    form = [b for b in _blocks(demo) if str(getattr(b, "elem_id", None)).startswith("train-")
+            and isinstance(b, (gr.Number, gr.Checkbox))]
+    assert len(form) > 20 and not {id(b) for b in form} & {id(o) for o in load.outputs}
+    assert len(load.outputs) < 40
+    reattach, = [fn for fn in demo.fns.values() if fn.targets and fn.targets[0][1] == "change"
+                 and isinstance(demo.blocks[fn.targets[0][0]], gr.State)
+                 and {id(b) for b in form} <= {id(o) for o in fn.outputs}]
+    assert reattach.inputs == [demo.blocks[reattach.targets[0][0]]]
+    assert train.latest_active(store)[1] == gr.skip()                 # nothing to re-attach to
+    model, settings = get("tiny")
+    job_id = jobs.submit("waits", model.to_dict(), {**settings.to_dict(), "epochs": 3}, preset="tiny",
+                         store=store)
+    assert train.latest_active(store)[1] == job_id
+    values = train.reattached(job_id, store)
+    assert values[0] == "waits" and len(values) == len(reattach.outputs)
+    assert train.reattached(None, store) == [gr.skip()] * len(reattach.outputs)
+    assert train.reattached(job_id + 1, store)[-1].startswith(f"Job {job_id + 1}'s settings cannot be shown")
 
 
 def _ask(path: str, method: str = "GET"):
@@ -304,15 +333,33 @@ def test_the_calm_clock_goes_first_in_the_page_and_nowhere_else():
     assert launch_kwargs()["app_kwargs"]["middleware"][0].cls is FirstScript
 
 
-def test_the_queue_looks_for_work_every_10_ms():
+def test_the_queue_looks_for_work_every_10_ms_while_events_come_and_every_50_ms_once_calm(monkeypatch):
     """The pace is set on the attributes Gradio's queue loops read (a Gradio that renamed them
-    would leave the lab's setting unread: this fails instead)."""
+    would leave the lab's setting unread: this fails instead); an event pushed makes it brisk again."""
+    import time as clock
+    from lab.ui import CalmQueue
     reads = inspect.getsource(Queue.start_processing) + inspect.getsource(Queue.start_progress_updates)
     assert "self.sleep_when_free" in reads and "self.progress_update_sleep_when_free" in reads
+    assert "async def push(" in inspect.getsource(Queue)
     with gr.Blocks() as demo:
         gr.Markdown("x")
     queue = queued(demo)._queue
-    assert queue.sleep_when_free == 0.01 and queue.progress_update_sleep_when_free == 0.05
+    assert isinstance(queue, CalmQueue) and queue.progress_update_sleep_when_free == 0.05
+    assert queue.sleep_when_free == 0.05                    # nothing came yet: calm
+    now = {"t": 1000.0}
+    monkeypatch.setattr(clock, "monotonic", lambda: now["t"])
+
+    async def pushed():
+        async def nothing(self, *args, **kwargs):
+            return True, "", "success"
+        monkeypatch.setattr(Queue, "push", nothing)
+        return await queue.push(None, None, None)
+    assert asyncio.run(pushed()) == (True, "", "success")
+    assert queue.sleep_when_free == 0.01                    # an event came: brisk
+    now["t"] += 4.9
+    assert queue.sleep_when_free == 0.01
+    now["t"] += 0.2
+    assert queue.sleep_when_free == 0.05                    # none for 5 s: calm again
 
 
 def test_the_app_writes_no_typing_stubs_beside_its_code():

@@ -6,9 +6,11 @@ from __future__ import annotations
 import ipaddress
 import os
 import sys
+import time
 
 from lab.ui import stubless  # noqa: F401  (before Gradio: see the module)
 import gradio as gr
+from gradio.queueing import Queue
 from starlette.middleware import Middleware
 
 from lab.storage import smollm2
@@ -91,7 +93,8 @@ def build_app(store=None, data_dir=None) -> gr.Blocks:
 
 def _on_load(demo, ctx: Context, panel, latest, attached) -> None:
     """What a page asks for as it opens, as one event: the store's checkpoints (_follow_the_store),
-    the running job re-attached, the getting-started panel's times measured here and the load
+    the job list and the job the Train form re-attaches to (its fields then filled by an event of
+    their own: train.reattached), the getting-started panel's times measured here and the load
     now, and whether the panel starts open."""
     ctx.opening.every(latest, [], attached)
     ctx.opening.every(lambda: start.words_now(ctx.store), [], [*panel.texts, panel.words_shown])
@@ -182,13 +185,31 @@ LOGIN_NOTE = (f"After {Throttle.free} failed logins from one address, its next t
 
 def queued(demo: gr.Blocks) -> gr.Blocks:
     """demo behind Gradio's queue (four events of a kind at once). The queue looks for new events
-    every 10 ms and for progress to send every 50 ms: Gradio's own pace on Linux, every millisecond
-    and every 10 ms, costs about 5% of a core in an app nobody is using (on Windows it is 50 and 100
-    ms). An event waits at most 10 ms more to start."""
+    every 10 ms while they come and every 50 ms once none came for CALM_AFTER_S, and for progress
+    to send every 50 ms: Gradio's own pace on Linux, every millisecond and every 10 ms, costs about
+    5% of a core in an app nobody is using (on Windows it is 50 and 100 ms); at 10 ms, 2.7%; calm,
+    0.9% (docs/benchmarks.md). An event waits at most 10 ms more to start, the first after a calm
+    at most 50 ms."""
     demo.queue(default_concurrency_limit=4)
-    demo._queue.sleep_when_free = 0.01
+    demo._queue.__class__ = CalmQueue
     demo._queue.progress_update_sleep_when_free = 0.05
     return demo
+
+
+class CalmQueue(Queue):
+    """Gradio's queue whose loop looks for new events every BUSY_S while events come and every
+    CALM_S once none came for CALM_AFTER_S (its loop reads sleep_when_free at each turn)."""
+    BUSY_S, CALM_S, CALM_AFTER_S = 0.01, 0.05, 5.0
+    _last_push = 0.0
+
+    @property
+    def sleep_when_free(self) -> float:
+        calm = time.monotonic() - self._last_push > self.CALM_AFTER_S
+        return self.CALM_S if calm else self.BUSY_S
+
+    async def push(self, *args, **kwargs):
+        self._last_push = time.monotonic()
+        return await super().push(*args, **kwargs)
 
 
 def launch_kwargs(store=None) -> dict:

@@ -287,18 +287,25 @@ def family_parts(model: str) -> list:
 
 
 def latest_active(store=None) -> list:
-    """On page load: the job list, the running (or newest) job chosen; while that job runs or waits,
-    the form shows its own settings, as it was filled when the job started."""
+    """On page load: the job list, the running (or newest) job chosen, and the id of the job
+    that runs or waits (the form then shows its settings: reattached), else gr.skip()."""
     rows = jobs.list_jobs(store)
     active = [j for j in rows if j["status"] == "running"] + [j for j in rows if j["status"] == "queued"]
     pick = (active or rows or [None])[0]
     chosen = gr.update(choices=job_choices(store), value=str(pick["id"]) if pick else None)
+    return [chosen, active[0]["id"] if active else gr.skip()]
+
+
+def reattached(job_id, store=None) -> list:
+    """The form as job `job_id` was filled when it started (latest_active found it running or
+    waiting as the page opened); every field as it is when it has gone since."""
     n_form = 3 + len(MODEL_FIELDS) + len(TRAIN_FIELDS) + len(setting_fields()) + 1
+    if job_id is None:
+        return [gr.skip()] * n_form
     try:
-        return [chosen] + job_form(active[0], store) if active else [chosen] + [gr.skip()] * n_form
-    except LabError as e:         # its parent was deleted since: the form stays as it was
-        return [chosen] + [gr.skip()] * (n_form - 1) + [f"Job {active[0]['id']}'s settings cannot be "
-                                                         f"shown: {e}"]
+        return job_form(jobs.get(job_id, store), store)
+    except LabError as e:         # the job or its parent was deleted since: the form stays as it was
+        return [gr.skip()] * (n_form - 1) + [f"Job {job_id}'s settings cannot be shown: {e}"]
 
 
 def job_form(job: dict, store=None) -> list:
@@ -471,6 +478,12 @@ def build(ctx: Context):
     go.click(friendly(start_or_refuse), [form.name, form.preset, form.parent, *form.values()],
              [job, message], api_visibility="private")
     _wire_api(ctx)
-    on_load = [job, form.name, form.preset, form.parent, *form.values(), form.parent_note]
-    return on_load, lambda: latest_active(ctx.store), (to_sweep, [form.preset, form.parent,
-                                                                  *form.values()], message)
+    # the form re-attaches to a running or waiting job as an event of its own, sent only when the
+    # page opens on one: its ~70 fields are most of what a page's opening would update, and each
+    # output of an event costs the browser a walk of the page's layout, changed or not
+    reattach = gr.State(None)
+    reattach.change(friendly(lambda job_id: reattached(job_id, ctx.store)), reattach,
+                    [form.name, form.preset, form.parent, *form.values(), form.parent_note],
+                    api_visibility="private", show_progress="hidden")
+    return [job, reattach], lambda: latest_active(ctx.store), (to_sweep, [form.preset, form.parent,
+                                                                          *form.values()], message)
